@@ -1,0 +1,9 @@
+"""tilecraft: a tile-level GPU kernel language and compiler (TileLang's API) in Python."""
+__version__ = "0.1.0"
+
+from .errors import TileError, install_excepthook
+from .ir.tileop import GemmWarpPolicy
+from .jit import jit, compile, JITKernel  # noqa: A004
+from .interp import register_extern
+
+install_excepthook()

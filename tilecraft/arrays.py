@@ -1,0 +1,56 @@
+"""Moving user arrays (numpy, CPU torch tensors) in and out of the interpreter without copies."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from .errors import TileError
+from .ir import dtypes as dt
+
+# torch dtypes that numpy cannot view directly travel as same-width integers.
+_TORCH_VIEW = {"bfloat16": "int16", "float8_e4m3": "uint8", "float8_e5m2": "uint8"}
+_TORCH_NAME = {"float8_e4m3": "float8_e4m3fn"}
+
+
+def _torch():
+    return sys.modules.get("torch")
+
+
+def is_torch(x) -> bool:
+    t = _torch()
+    return t is not None and isinstance(x, t.Tensor)
+
+
+def to_numpy(x, name: str) -> np.ndarray:
+    """A numpy view of x (numpy array or CPU torch tensor) sharing its memory."""
+    if isinstance(x, np.ndarray):
+        return x
+    if is_torch(x):
+        if x.device.type != "cpu":
+            raise TileError(f"argument {name} is on {x.device}, but this kernel runs on the CPU "
+                            "interpreter; pass a CPU tensor or numpy array")
+        d = dt.dtype(str(x.dtype))
+        if d.name in _TORCH_VIEW:
+            t = _torch()
+            return x.detach().view(getattr(t, _TORCH_VIEW[d.name])).numpy().view(d.numpy)
+        return x.detach().numpy()
+    raise TileError(f"argument {name} must be a numpy array or a torch tensor, got "
+                    f"{type(x).__name__}")
+
+
+def from_numpy(a: np.ndarray, like_torch: bool):
+    if not like_torch:
+        return a
+    t = _torch()
+    d = dt.dtype(a.dtype)
+    if d.name in _TORCH_VIEW:
+        raw = t.from_numpy(a.view(getattr(np, _TORCH_VIEW[d.name])))
+        return raw.view(getattr(t, _TORCH_NAME.get(d.name, d.name)))
+    return t.from_numpy(a)
+
+
+def dtype_of(x) -> dt.DType:
+    if isinstance(x, np.ndarray):
+        return dt.dtype(x.dtype)
+    return dt.dtype(str(x.dtype))

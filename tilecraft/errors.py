@@ -1,0 +1,146 @@
+"""User-facing errors: `error: <what>` / `--> file:line:col` / the source line with carets.
+
+Every IR node made by the frontend carries a Span; whatever rejects a program raises
+TileError with the span of the construct at fault, so the message points at the user's line.
+"""
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Span:
+    """A range of user source: 1-based line and column, end exclusive, on one or more lines."""
+    filename: str
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+    source_line: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.line}:{self.col}"
+
+    def render(self) -> str:
+        text = self.source_line.rstrip("\n")
+        number = str(self.line)
+        pad = " " * len(number)
+        out = [f"  --> {self}"]
+        if text:
+            width = (self.end_col - self.col) if self.end_line == self.line else len(text) - self.col + 1
+            width = max(1, width)
+            out += [f"{pad} |", f"{number} | {text}", f"{pad} | " + " " * (self.col - 1) + "^" * width]
+        return "\n".join(out)
+
+
+class TileError(Exception):
+    """A mistake in the user's program or call, reported at the user's source line."""
+
+    def __init__(self, message: str, span: Span | None = None, notes: tuple = ()):
+        super().__init__(message)
+        self.message = message
+        self.span = span if span is not None else current_span()
+        self.notes = tuple(notes)  # (text, span-or-None) pairs: other places involved
+
+    def with_span(self, span: Span | None) -> "TileError":
+        if self.span is None and span is not None:
+            self.span = span
+        return self
+
+    def __str__(self) -> str:
+        lines = [f"error: {self.message}"]
+        if self.span is not None:
+            lines.append(self.span.render())
+        for text, span in self.notes:
+            lines.append(f"note: {text}")
+            if span is not None:
+                lines.append(span.render())
+        return "\n".join(lines)
+
+
+class TileInternalError(TileError):
+    """A bug in tilecraft itself, still reported at the user line being compiled."""
+
+    def __init__(self, where: str, cause: BaseException, span: Span | None = None):
+        super().__init__(f"internal error in {where}: {type(cause).__name__}: {cause}", span)
+        self.cause = cause
+
+
+def raise_clean(err: TileError):
+    """Re-raise a TileError without tilecraft's frames (unless TILECRAFT_DEBUG is set)."""
+    from . import knobs
+    if knobs.debug():
+        raise err
+    raise err.with_traceback(None) from None
+
+
+_previous_hook = sys.excepthook
+
+
+def _excepthook(kind, value, tb):
+    # A TileError is a message about the user's program: print it as a compiler would,
+    # without Python frames; anything else goes to the usual hook.
+    from . import knobs
+    if isinstance(value, TileError) and not knobs.debug():
+        print(str(value), file=sys.stderr)
+        return
+    _previous_hook(kind, value, tb)
+
+
+def install_excepthook():
+    if sys.excepthook is not _excepthook:
+        sys.excepthook = _excepthook
+
+
+# The span of the user construct being evaluated right now: the frontend sets it per
+# statement and call, so IR built while evaluating carries it and errors point at it.
+_current_span: list = [None]
+
+
+def current_span() -> Span | None:
+    """The span being evaluated; outside the frontend, the user's line that called into us."""
+    return _current_span[0] or caller_span()
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def caller_span() -> Span | None:
+    """The position of the innermost call made from outside the tilecraft package."""
+    frame = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    code = frame.f_code
+    line, col, end_line, end_col = frame.f_lineno, None, None, None
+    try:
+        positions = list(code.co_positions())
+        line, end_line, col, end_col = positions[frame.f_lasti // 2]
+    except (AttributeError, IndexError, ValueError):
+        pass
+    if line is None:
+        return None
+    text = linecache.getline(code.co_filename, line)
+    if col is None:
+        col = len(text) - len(text.lstrip())
+        end_col, end_line = len(text.rstrip()), line
+    return Span(code.co_filename, line, col + 1, end_line or line, (end_col or col) + 1, text)
+
+
+class span_scope:
+    def __init__(self, span: Span | None):
+        self.span = span
+
+    def __enter__(self):
+        self.saved = _current_span[0]
+        if self.span is not None:
+            _current_span[0] = self.span
+        return self.span
+
+    def __exit__(self, *exc):
+        _current_span[0] = self.saved
+        return False

@@ -1,0 +1,1 @@
+"""Python AST of a @T.prim_func -> tile IR."""

@@ -1,0 +1,72 @@
+"""The state of the prim_func being built: open statement lists and enclosing frames.
+
+T.* builtins append their IR here. There is one active builder while a prim_func body is
+evaluated; outside of one, a builtin is a clear error rather than a silent no-op.
+"""
+from __future__ import annotations
+
+from ..errors import TileError, current_span
+from ..ir.stmt import seq
+
+_active: list = []
+
+
+class Builder:
+    def __init__(self, parser):
+        self.parser = parser
+        self.blocks: list[list] = [[]]
+        self.kernel = None  # the KernelFrame being built, if any
+        self.loops: list = []  # enclosing loop frames, innermost last
+
+    def emit(self, stmt):
+        self.blocks[-1].append(stmt)
+
+    def open_block(self):
+        self.blocks.append([])
+
+    def close_block(self, span=None):
+        return seq(self.blocks.pop(), span)
+
+    @property
+    def in_parallel(self) -> bool:
+        return any(getattr(f, "kind", None) == "parallel" for f in self.loops)
+
+
+def active(what: str, need_kernel: bool = True) -> Builder:
+    """The active builder, or a TileError saying where `what` may be called."""
+    if not _active:
+        raise TileError(f"{what} can only be used inside a @T.prim_func"
+                        + (" within a `with T.Kernel(...)` block" if need_kernel else ""),
+                        current_span())
+    b = _active[-1]
+    if need_kernel and b.kernel is None:
+        raise TileError(f"{what} must be called inside a `with T.Kernel(...)` block",
+                        current_span())
+    return b
+
+
+def maybe_active() -> Builder | None:
+    return _active[-1] if _active else None
+
+
+class activate:
+    def __init__(self, builder: Builder):
+        self.builder = builder
+
+    def __enter__(self):
+        _active.append(self.builder)
+        return self.builder
+
+    def __exit__(self, *exc):
+        _active.pop()
+        return False
+
+
+def emit(stmt, what: str, allow_in_parallel: bool = False):
+    """Append a tile-level statement made by builtin `what` to the open block."""
+    b = active(what)
+    if b.in_parallel and not allow_in_parallel:
+        raise TileError(f"{what} is a tile operation and cannot be used inside T.Parallel; "
+                        "T.Parallel bodies hold element-wise statements", current_span())
+    b.emit(stmt)
+    return stmt

@@ -1,0 +1,104 @@
+"""Frames: what `with T.Kernel(...)` and `for ... in T.Parallel/Pipelined/serial(...)` open.
+
+The parser asks a frame for the values its targets bind to, parses the body into a new
+statement list, and hands the body back for the frame to wrap into IR.
+"""
+from __future__ import annotations
+
+from ..arith.linear import simplify
+from ..errors import Span, TileError
+from ..ir import dtypes as dt
+from ..ir.expr import Const, Expr, Var, convert
+from ..ir.stmt import For, Kernel
+
+
+def _index_value(x, what: str, span) -> Expr:
+    from ..ir.expr import is_python_number
+    if not isinstance(x, Expr) and not (is_python_number(x) and not isinstance(x, float)):
+        raise TileError(f"{what} must be an integer, got {type(x).__name__} {x!r}", span)
+    e = convert(x)
+    if not e.dtype.is_int:
+        raise TileError(f"{what} must be an integer, got a {e.dtype} value", span)
+    return e
+
+
+class KernelFrame:
+    def __init__(self, grid, threads, span: Span | None):
+        self.span = span
+        if not 1 <= len(grid) <= 3:
+            raise TileError(f"T.Kernel takes 1 to 3 grid extents, got {len(grid)}", span)
+        self.grid = tuple(simplify(_index_value(g, f"grid extent {i}", span))
+                          for i, g in enumerate(grid))
+        for i, g in enumerate(self.grid):
+            if isinstance(g, Const) and g.value < 1:
+                raise TileError(f"T.Kernel grid extent {i} must be at least 1, got {g.value}", span)
+        if isinstance(threads, (int,)) and not isinstance(threads, bool):
+            threads = (threads,)
+        if not isinstance(threads, (tuple, list)) or not 1 <= len(threads) <= 3 or not all(
+                isinstance(t, int) and not isinstance(t, bool) for t in threads):
+            raise TileError("T.Kernel threads= must be a compile-time int or a tuple of 1 to 3 "
+                            f"ints, got {threads!r}", span)
+        if any(t < 1 for t in threads):
+            raise TileError(f"T.Kernel threads= must be positive, got {tuple(threads)}", span)
+        total = 1
+        for t in threads:
+            total *= t
+        if total > 1024:
+            raise TileError(f"T.Kernel asks for {total} threads per block; a block has at most "
+                            "1024", span)
+        self.threads = tuple(threads)
+        self.block_vars: tuple = ()
+
+    def bind(self, names: list[str]):
+        defaults = ("bx", "by", "bz")
+        self.block_vars = tuple(Var(names[i] if i < len(names) and names[i] else defaults[i],
+                                    dt.int32, self.span) for i in range(len(self.grid)))
+        return self.block_vars[0] if len(self.block_vars) == 1 else self.block_vars
+
+    def build(self, body) -> Kernel:
+        return Kernel(self.grid, self.block_vars, self.threads, body, self.span)
+
+
+class LoopFrame:
+    """One loop kind over one or more dimensions (T.Parallel takes several)."""
+
+    def __init__(self, kind: str, ranges, annotations=None, span=None, step=None):
+        self.kind = kind
+        self.span = span
+        self.annotations = dict(annotations or {})
+        self.step = step
+        self.ranges = []
+        for i, (start, stop) in enumerate(ranges):
+            start = simplify(_index_value(start, f"T.{_public(kind)} start", span))
+            stop = simplify(_index_value(stop, f"T.{_public(kind)} extent", span))
+            extent = simplify(stop - start)
+            if isinstance(extent, Const) and extent.value < 0:
+                raise TileError(f"T.{_public(kind)}: loop {i} has a negative extent "
+                                f"{extent.value}", span)
+            self.ranges.append((start, extent))
+        self.vars: tuple = ()
+
+    def bind(self, names: list[str]):
+        if len(names) != len(self.ranges):
+            raise TileError(f"T.{_public(self.kind)} has {len(self.ranges)} dimension(s) but "
+                            f"the loop binds {len(names)} name(s)", self.span)
+        self.vars = tuple(Var(n, dt.int32, self.span) for n in names)
+        values = list(self.vars)
+        if self.step is not None:
+            start = self.ranges[0][0]
+            values[0] = start + self.vars[0] * self.step
+        return values[0] if len(values) == 1 else tuple(values)
+
+    def build(self, body):
+        for var, (start, extent) in reversed(list(zip(self.vars, self.ranges))):
+            if self.step is not None:
+                body = For(var, convert(0), simplify(
+                    (extent + (self.step - 1)) // self.step), self.kind, body,
+                    self.annotations, self.span)
+            else:
+                body = For(var, start, extent, self.kind, body, self.annotations, self.span)
+        return body
+
+
+def _public(kind: str) -> str:
+    return {"parallel": "Parallel", "pipelined": "Pipelined"}.get(kind, kind)

@@ -1,0 +1,521 @@
+"""Python AST of a @T.prim_func -> tile IR.
+
+The body is evaluated statement by statement. Names bound to compile-time Python values
+(tile sizes, `is_causal`, helper results) steer the evaluation like Python itself: an `if` on a
+compile-time value keeps one branch, a `for` over a Python list unrolls. Values that only exist
+on the device (block indices, loop variables, buffer elements) build IR: an `if` on them becomes
+an IfThenElse, `x = expr` binds the expression, `buf[i] = v` a store.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import operator
+import os
+import textwrap
+
+from . import builder as bld
+from .frames import KernelFrame, LoopFrame
+from ..errors import Span, TileError, TileInternalError, span_scope
+from ..ir import expr as ex
+from ..ir.buffer import Buffer, LOCAL_VAR
+from ..ir.expr import BufferLoad, Expr
+from ..ir.stmt import Allocate, BufferStore, Evaluate, IfThenElse, Kernel, stmts_of
+
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+           ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+           ast.Pow: operator.pow, ast.BitAnd: operator.and_, ast.BitOr: operator.or_,
+           ast.BitXor: operator.xor, ast.LShift: operator.lshift, ast.RShift: operator.rshift,
+           ast.MatMult: operator.matmul}
+_CMPOPS = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+           ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Is: operator.is_,
+           ast.IsNot: operator.is_not, ast.In: lambda a, b: a in b,
+           ast.NotIn: lambda a, b: a not in b}
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Source:
+    """The parsed source of one Python function, with the offsets that map AST positions back
+    to the user's file."""
+
+    def __init__(self, func):
+        try:
+            lines, first = inspect.getsourcelines(func)
+            self.filename = inspect.getsourcefile(func) or "<unknown>"
+        except (OSError, TypeError) as e:
+            raise TileError(f"cannot read the source of {getattr(func, '__name__', func)!r} "
+                            f"({e}); a prim_func must be defined in a file") from None
+        text = "".join(lines)
+        dedented = textwrap.dedent(text)
+        self.indent = len(lines[0]) - len(lines[0].lstrip()) if lines else 0
+        self.first_line = first
+        self.lines = lines
+        self.tree = ast.parse(dedented)
+        self.func_node = self.tree.body[0]
+
+    def span(self, node) -> Span | None:
+        if not hasattr(node, "lineno"):
+            return None
+        line = node.lineno
+        text = self.lines[line - 1] if line - 1 < len(self.lines) else ""
+        end_line = getattr(node, "end_lineno", line) or line
+        end_col = getattr(node, "end_col_offset", node.col_offset) or node.col_offset
+        return Span(self.filename, line + self.first_line - 1, node.col_offset + self.indent + 1,
+                    end_line + self.first_line - 1, end_col + self.indent + 1, text)
+
+
+class _Return(Exception):
+    def __init__(self, value):
+        self.value = value
+
+
+class Scope:
+    """Name lookup: names bound in the body, then the function's closure and globals."""
+
+    def __init__(self, func, env: dict | None = None):
+        self.env = dict(env or {})
+        self.closure = {}
+        if func.__closure__:
+            for name, cell in zip(func.__code__.co_freevars, func.__closure__):
+                try:
+                    self.closure[name] = cell.cell_contents
+                except ValueError:
+                    pass
+        self.globals = func.__globals__
+
+    def lookup(self, name: str, span):
+        for table in (self.env, self.closure, self.globals):
+            if name in table:
+                return table[name]
+        if hasattr(builtins, name):
+            return getattr(builtins, name)
+        raise TileError(f"name '{name}' is not defined", span)
+
+    def namespace(self) -> dict:
+        return {**self.globals, **self.closure, **self.env}
+
+
+class Parser:
+    def __init__(self, func, source: Source | None = None):
+        self.func = func
+        self.source = source or Source(func)
+        self.scope = Scope(func)
+
+    def span(self, node):
+        return self.source.span(node)
+
+    # --- statements -----------------------------------------------------------
+    def body(self, stmts):
+        for s in stmts:
+            self.stmt(s)
+
+    def stmt(self, node):
+        handler = getattr(self, "stmt_" + type(node).__name__, None)
+        span = self.span(node)
+        with span_scope(span):
+            if handler is None:
+                raise TileError(f"`{type(node).__name__.lower()}` statements are not supported in "
+                                "a prim_func", span)
+            try:
+                handler(node)
+            except (TileError, _Return):
+                raise
+            except Exception as e:  # noqa: BLE001 - reported at the user's line
+                raise self.wrap(e, span) from None
+
+    def wrap(self, e: Exception, span) -> TileError:
+        """A Python exception raised while evaluating user code, as a TileError."""
+        tb = e.__traceback__
+        last = None
+        while tb is not None:
+            last = tb.tb_frame.f_code.co_filename
+            tb = tb.tb_next
+        internal = last is not None and os.path.abspath(last).startswith(_PACKAGE_DIR) and not \
+            isinstance(e, TypeError)
+        if internal:
+            return TileInternalError("the frontend", e, span)
+        return TileError(f"{type(e).__name__}: {e}", span)
+
+    def stmt_Pass(self, node):
+        pass
+
+    def stmt_Expr(self, node):
+        value = self.expr(node.value)
+        if isinstance(value, ex.Call):
+            bld.active("a call expression").emit(Evaluate(value, self.span(node)))
+        elif isinstance(value, Expr):
+            raise TileError("this expression is computed and then discarded; assign it or "
+                            "store it into a buffer", self.span(node))
+
+    def stmt_Assign(self, node):
+        value = self.expr(node.value)
+        for target in node.targets:
+            self.assign(target, value, node)
+
+    def stmt_AnnAssign(self, node):
+        if node.value is None:
+            raise TileError("a declaration without a value is not supported", self.span(node))
+        self.assign(node.target, self.expr(node.value), node)
+
+    def stmt_AugAssign(self, node):
+        op = _BINOPS[type(node.op)]
+        target = node.target
+        if isinstance(target, ast.Name):
+            current = self.scope.lookup(target.id, self.span(target))
+            if isinstance(current, Buffer) and current.scope == LOCAL_VAR:
+                self.store(current, (ex.convert(0),), op(current[0], self.expr(node.value)), node)
+            else:
+                self.scope.env[target.id] = op(current, self.expr(node.value))
+            return
+        if isinstance(target, ast.Subscript):
+            load = self.expr(target)
+            if not isinstance(load, BufferLoad):
+                raise TileError("augmented assignment needs a single buffer element on the left",
+                                self.span(target))
+            self.store(load.buffer, load.indices, op(load, self.expr(node.value)), node)
+            return
+        raise TileError("unsupported target of an augmented assignment", self.span(target))
+
+    def assign(self, target, value, node):
+        span = self.span(target)
+        if isinstance(target, ast.Name):
+            current = self.scope.env.get(target.id)
+            if isinstance(current, Buffer) and current.scope == LOCAL_VAR and \
+                    not isinstance(value, Buffer):
+                self.store(current, (ex.convert(0),), value, node)
+            else:
+                if isinstance(value, Buffer) and value.name.startswith("__unnamed"):
+                    value.name = target.id
+                self.scope.env[target.id] = value
+            return
+        if isinstance(target, (ast.Tuple, ast.List)):
+            try:
+                items = list(value)
+            except TypeError:
+                raise TileError(f"cannot unpack a {type(value).__name__} into "
+                                f"{len(target.elts)} names", span) from None
+            if len(items) != len(target.elts):
+                raise TileError(f"cannot unpack {len(items)} values into {len(target.elts)} names",
+                                span)
+            for t, v in zip(target.elts, items):
+                self.assign(t, v, node)
+            return
+        if isinstance(target, ast.Subscript):
+            buffer = self.expr_raw(target.value)
+            if not isinstance(buffer, Buffer):
+                self.python_setitem(buffer, target, value)
+                return
+            with span_scope(span):
+                dest = buffer[self.expr(target.slice)]
+            if not isinstance(dest, BufferLoad):
+                raise TileError(f"cannot assign to a slice of buffer {buffer.name}; use T.copy or "
+                                "T.fill for tiles, or a T.Parallel loop", span)
+            self.store(buffer, dest.indices, value, node)
+            return
+        raise TileError("unsupported assignment target", span)
+
+    def python_setitem(self, container, target, value):
+        container[self.expr(target.slice)] = value
+
+    def store(self, buffer: Buffer, indices, value, node):
+        b = bld.active(f"a store into {buffer.name}")
+        if isinstance(value, (Buffer,)) or not (isinstance(value, Expr) or
+                                               ex.is_python_number(value)):
+            raise TileError(f"cannot store a {type(value).__name__} into buffer {buffer.name}; "
+                            "a store takes a scalar value", self.span(node))
+        value = ex.cast(ex.convert(value, buffer.dtype), buffer.dtype)
+        b.emit(BufferStore(buffer, tuple(indices), value, self.span(node)))
+
+    def stmt_If(self, node):
+        cond = self.expr(node.test)
+        if not isinstance(cond, Expr):
+            self.body(node.body if cond else node.orelse)
+            return
+        b = bld.active("a device-side `if`")
+        b.open_block()
+        self.body(node.body)
+        then_body = b.close_block()
+        else_body = None
+        if node.orelse:
+            b.open_block()
+            self.body(node.orelse)
+            else_body = b.close_block()
+        b.emit(IfThenElse(ex.to_bool(cond), then_body, else_body, self.span(node)))
+
+    def stmt_For(self, node):
+        span = self.span(node)
+        if node.orelse:
+            raise TileError("`for ... else` is not supported in a prim_func", span)
+        iterable = self.loop_iterable(node.iter)
+        if not isinstance(iterable, LoopFrame):
+            for item in iterable:  # a Python sequence: unroll at compile time
+                self.assign(node.target, item, node)
+                self.body(node.body)
+            return
+        names = self.target_names(node.target, span)
+        b = bld.active(f"T.{iterable.kind} loop")
+        value = iterable.bind(names)
+        for name, v in zip(names, value if len(names) > 1 else (value,)):
+            self.scope.env[name] = v
+        b.loops.append(iterable)
+        b.open_block()
+        try:
+            self.body(node.body)
+        finally:
+            b.loops.pop()
+        body = b.close_block()
+        if iterable.kind == "pipelined":
+            self.check_pipeline_annotations(iterable, body, span)
+        b.emit(iterable.build(body))
+
+    def loop_iterable(self, node):
+        value = self.expr(node)
+        if isinstance(value, range):
+            return value
+        if isinstance(value, LoopFrame):
+            return value
+        if isinstance(value, (list, tuple)):
+            return value
+        raise TileError(f"cannot loop over a {type(value).__name__}; use T.Parallel, "
+                        "T.Pipelined, T.serial, T.unroll, T.vectorized or range()",
+                        self.span(node))
+
+    def check_pipeline_annotations(self, frame: LoopFrame, body, span):
+        n = len(stmts_of(body))
+        for key in ("order", "stage"):
+            given = frame.annotations.get(key)
+            if given is not None and len(given) != n:
+                raise TileError(f"T.Pipelined {key}= lists {len(given)} entries but the loop body "
+                                f"has {n} statements", span)
+
+    def target_names(self, target, span) -> list[str]:
+        if isinstance(target, ast.Name):
+            return [target.id]
+        if isinstance(target, (ast.Tuple, ast.List)) and all(isinstance(t, ast.Name)
+                                                             for t in target.elts):
+            return [t.id for t in target.elts]
+        raise TileError("a loop variable must be a name or a tuple of names", span)
+
+    def stmt_With(self, node):
+        span = self.span(node)
+        if len(node.items) != 1:
+            raise TileError("a `with` statement in a prim_func takes exactly one frame", span)
+        item = node.items[0]
+        frame = self.expr(item.context_expr)
+        if not isinstance(frame, KernelFrame):
+            raise TileError(f"`with` takes T.Kernel(...) here, got {type(frame).__name__}", span)
+        b = bld.active("T.Kernel", need_kernel=False)
+        if b.kernel is not None:
+            raise TileError("T.Kernel cannot be nested inside another T.Kernel", span)
+        names = self.target_names(item.optional_vars, span) if item.optional_vars else []
+        value = frame.bind(names)
+        if item.optional_vars is not None:
+            self.assign(item.optional_vars, value, node)
+        b.kernel = frame
+        b.open_block()
+        try:
+            self.body(node.body)
+        finally:
+            b.kernel = None
+        b.emit(frame.build(b.close_block()))
+
+    def stmt_Assert(self, node):
+        cond = self.expr(node.test)
+        if isinstance(cond, Expr):
+            raise TileError("assert needs a compile-time condition; device values cannot be "
+                            "asserted", self.span(node))
+        if not cond:
+            msg = self.expr(node.msg) if node.msg is not None else "assertion failed"
+            raise TileError(str(msg), self.span(node))
+
+    def stmt_Return(self, node):
+        raise _Return(self.expr(node.value) if node.value is not None else None)
+
+    def stmt_While(self, node):
+        raise TileError("`while` loops are not supported in a prim_func; use T.serial with a "
+                        "bound and an `if`", self.span(node))
+
+    def stmt_Break(self, node):
+        raise TileError("`break` is not supported in a prim_func", self.span(node))
+
+    def stmt_Continue(self, node):
+        raise TileError("`continue` is not supported in a prim_func", self.span(node))
+
+    # --- expressions ----------------------------------------------------------
+    def expr(self, node):
+        handler = getattr(self, "expr_" + type(node).__name__, None)
+        if handler is None:
+            return self.expr_python(node)
+        return handler(node)
+
+    def expr_python(self, node):
+        """Constructs without device meaning (comprehensions, f-strings, lambdas): Python."""
+        code = compile(ast.fix_missing_locations(ast.Expression(node)), self.source.filename,
+                       "eval")
+        with span_scope(self.span(node)):
+            return eval(code, self.scope.namespace())  # noqa: S307 - the user's own code
+
+    def expr_Constant(self, node):
+        return node.value
+
+    def expr_Name(self, node):
+        value = self.scope.lookup(node.id, self.span(node))
+        if isinstance(value, Buffer) and value.scope == LOCAL_VAR:
+            return BufferLoad(value, (ex.convert(0),), self.span(node))  # a scalar variable
+        return value
+
+    def expr_raw(self, node):
+        """Like expr, but a name bound to a T.alloc_var buffer gives the buffer itself."""
+        if isinstance(node, ast.Name):
+            return self.scope.lookup(node.id, self.span(node))
+        return self.expr(node)
+
+    def expr_Attribute(self, node):
+        value = self.expr(node.value)
+        try:
+            return getattr(value, node.attr)
+        except AttributeError:
+            owner = getattr(value, "__name__", type(value).__name__)
+            if owner == "tilecraft.language":
+                owner = "T"
+            raise TileError(f"{owner} has no attribute '{node.attr}'", self.span(node)) from None
+
+    def expr_Subscript(self, node):
+        value = self.expr_raw(node.value)
+        key = self.expr(node.slice)
+        with span_scope(self.span(node)):
+            return value[key]
+
+    def expr_Slice(self, node):
+        part = lambda n: None if n is None else self.expr(n)  # noqa: E731
+        return slice(part(node.lower), part(node.upper), part(node.step))
+
+    def expr_Tuple(self, node):
+        return tuple(self.expr(e) for e in node.elts)
+
+    def expr_List(self, node):
+        return [self.expr(e) for e in node.elts]
+
+    def expr_Dict(self, node):
+        return {self.expr(k): self.expr(v) for k, v in zip(node.keys, node.values)}
+
+    def expr_BinOp(self, node):
+        a, b = self.expr(node.left), self.expr(node.right)
+        with span_scope(self.span(node)):
+            return _BINOPS[type(node.op)](a, b)
+
+    def expr_UnaryOp(self, node):
+        v = self.expr(node.operand)
+        with span_scope(self.span(node)):
+            if isinstance(node.op, ast.Not):
+                return ex.unary("not", v) if isinstance(v, Expr) else not v
+            return {ast.USub: operator.neg, ast.UAdd: operator.pos,
+                    ast.Invert: operator.invert}[type(node.op)](v)
+
+    def expr_BoolOp(self, node):
+        op = "and" if isinstance(node.op, ast.And) else "or"
+        result = self.expr(node.values[0])
+        for v in node.values[1:]:
+            if not isinstance(result, Expr):
+                if (op == "and" and not result) or (op == "or" and result):
+                    return result
+                result = self.expr(v)
+                continue
+            with span_scope(self.span(node)):
+                result = ex.logical(op, result, self.expr(v))
+        return result
+
+    def expr_Compare(self, node):
+        left = self.expr(node.left)
+        result = None
+        for op, right_node in zip(node.ops, node.comparators):
+            right = self.expr(right_node)
+            with span_scope(self.span(node)):
+                part = _CMPOPS[type(op)](left, right)
+                if result is None:
+                    result = part
+                elif isinstance(result, Expr) or isinstance(part, Expr):
+                    result = ex.logical("and", result, part)
+                else:
+                    result = result and part
+            left = right
+        return result
+
+    def expr_IfExp(self, node):
+        cond = self.expr(node.test)
+        if isinstance(cond, Expr):
+            with span_scope(self.span(node)):
+                return ex.select(cond, self.expr(node.body), self.expr(node.orelse))
+        return self.expr(node.body) if cond else self.expr(node.orelse)
+
+    def expr_Call(self, node):
+        func = self.expr(node.func)
+        args = []
+        for a in node.args:
+            if isinstance(a, ast.Starred):
+                args.extend(self.expr(a.value))
+            else:
+                args.append(self.expr(a))
+        kwargs = {}
+        for k in node.keywords:
+            if k.arg is None:
+                kwargs.update(self.expr(k.value))
+            else:
+                kwargs[k.arg] = self.expr(k.value)
+        span = self.span(node)
+        with span_scope(span):
+            if func is range:
+                from ..language.loops import serial
+                return serial(*args, **kwargs)
+            try:
+                return func(*args, **kwargs)
+            except TileError as e:
+                raise e.with_span(span)
+            except _Return:
+                raise
+            except Exception as e:  # noqa: BLE001
+                raise self.wrap(e, span) from None
+
+
+def parse_prim_func(func, param_values: dict):
+    """Evaluate func's body with its parameters bound; returns the body statement."""
+    parser = Parser(func)
+    parser.scope.env.update(param_values)
+    builder = bld.Builder(parser)
+    with bld.activate(builder):
+        try:
+            parser.body(parser.source.func_node.body)
+        except _Return:
+            raise TileError("a prim_func returns nothing; write results into its parameters",
+                            None) from None
+    body = builder.close_block(parser.source.span(parser.source.func_node))
+    for s in stmts_of(body):
+        if not isinstance(s, (Kernel, Allocate)):
+            raise TileError("device code must be inside a `with T.Kernel(...)` block",
+                            getattr(s, "span", None))
+    return parser, body
+
+
+def inline_macro(func, args, kwargs, source_cache: dict):
+    """Run a T.macro's body at the call site, in the caller's builder."""
+    b = bld.active(f"macro {func.__name__}", need_kernel=False)
+    source = source_cache.get(func) or Source(func)
+    source_cache[func] = source
+    parser = Parser(func, source)
+    signature = inspect.signature(func)
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError as e:
+        raise TileError(f"macro {func.__name__}: {e}") from None
+    bound.apply_defaults()
+    parser.scope.env.update(bound.arguments)
+    saved = b.parser
+    b.parser = parser
+    try:
+        parser.body(source.func_node.body)
+    except _Return as r:
+        return r.value
+    finally:
+        b.parser = saved
+    return None

@@ -1,0 +1,236 @@
+"""The tile-level reference interpreter: runs a PrimFunc on numpy arrays, block by block.
+
+Semantics are the language's, not a GPU's: tile ops act on whole tiles, T.Parallel bodies run
+for all iterations at once (vectorized), pipelined loops run serially, and every buffer holds
+values rounded to its dtype. Fresh shared / fragment / local buffers are filled with NaN (or a
+pattern for integers), so reading memory that was never written shows up in the result.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from ..errors import TileError
+from ..ir.buffer import GLOBAL, Buffer, BufferRegion
+from ..ir.stmt import (Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt)
+from .tileops import TILE_OPS
+from .values import Evaluator, first_bad, in_bounds, to_dtype
+
+_MAX_PARALLEL_DEPTH = 8
+_EXTERNS: dict = {}
+
+
+def register_extern(name: str, fn):
+    """Give T.call_extern(name, ...) a Python implementation for the interpreter.
+    fn receives the evaluated arguments (T.address_of arguments arrive as Pointer objects)."""
+    _EXTERNS[name] = fn
+
+
+def poison(shape, d) -> np.ndarray:
+    if d.is_float:
+        return np.full(shape, np.nan, dtype=d.numpy)
+    if d.is_bool:
+        return np.ones(shape, dtype=np.bool_)
+    return np.full(shape, 0x5A if d.bits == 8 else 0x5A5A, dtype=d.numpy)
+
+
+class Machine:
+    def __init__(self, func):
+        self.func = func
+        self.env: dict[int, object] = {}
+        self.arrays: dict[int, np.ndarray] = {}
+        self.depth = 0  # number of enclosing T.Parallel axes
+        self.current_kernel = None
+        self.ev = Evaluator(self)
+
+    # --- state ----------------------------------------------------------------
+    def array_of(self, buffer: Buffer) -> np.ndarray:
+        try:
+            return self.arrays[id(buffer)]
+        except KeyError:
+            raise TileError(f"buffer {buffer.name} is used before it is allocated",
+                            buffer.span) from None
+
+    def scalar(self, e) -> int:
+        v = np.asarray(self.ev.eval(e))
+        if v.ndim != 0:
+            raise TileError("this value differs between T.Parallel iterations but must be a "
+                            "single number here", getattr(e, "span", None))
+        return v.item()
+
+    def shape_of(self, buffer: Buffer) -> tuple:
+        return tuple(int(s) if isinstance(s, int) else int(self.scalar(s)) for s in buffer.shape)
+
+    def call_extern(self, call, args):
+        name = call.args[0]
+        fn = _EXTERNS.get(name)
+        if fn is None:
+            raise TileError(f"T.call_extern({name!r}) has no implementation on the interpreter; "
+                            "register one with tilecraft.register_extern", call.span)
+        return fn(*args)
+
+    # --- running ----------------------------------------------------------------
+    def run(self, bindings: dict, arrays: dict):
+        self.env.update(bindings)
+        self.arrays.update(arrays)
+        with np.errstate(all="ignore"):
+            self.exec(self.func.body, None)
+
+    def exec(self, s, mask):
+        getattr(self, "exec_" + type(s).__name__)(s, mask)
+
+    def exec_SeqStmt(self, s: SeqStmt, mask):
+        for x in s.stmts:
+            self.exec(x, mask)
+
+    def exec_Kernel(self, k: Kernel, mask):
+        extents = [self.scalar(g) for g in k.grid]
+        self.current_kernel = k
+        for index in itertools.product(*(range(n) for n in extents)):
+            for var, i in zip(k.block_vars, index):
+                self.env[id(var)] = np.int32(i)
+            self.exec(k.body, None)
+
+    def exec_Allocate(self, s: Allocate, mask):
+        b = s.buffer
+        if b.scope == GLOBAL and id(b) in self.arrays:
+            return  # a workspace lives for the whole launch
+        self.arrays[id(b)] = poison(self.shape_of(b), b.dtype)
+
+    def exec_For(self, s: For, mask):
+        if s.kind == "parallel":
+            return self.exec_parallel(s, mask)
+        start, extent = self.scalar(s.start), self.scalar(s.extent)
+        for i in range(start, start + extent):
+            self.env[id(s.var)] = np.int64(i)
+            self.exec(s.body, mask)
+
+    def exec_parallel(self, s: For, mask):
+        if self.depth >= _MAX_PARALLEL_DEPTH:
+            raise TileError(f"T.Parallel nests deeper than {_MAX_PARALLEL_DEPTH} dimensions are "
+                            "not supported", s.span)
+        start, extent = self.scalar(s.start), self.scalar(s.extent)
+        shape = [1] * _MAX_PARALLEL_DEPTH
+        shape[self.depth] = extent
+        self.env[id(s.var)] = (np.arange(start, start + extent, dtype=np.int64)).reshape(shape)
+        self.depth += 1
+        try:
+            self.exec(s.body, mask)
+        finally:
+            self.depth -= 1
+
+    def exec_IfThenElse(self, s: IfThenElse, mask):
+        c = np.asarray(self.ev.eval(s.cond, mask), dtype=bool)
+        if c.ndim == 0 and mask is None:
+            branch = s.then_body if c else s.else_body
+            if branch is not None:
+                self.exec(branch, None)
+            return
+        live = c if mask is None else (mask & c)
+        if np.any(live):
+            self.exec(s.then_body, live)
+        if s.else_body is not None:
+            dead = ~c if mask is None else (mask & ~c)
+            if np.any(dead):
+                self.exec(s.else_body, dead)
+
+    def exec_BufferStore(self, s: BufferStore, mask):
+        array = self.array_of(s.buffer)
+        idx = [np.asarray(self.ev.eval(i, mask)).astype(np.int64) for i in s.indices]
+        value = to_dtype(self.ev.eval(s.value, mask), s.buffer.dtype)
+        self.store(s.buffer, array, idx, value, mask, s.span)
+
+    def store(self, buffer, array, idx, value, mask, span):
+        parts = idx + [np.asarray(value)] + ([mask] if mask is not None else [])
+        shape = np.broadcast(*parts).shape
+        if shape == ():
+            if in_bounds(idx, array.shape) is True:
+                array[tuple(idx)] = value
+            elif buffer.scope != GLOBAL:
+                raise TileError(f"out-of-bounds write to {buffer.name} (shape "
+                                f"{tuple(array.shape)}) at index {tuple(int(i) for i in idx)}",
+                                span)
+            return
+        live = np.ones(shape, bool) if mask is None else np.broadcast_to(mask, shape)
+        inside = in_bounds([np.broadcast_to(i, shape) for i in idx], array.shape)
+        if inside is not True:
+            bad = live & ~inside
+            if buffer.scope != GLOBAL and np.any(bad):
+                raise TileError(f"out-of-bounds write to {buffer.name} (shape "
+                                f"{tuple(array.shape)}) at index {first_bad(idx, ~bad)}", span)
+            live = live & inside
+        sel = tuple(np.broadcast_to(i, shape)[live] for i in idx)
+        array[sel] = np.broadcast_to(value, shape)[live]
+
+    def exec_Evaluate(self, s: Evaluate, mask):
+        self.ev.eval(s.value, mask)
+
+    def __getattr__(self, name):
+        if name.startswith("exec_"):
+            kind = name[len("exec_"):]
+            handler = TILE_OPS.get(kind)
+            if handler is not None:
+                return lambda s, mask: handler(self, s, mask)
+        raise AttributeError(name)
+
+    # --- regions ----------------------------------------------------------------
+    def region_box(self, r: BufferRegion):
+        starts = [int(self.scalar(x)) for x in r.starts]
+        extents = [int(self.scalar(x)) for x in r.extents]
+        return starts, extents
+
+    def read_region(self, r: BufferRegion, span) -> np.ndarray:
+        """The region as an array of its extents; global elements outside the tensor are 0."""
+        array = self.array_of(r.buffer)
+        starts, extents = self.region_box(r)
+        out = np.zeros(extents, dtype=array.dtype)
+        src, dst = _clip(starts, extents, array.shape)
+        if src is None or any(a != b for a, b in zip(_sizes(src), extents)):
+            if r.buffer.scope != GLOBAL:
+                raise TileError(f"the tile {r.buffer.name}{_box_text(starts, extents)} reaches "
+                                f"outside the buffer's shape {tuple(array.shape)}", span)
+        if src is not None:
+            out[dst] = array[src]
+        return out
+
+    def write_region(self, r: BufferRegion, values, span, combine=None):
+        """Store values (broadcast to the region); global elements outside the tensor are
+        dropped. combine(old, new) merges with the current contents (atomics)."""
+        array = self.array_of(r.buffer)
+        starts, extents = self.region_box(r)
+        values = np.broadcast_to(np.asarray(values).reshape(
+            [e for e in extents] if np.size(values) == int(np.prod(extents)) else np.shape(values)),
+            extents)
+        src, dst = _clip(starts, extents, array.shape)
+        if src is None or any(a != b for a, b in zip(_sizes(src), extents)):
+            if r.buffer.scope != GLOBAL:
+                raise TileError(f"the tile {r.buffer.name}{_box_text(starts, extents)} reaches "
+                                f"outside the buffer's shape {tuple(array.shape)}", span)
+        if src is None:
+            return
+        new = values[dst]
+        if combine is not None:
+            new = combine(array[src], new)
+        array[src] = to_dtype(new, r.buffer.dtype)
+
+
+def _clip(starts, extents, shape):
+    """(slices into the buffer, slices into the tile) of their overlap, or None if empty."""
+    src, dst = [], []
+    for s, e, n in zip(starts, extents, shape):
+        lo, hi = max(s, 0), min(s + e, n)
+        if hi <= lo:
+            return None, None
+        src.append(slice(lo, hi))
+        dst.append(slice(lo - s, hi - s))
+    return tuple(src), tuple(dst)
+
+
+def _sizes(slices):
+    return [s.stop - s.start for s in slices]
+
+
+def _box_text(starts, extents) -> str:
+    return "[" + ", ".join(f"{s}:{s + e}" for s, e in zip(starts, extents)) + "]"
+

@@ -1,0 +1,244 @@
+"""A stable, readable text form of the IR, in the shape of the user's TileLang source.
+
+The text is deterministic (golden tests compare it) and names are unique within a function:
+two different variables that share a name print as `i` and `i_1`.
+"""
+from __future__ import annotations
+
+import math
+
+from . import tileop as top
+from .buffer import Buffer, BufferRegion, GLOBAL, LOCAL_VAR
+from .expr import Binary, BufferLoad, Call, Cast, Const, Expr, Select, Unary, Var
+from .stmt import (Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel, PrimFunc, SeqStmt,
+                   Stmt)
+
+_PREC = {"or": 1, "and": 2, "<": 4, "<=": 4, ">": 4, ">=": 4, "==": 4, "!=": 4, "|": 5, "^": 6,
+         "&": 7, "<<": 8, ">>": 8, "+": 9, "-": 9, "*": 10, "/": 10, "//": 10, "%": 10}
+_ALLOC_FN = {"shared.dyn": "alloc_shared", "shared": "alloc_shared",
+             "local.fragment": "alloc_fragment", "local": "alloc_local", "global": "alloc_global"}
+
+
+class Printer:
+    def __init__(self):
+        self.names: dict[int, str] = {}
+        self.taken: set[str] = set()
+        self.lines: list[str] = []
+
+    # --- naming -------------------------------------------------------------
+    def name(self, obj) -> str:
+        key = id(obj)
+        if key not in self.names:
+            base = obj.name or "v"
+            name, n = base, 0
+            while name in self.taken:
+                n += 1
+                name = f"{base}_{n}"
+            self.taken.add(name)
+            self.names[key] = name
+        return self.names[key]
+
+    # --- expressions --------------------------------------------------------
+    def expr(self, e, parent_prec: int = 0) -> str:
+        if isinstance(e, (int, float, bool, str)):
+            return repr(e)
+        if isinstance(e, Var):
+            return self.name(e)
+        if isinstance(e, Const):
+            return self.const(e)
+        if isinstance(e, Binary):
+            if e.op in ("min", "max"):
+                return f"T.{e.op}({self.expr(e.a)}, {self.expr(e.b)})"
+            p = _PREC[e.op]
+            text = f"{self.expr(e.a, p)} {e.op} {self.expr(e.b, p + 1)}"
+            return f"({text})" if p < parent_prec else text
+        if isinstance(e, Unary):
+            if e.op == "not":
+                text = f"not {self.expr(e.a, 3)}"
+                return f"({text})" if 3 < parent_prec else text
+            return f"{e.op}{self.expr(e.a, 11)}"
+        if isinstance(e, Select):
+            return f"T.if_then_else({self.expr(e.cond)}, {self.expr(e.a)}, {self.expr(e.b)})"
+        if isinstance(e, Cast):
+            return f'T.Cast("{e.dtype}", {self.expr(e.value)})'
+        if isinstance(e, BufferLoad):
+            return self.load(e.buffer, e.indices)
+        if isinstance(e, Call):
+            args = ", ".join(self.arg(a) for a in e.args)
+            if e.name in ("call_extern", "address_of"):
+                suffix = f', dtype="{e.dtype}"' if e.name == "call_extern" else ""
+                return f"T.{e.name}({args}{suffix})"
+            return f"T.{e.name}({args})"
+        return repr(e)
+
+    def arg(self, a) -> str:
+        if isinstance(a, str):
+            return f'"{a}"'
+        if isinstance(a, Buffer):
+            return self.name(a)
+        if isinstance(a, BufferRegion):
+            return self.region(a)
+        return self.expr(a)
+
+    def const(self, c: Const) -> str:
+        v, d = c.value, c.dtype
+        if d.is_bool:
+            return "True" if v else "False"
+        if d.is_float and math.isinf(v):
+            text = f'T.infinity("{d}")'
+            return text if v > 0 else "-" + text
+        if d.is_float and math.isnan(v):
+            return f'T.Cast("{d}", T.nan)'
+        if d.name == "int32" or d.name == "float32":
+            return repr(v)
+        return f"T.{d}({v!r})"
+
+    def load(self, buffer: Buffer, indices) -> str:
+        if buffer.scope == LOCAL_VAR:
+            return self.name(buffer)
+        return f"{self.name(buffer)}[{', '.join(self.expr(i) for i in indices)}]"
+
+    def region(self, r: BufferRegion) -> str:
+        parts = []
+        for (start, extent), dim in zip(r.ranges, r.buffer.shape):
+            if isinstance(start, Const) and start.value == 0 and _same(extent, dim):
+                parts.append(":")
+            elif isinstance(extent, Const) and extent.value == 1:
+                parts.append(self.expr(start))
+            else:
+                parts.append(f"{self.expr(start)}:{self.expr(start + extent)}")
+        if all(p == ":" for p in parts):
+            return self.name(r.buffer)
+        return f"{self.name(r.buffer)}[{', '.join(parts)}]"
+
+    # --- statements ---------------------------------------------------------
+    def emit(self, depth: int, text: str):
+        self.lines.append("    " * depth + text)
+
+    def stmt(self, s: Stmt, depth: int):
+        if isinstance(s, SeqStmt):
+            for x in s.stmts:
+                self.stmt(x, depth)
+        elif isinstance(s, Kernel):
+            grid = ", ".join(self.expr(g) for g in s.grid)
+            threads = s.threads[0] if len(s.threads) == 1 else list(s.threads)
+            names = ", ".join(self.name(v) for v in s.block_vars)
+            target = names if len(s.block_vars) == 1 else f"({names})"
+            self.emit(depth, f"with T.Kernel({grid}, threads={threads}) as {target}:")
+            self.stmt(s.body, depth + 1)
+        elif isinstance(s, For):
+            self.emit(depth, f"for {self.name(s.var)} in {self.loop_head(s)}:")
+            self.stmt(s.body, depth + 1)
+        elif isinstance(s, IfThenElse):
+            self.emit(depth, f"if {self.expr(s.cond)}:")
+            self.stmt(s.then_body, depth + 1)
+            if s.else_body is not None:
+                self.emit(depth, "else:")
+                self.stmt(s.else_body, depth + 1)
+        elif isinstance(s, BufferStore):
+            self.emit(depth, f"{self.load(s.buffer, s.indices)} = {self.expr(s.value)}")
+        elif isinstance(s, Evaluate):
+            self.emit(depth, f"T.evaluate({self.expr(s.value)})")
+        elif isinstance(s, Allocate):
+            self.emit(depth, self.allocation(s.buffer))
+        elif isinstance(s, top.TileOp):
+            self.emit(depth, self.tile_op(s))
+        else:
+            self.emit(depth, f"<{type(s).__name__}>")
+
+    def loop_head(self, s: For) -> str:
+        extent = self.expr(s.extent)
+        if not (isinstance(s.start, Const) and s.start.value == 0):
+            extent = f"{self.expr(s.start)}, {self.expr(s.start + s.extent)}"
+        if s.kind == "parallel":
+            return f"T.Parallel({extent})"
+        if s.kind == "pipelined":
+            extra = "".join(f", {k}={v!r}" for k, v in sorted(s.annotations.items()))
+            return f"T.Pipelined({extent}{extra})"
+        return f"T.{s.kind}({extent})"
+
+    def allocation(self, b: Buffer) -> str:
+        if b.scope == LOCAL_VAR:
+            return f'{self.name(b)} = T.alloc_var("{b.dtype}")'
+        shape = ", ".join(self.expr(d) if isinstance(d, Expr) else str(d) for d in b.shape)
+        fn = _ALLOC_FN.get(b.scope, "alloc_buffer")
+        return f'{self.name(b)} = T.{fn}(({shape}{"," if len(b.shape) == 1 else ""}), "{b.dtype}")'
+
+    def tile_op(self, s) -> str:
+        if isinstance(s, top.Copy):
+            return f"T.copy({self.region(s.src)}, {self.region(s.dst)}{self.kwargs(s.annotations)})"
+        if isinstance(s, top.Gemm):
+            opts = {}
+            for key in ("transpose_A", "transpose_B", "clear_accum"):
+                if getattr(s, key):
+                    opts[key] = True
+            if s.policy != top.GemmWarpPolicy.Square:
+                opts["policy"] = f"T.GemmWarpPolicy.{s.policy.name}"
+            if s.k_pack != 1:
+                opts["k_pack"] = s.k_pack
+            return (f"T.gemm({self.region(s.A)}, {self.region(s.B)}, {self.region(s.C)}"
+                    f"{self.kwargs(opts, raw=True)})")
+        if isinstance(s, top.Reduce):
+            clear = "" if s.clear else ", clear=False"
+            return f"T.reduce_{s.kind}({self.region(s.src)}, {self.region(s.dst)}, dim={s.dim}{clear})"
+        if isinstance(s, top.CumSum):
+            rev = ", reverse=True" if s.reverse else ""
+            return f"T.cumsum({self.region(s.src)}, {self.region(s.dst)}, dim={s.dim}{rev})"
+        if isinstance(s, top.Fill):
+            return f"T.fill({self.region(s.dst)}, {self.expr(s.value)})"
+        if isinstance(s, top.Atomic):
+            value = self.region(s.value) if isinstance(s.value, BufferRegion) else self.expr(s.value)
+            return f"T.atomic_{s.kind}({self.region(s.dst)}, {value})"
+        if isinstance(s, top.AnnotateLayout):
+            items = ", ".join(f"{self.name(b)}: {getattr(l, 'describe', lambda: repr(l))()}"
+                              for b, l in s.layouts.items())
+            return f"T.annotate_layout({{{items}}})"
+        if isinstance(s, top.UseSwizzle):
+            return f'T.use_swizzle({s.panel_size}, order="{s.order}", enable={s.enable})'
+        if isinstance(s, top.Print):
+            value = self.name(s.value) if isinstance(s.value, Buffer) else self.expr(s.value)
+            return f'T.print({value}, msg="{s.msg}")'
+        return f"<{type(s).__name__}>"
+
+    def kwargs(self, d: dict, raw: bool = False) -> str:
+        return "".join(f", {k}={v if raw else repr(v)}" for k, v in d.items())
+
+    def func(self, f: PrimFunc) -> str:
+        params = []
+        for p in f.params:
+            if isinstance(p, Buffer):
+                shape = ", ".join(self.expr(d) if isinstance(d, Expr) else str(d) for d in p.shape)
+                comma = "," if len(p.shape) == 1 else ""
+                params.append(f'{self.name(p)}: T.Tensor(({shape}{comma}), "{p.dtype}")')
+            else:
+                params.append(f"{self.name(p)}: T.{p.dtype}")
+        self.emit(0, "@T.prim_func")
+        self.emit(0, f"def {f.name}({', '.join(params)}):")
+        self.stmt(f.body, 1)
+        return "\n".join(self.lines) + "\n"
+
+
+def _same(extent, dim) -> bool:
+    if isinstance(dim, int):
+        return isinstance(extent, Const) and extent.value == dim
+    return extent is dim
+
+
+def expr_text(e) -> str:
+    return Printer().expr(e)
+
+
+def stmt_text(s) -> str:
+    p = Printer()
+    p.stmt(s, 0)
+    return "\n".join(p.lines)
+
+
+def func_text(f: PrimFunc) -> str:
+    p = Printer()
+    for param in f.params:  # parameters claim their names first
+        p.name(param)
+    return p.func(f)
+
+
+__all__ = ["Printer", "expr_text", "stmt_text", "func_text", "GLOBAL"]

@@ -1,0 +1,132 @@
+"""Statements of the tile IR: structured control flow, stores, allocations, launches."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .buffer import Buffer
+from .expr import Expr, Var
+from ..errors import Span
+
+
+class Stmt:
+    span: Span | None
+
+    def __repr__(self) -> str:
+        from .printer import stmt_text
+        return stmt_text(self)
+
+
+@dataclass(eq=False, repr=False)
+class SeqStmt(Stmt):
+    stmts: tuple
+    span: Span | None = field(default=None, compare=False)
+
+
+def seq(stmts, span=None) -> Stmt:
+    """A statement list, flattened; a single statement stays itself."""
+    flat = []
+    for s in stmts:
+        if isinstance(s, SeqStmt):
+            flat.extend(s.stmts)
+        elif s is not None:
+            flat.append(s)
+    if len(flat) == 1:
+        return flat[0]
+    return SeqStmt(tuple(flat), span)
+
+
+def stmts_of(s: Stmt) -> tuple:
+    return s.stmts if isinstance(s, SeqStmt) else (s,)
+
+
+LOOP_KINDS = ("serial", "parallel", "pipelined", "unroll", "vectorized")
+
+
+@dataclass(eq=False, repr=False)
+class For(Stmt):
+    """`for var in [start, start + extent)`; kind says how the compiler may run it.
+
+    parallel: element-wise over a tile (T.Parallel), mapped onto the block's threads.
+    pipelined: a serial loop whose copies the compiler overlaps with compute
+    (annotations num_stages, order, stage).
+    """
+    var: Var
+    start: Expr
+    extent: Expr
+    kind: str
+    body: Stmt
+    annotations: dict = field(default_factory=dict)
+    span: Span | None = field(default=None, compare=False)
+
+
+@dataclass(eq=False, repr=False)
+class IfThenElse(Stmt):
+    cond: Expr
+    then_body: Stmt
+    else_body: Stmt | None = None
+    span: Span | None = field(default=None, compare=False)
+
+
+@dataclass(eq=False, repr=False)
+class BufferStore(Stmt):
+    buffer: Buffer
+    indices: tuple
+    value: Expr
+    span: Span | None = field(default=None, compare=False)
+
+
+@dataclass(eq=False, repr=False)
+class Evaluate(Stmt):
+    """An expression run for its effect (T.call_extern, ...)."""
+    value: Expr
+    span: Span | None = field(default=None, compare=False)
+
+
+@dataclass(eq=False, repr=False)
+class Allocate(Stmt):
+    """Brings a kernel-local buffer into existence; it lives until the end of its kernel."""
+    buffer: Buffer
+    span: Span | None = field(default=None, compare=False)
+
+
+@dataclass(eq=False, repr=False)
+class Kernel(Stmt):
+    """One launch: a grid of blocks (1-3 dims), each of `threads` threads, running body."""
+    grid: tuple  # extents (Expr)
+    block_vars: tuple  # Var per grid dim
+    threads: tuple  # ints, blockDim x[, y[, z]]
+    body: Stmt
+    span: Span | None = field(default=None, compare=False)
+
+    @property
+    def num_threads(self) -> int:
+        n = 1
+        for t in self.threads:
+            n *= t
+        return n
+
+
+@dataclass(eq=False)
+class PrimFunc:
+    """A kernel program: parameters (global buffers and scalars) and a body of launches."""
+    name: str
+    params: tuple  # Buffer (global) or Var (scalar)
+    body: Stmt
+    span: Span | None = field(default=None, compare=False)
+    attrs: dict = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        from .printer import func_text
+        return func_text(self)
+
+    def script(self) -> str:
+        from .printer import func_text
+        return func_text(self)
+
+    @property
+    def buffer_params(self) -> tuple:
+        return tuple(p for p in self.params if isinstance(p, Buffer))
+
+    def kernels(self) -> list:
+        from .visitor import collect
+        return collect(self.body, lambda n: isinstance(n, Kernel))

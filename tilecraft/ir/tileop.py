@@ -1,0 +1,154 @@
+"""Tile-operator nodes: whole-tile operations the compiler lowers onto threads.
+
+Each node says which buffers it reads and writes (the FTG's dataflow edges come from that);
+what an op *means* on a target lives in tileops/<op>.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from .buffer import Buffer, BufferRegion
+from .expr import Expr
+from .stmt import Stmt
+from ..errors import Span
+
+
+class GemmWarpPolicy(IntEnum):
+    """How a block's warps are split between the M and N dimensions of a gemm."""
+    Square = 0
+    FullRow = 1
+    FullCol = 2
+
+
+class TileOp(Stmt):
+    op_name = "tileop"
+
+    def reads(self) -> tuple:
+        return ()
+
+    def writes(self) -> tuple:
+        return ()
+
+
+@dataclass(eq=False, repr=False)
+class Copy(TileOp):
+    src: BufferRegion
+    dst: BufferRegion
+    annotations: dict = field(default_factory=dict)
+    span: Span | None = field(default=None, compare=False)
+    op_name = "copy"
+
+    def reads(self): return (self.src.buffer,)
+    def writes(self): return (self.dst.buffer,)
+
+
+@dataclass(eq=False, repr=False)
+class Gemm(TileOp):
+    """C (+)= op(A) @ op(B); transpose_B means B is stored [N, K]."""
+    A: BufferRegion
+    B: BufferRegion
+    C: BufferRegion
+    transpose_A: bool = False
+    transpose_B: bool = False
+    policy: GemmWarpPolicy = GemmWarpPolicy.Square
+    clear_accum: bool = False
+    k_pack: int = 1
+    wg_wait: int = 0
+    span: Span | None = field(default=None, compare=False)
+    op_name = "gemm"
+
+    def reads(self):
+        return (self.A.buffer, self.B.buffer) + (() if self.clear_accum else (self.C.buffer,))
+
+    def writes(self): return (self.C.buffer,)
+
+
+REDUCE_KINDS = ("max", "min", "sum", "abssum", "absmax")
+
+
+@dataclass(eq=False, repr=False)
+class Reduce(TileOp):
+    kind: str
+    src: BufferRegion
+    dst: BufferRegion
+    dim: int
+    clear: bool = True
+    span: Span | None = field(default=None, compare=False)
+    op_name = "reduce"
+
+    def reads(self):
+        return (self.src.buffer,) + (() if self.clear else (self.dst.buffer,))
+
+    def writes(self): return (self.dst.buffer,)
+
+
+@dataclass(eq=False, repr=False)
+class CumSum(TileOp):
+    src: BufferRegion
+    dst: BufferRegion
+    dim: int = 0
+    reverse: bool = False
+    span: Span | None = field(default=None, compare=False)
+    op_name = "cumsum"
+
+    def reads(self): return (self.src.buffer,)
+    def writes(self): return (self.dst.buffer,)
+
+
+@dataclass(eq=False, repr=False)
+class Fill(TileOp):
+    dst: BufferRegion
+    value: Expr
+    span: Span | None = field(default=None, compare=False)
+    op_name = "fill"
+
+    def writes(self): return (self.dst.buffer,)
+
+
+ATOMIC_KINDS = ("add", "max", "min")
+
+
+@dataclass(eq=False, repr=False)
+class Atomic(TileOp):
+    """dst op= value, atomically; value is a scalar Expr or (tile form) a BufferRegion."""
+    kind: str
+    dst: BufferRegion
+    value: object
+    span: Span | None = field(default=None, compare=False)
+    op_name = "atomic"
+
+    def reads(self):
+        return (self.dst.buffer,) + ((self.value.buffer,) if isinstance(self.value, BufferRegion)
+                                     else ())
+
+    def writes(self): return (self.dst.buffer,)
+
+
+@dataclass(eq=False, repr=False)
+class AnnotateLayout(TileOp):
+    layouts: dict  # Buffer -> layout object (or a callable index map)
+    span: Span | None = field(default=None, compare=False)
+    op_name = "annotate_layout"
+
+
+@dataclass(eq=False, repr=False)
+class UseSwizzle(TileOp):
+    """Rasterize blocks in panels of `panel_size` for L2 reuse (order 'row' or 'column')."""
+    panel_size: int
+    order: str = "row"
+    enable: bool = True
+    span: Span | None = field(default=None, compare=False)
+    op_name = "use_swizzle"
+
+
+@dataclass(eq=False, repr=False)
+class Print(TileOp):
+    """T.print: a scalar expression or a whole buffer, with a message prefix."""
+    value: object  # Expr or Buffer
+    msg: str = ""
+    span: Span | None = field(default=None, compare=False)
+    op_name = "print"
+
+    def reads(self):
+        return (self.value,) if isinstance(self.value, Buffer) else ()

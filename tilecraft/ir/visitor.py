@@ -1,0 +1,119 @@
+"""Generic traversal and rebuilding of IR trees.
+
+Nodes are dataclasses; children are found through their fields (Exprs, Stmts, regions,
+tuples of them). A Mutator rebuilds only the nodes whose children changed, so untouched
+subtrees keep their identity.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from .buffer import Buffer, BufferRegion
+from .expr import Expr
+from .stmt import Stmt
+
+
+def _is_node(x) -> bool:
+    return isinstance(x, (Expr, Stmt, BufferRegion))
+
+
+def children(node):
+    """Child nodes in field order (buffers are leaves, not children)."""
+    for f in dataclasses.fields(node):
+        if f.name == "span":
+            continue
+        yield from _flatten(getattr(node, f.name))
+
+
+def _flatten(v):
+    if _is_node(v):
+        yield v
+    elif isinstance(v, (tuple, list)):
+        for x in v:
+            yield from _flatten(x)
+    elif isinstance(v, dict):
+        for x in v.values():
+            yield from _flatten(x)
+
+
+class Visitor:
+    """Walks every node; override visit_<ClassName> to act, call generic_visit to descend."""
+
+    def visit(self, node):
+        method = getattr(self, "visit_" + type(node).__name__, None)
+        if method is not None:
+            return method(node)
+        return self.generic_visit(node)
+
+    def generic_visit(self, node):
+        for c in children(node):
+            self.visit(c)
+
+
+class Mutator:
+    """Rebuilds a tree; override visit_<ClassName> to return a replacement node."""
+
+    def visit(self, node):
+        method = getattr(self, "visit_" + type(node).__name__, None)
+        if method is not None:
+            return method(node)
+        return self.generic_visit(node)
+
+    def generic_visit(self, node):
+        changes = {}
+        for f in dataclasses.fields(node):
+            if f.name == "span":
+                continue
+            old = getattr(node, f.name)
+            new = self._rebuild(old)
+            if new is not old:
+                changes[f.name] = new
+        if not changes:
+            return node
+        return dataclasses.replace(node, **changes)
+
+    def _rebuild(self, v):
+        if _is_node(v):
+            return self.visit(v)
+        if isinstance(v, (tuple, list)):
+            items = [self._rebuild(x) for x in v]
+            if all(a is b for a, b in zip(items, v)):
+                return v
+            return type(v)(items)
+        if isinstance(v, dict) and any(_is_node(x) for x in v.values()):
+            items = {k: self._rebuild(x) for k, x in v.items()}
+            if all(items[k] is v[k] for k in v):
+                return v
+            return items
+        return v
+
+
+def walk(node):
+    """Every node of the tree, pre-order."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(list(children(n))))
+
+
+def collect(node, predicate) -> list:
+    return [n for n in walk(node) if predicate(n)]
+
+
+def buffers_used(node) -> list:
+    """Buffers referenced anywhere under node, in first-use order."""
+    seen, out = set(), []
+
+    def add(b):
+        if isinstance(b, Buffer) and id(b) not in seen:
+            seen.add(id(b))
+            out.append(b)
+
+    for n in walk(node):
+        for f in dataclasses.fields(n):
+            v = getattr(n, f.name)
+            for x in (v if isinstance(v, (tuple, list)) else v.keys() if isinstance(v, dict)
+                      else (v,)):
+                add(x)
+    return out

@@ -1,0 +1,34 @@
+"""Every environment variable tilecraft reads, in one place (all prefixed TILECRAFT_)."""
+from __future__ import annotations
+
+import os
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def target() -> str:
+    """TILECRAFT_TARGET: the default compile target ("auto" unless set)."""
+    return os.environ.get("TILECRAFT_TARGET", "").strip() or "auto"
+
+
+def debug() -> bool:
+    """TILECRAFT_DEBUG=1: show tilecraft's own traceback with errors."""
+    return _flag("TILECRAFT_DEBUG")
+
+
+def dump_ir_dir() -> str | None:
+    """TILECRAFT_DUMP_IR=dir: write the IR after every pass into dir."""
+    return os.environ.get("TILECRAFT_DUMP_IR") or None
+
+
+def cache_dir() -> str:
+    """TILECRAFT_CACHE_DIR: where compiled kernels are kept (default ~/.cache/tilecraft)."""
+    return os.environ.get("TILECRAFT_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "tilecraft")
+
+
+def cache_disabled() -> bool:
+    """TILECRAFT_DISABLE_CACHE=1: never read or write the disk cache."""
+    return _flag("TILECRAFT_DISABLE_CACHE")

@@ -1,0 +1,25 @@
+"""The tilecraft language: TileLang's classic API (`import tilecraft.language as T`)."""
+from ..ir.dtypes import DType as dtype  # noqa: F401
+from ..ir.dtypes import DType as _DType
+from ..ir.tileop import GemmWarpPolicy
+from .proxy import Tensor, Buffer_ as Buffer, symbolic, dynamic, prim_func, macro
+from .loops import Kernel, Parallel, Pipelined, serial, unroll, vectorized
+from .allocate import (alloc_shared, alloc_fragment, alloc_local, alloc_var, alloc_global,
+                       alloc_buffer)
+from .tileops import (copy, gemm, reduce_max, reduce_min, reduce_sum, reduce_abssum,
+                      reduce_absmax, cumsum, fill, clear, atomic_add, atomic_max, atomic_min)
+from .math import (exp, exp2, exp10, log, log2, log10, log1p, sqrt, rsqrt, sin, cos, tan, tanh,
+                   sigmoid, erf, floor, ceil, round, trunc, abs, pow, fmod, max, min, ceildiv,
+                   cdiv, floordiv, floormod, truncdiv, infinity, max_value, min_value, cast, Cast,
+                   if_then_else, call_extern, address_of, print, evaluate)
+from .annotate import annotate_layout, use_swizzle
+
+_d = _DType._interned
+bool = _d["bool"]  # noqa: A001
+int8, int16, int32, int64 = _d["int8"], _d["int16"], _d["int32"], _d["int64"]
+uint8, uint16, uint32, uint64 = _d["uint8"], _d["uint16"], _d["uint32"], _d["uint64"]
+float16, bfloat16, float32, float64 = _d["float16"], _d["bfloat16"], _d["float32"], _d["float64"]
+float8_e4m3, float8_e5m2 = _d["float8_e4m3"], _d["float8_e5m2"]
+float8_e4m3fn = float8_e4m3
+half, float = float16, float32  # noqa: A001
+del _d

@@ -1,0 +1,93 @@
+"""Buffer allocation inside a kernel: shared tiles, register fragments, locals, scalars."""
+from __future__ import annotations
+
+from ..errors import TileError, current_span
+from ..frontend import builder as bld
+from ..ir import dtypes as dt
+from ..ir.buffer import FRAGMENT, GLOBAL, LOCAL, LOCAL_VAR, SHARED, Buffer
+from ..ir.expr import Expr, cast, convert
+from ..ir.stmt import Allocate, BufferStore
+
+
+def _shape(what: str, shape, allow_symbolic: bool = False) -> tuple:
+    if isinstance(shape, (int, Expr)) and not isinstance(shape, bool):
+        shape = (shape,)
+    if not isinstance(shape, (tuple, list)) or not shape:
+        raise TileError(f"{what}: shape must be an int or a non-empty tuple of ints, got "
+                        f"{shape!r}", current_span())
+    out = []
+    for i, s in enumerate(shape):
+        if isinstance(s, Expr) and allow_symbolic:
+            out.append(s)
+            continue
+        from ..arith.linear import constant_value
+        value = constant_value(s) if isinstance(s, Expr) else s
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TileError(f"{what}: dimension {i} must be a compile-time int, got {s!r}",
+                            current_span())
+        if value <= 0:
+            raise TileError(f"{what}: dimension {i} must be positive, got {value}",
+                            current_span())
+        out.append(value)
+    return tuple(out)
+
+
+def _dtype(what: str, d):
+    try:
+        d = dt.dtype(d)
+    except (ValueError, TypeError) as e:
+        raise TileError(f"{what}: {e}", current_span()) from None
+    if d.is_handle:
+        raise TileError(f"{what}: a buffer cannot hold pointers", current_span())
+    return d
+
+
+def _alloc(what: str, shape, dtype, scope: str, allow_symbolic=False) -> Buffer:
+    b = bld.active(what)
+    if b.in_parallel:
+        raise TileError(f"{what} cannot be used inside T.Parallel", current_span())
+    buf = Buffer("__unnamed", _shape(what, shape, allow_symbolic), _dtype(what, dtype), scope,
+                 current_span())
+    b.emit(Allocate(buf, current_span()))
+    return buf
+
+
+def alloc_shared(shape, dtype, scope=SHARED):
+    """A tile in the block's shared memory."""
+    if scope not in ("shared", "shared.dyn"):
+        raise TileError(f"T.alloc_shared: scope must be 'shared' or 'shared.dyn', got {scope!r}",
+                        current_span())
+    return _alloc("T.alloc_shared", shape, dtype, scope)
+
+
+def alloc_fragment(shape, dtype, scope=FRAGMENT):
+    """A block-level tile distributed over the threads' registers."""
+    return _alloc("T.alloc_fragment", shape, dtype, FRAGMENT)
+
+
+def alloc_local(shape, dtype, scope=LOCAL):
+    """A small per-thread array."""
+    return _alloc("T.alloc_local", shape, dtype, LOCAL)
+
+
+def alloc_global(shape, dtype, scope=GLOBAL):
+    """A global-memory workspace allocated for the launch."""
+    return _alloc("T.alloc_global", shape, dtype, GLOBAL, allow_symbolic=True)
+
+
+def alloc_var(dtype, init=None, scope=LOCAL_VAR):
+    """A per-thread scalar variable: `x = T.alloc_var("float32")`, then `x = ...`, `x += ...`."""
+    buf = _alloc("T.alloc_var", (1,), dtype, LOCAL_VAR)
+    if init is not None:
+        bld.active("T.alloc_var").emit(
+            BufferStore(buf, (convert(0),), cast(convert(init, buf.dtype), buf.dtype),
+                        current_span()))
+    return buf
+
+
+def alloc_buffer(shape, dtype, scope=SHARED):
+    kinds = {"shared": alloc_shared, "shared.dyn": alloc_shared, FRAGMENT: alloc_fragment,
+             LOCAL: alloc_local, GLOBAL: alloc_global}
+    if scope not in kinds:
+        raise TileError(f"T.alloc_buffer: unknown scope {scope!r}", current_span())
+    return kinds[scope](shape, dtype, scope)

@@ -1,0 +1,93 @@
+"""T.Kernel and the loop kinds: Parallel, Pipelined, serial, unroll, vectorized."""
+from __future__ import annotations
+
+from ..errors import TileError, current_span
+from ..frontend import builder as bld
+from ..frontend.frames import KernelFrame, LoopFrame
+from ..ir.expr import Const, Expr
+
+
+def Kernel(*blocks, threads=128, prelude=None, is_cpu=False):
+    """Open a launch of a grid of `blocks` (1-3 extents) of `threads` threads each.
+    `with T.Kernel(gx, gy, threads=128) as (bx, by):` binds the block indices."""
+    bld.active("T.Kernel", need_kernel=False)
+    if prelude is not None:
+        raise TileError("T.Kernel(prelude=...) injects C source, which the interpreter cannot "
+                        "run; it is not supported yet", current_span())
+    if is_cpu:
+        raise TileError("T.Kernel(is_cpu=True) is not supported", current_span())
+    return KernelFrame(blocks, threads, current_span())
+
+
+def _range(what, start, stop):
+    if stop is None:
+        start, stop = 0, start
+    return (start, stop)
+
+
+def _static_extent(what: str, value):
+    if isinstance(value, Expr) and not isinstance(value, Const):
+        raise TileError(f"{what} extents must be compile-time integers (T.Parallel maps the "
+                        "iteration space onto threads when compiling)", current_span())
+
+
+def Parallel(*extents, coalesced_width=None):
+    """An element-wise loop nest over a tile; the compiler maps iterations onto threads."""
+    bld.active("T.Parallel")
+    if not extents:
+        raise TileError("T.Parallel needs at least one extent", current_span())
+    for e in extents:
+        _static_extent("T.Parallel", e)
+    annotations = {} if coalesced_width is None else {"coalesced_width": coalesced_width}
+    return LoopFrame("parallel", [(0, e) for e in extents], annotations, current_span())
+
+
+def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None, group=None):
+    """A serial loop whose shared-memory copies are overlapped with compute, num_stages deep."""
+    b = bld.active("T.Pipelined")
+    if b.in_parallel:
+        raise TileError("T.Pipelined cannot be nested inside T.Parallel", current_span())
+    if not isinstance(num_stages, int) or isinstance(num_stages, bool) or num_stages < 0:
+        raise TileError(f"T.Pipelined num_stages must be a non-negative int, got {num_stages!r}",
+                        current_span())
+    annotations = {"num_stages": num_stages}
+    for key, value in (("order", order), ("stage", stage), ("sync", sync), ("group", group)):
+        if value is not None:
+            if not isinstance(value, (list, tuple)):
+                raise TileError(f"T.Pipelined {key}= must be a list, got {value!r}",
+                                current_span())
+            annotations[key] = list(value)
+    if stage is not None and any(not isinstance(s, int) or s < 0 for s in stage):
+        raise TileError(f"T.Pipelined stage= entries must be non-negative ints, got {stage!r}",
+                        current_span())
+    if order is not None and sorted(order) != list(range(len(order))):
+        raise TileError(f"T.Pipelined order= must be a permutation of 0..{len(order) - 1}, "
+                        f"got {order!r}", current_span())
+    return LoopFrame("pipelined", [_range("T.Pipelined", start, stop)], annotations,
+                     current_span())
+
+
+def _simple_loop(kind: str, start, stop, step):
+    bld.active(f"T.{kind}")
+    if step is not None:
+        if not isinstance(step, int) or step <= 0:
+            raise TileError(f"T.{kind} step must be a positive compile-time int, got {step!r}",
+                            current_span())
+        if step == 1:
+            step = None
+    return LoopFrame(kind, [_range(kind, start, stop)], None, current_span(), step=step)
+
+
+def serial(start, stop=None, step=None):
+    """A plain sequential loop (also what `range(...)` means in a kernel)."""
+    return _simple_loop("serial", start, stop, step)
+
+
+def unroll(start, stop=None, step=None, explicit=False, unroll_factor=None):
+    """A sequential loop the compiler unrolls."""
+    return _simple_loop("unroll", start, stop, step)
+
+
+def vectorized(start, stop=None):
+    """A per-thread loop the compiler turns into vector instructions."""
+    return _simple_loop("vectorized", start, stop, None)

@@ -1,0 +1,122 @@
+"""Checking a kernel against a reference program, and timing it."""
+from __future__ import annotations
+
+import sys
+import time
+from enum import IntEnum
+
+import numpy as np
+
+from . import arrays
+from .errors import TileError
+from .ir.buffer import Buffer
+from .ir.expr import Var
+
+
+class TensorSupplyType(IntEnum):
+    Integer = 1
+    Uniform = 2
+    Normal = 3
+    Randn = 4
+    Zero = 5
+    One = 6
+    Auto = 7
+
+
+def make_input(p: Buffer, supply: TensorSupplyType, rng: np.random.Generator) -> np.ndarray:
+    shape = p.static_shape()
+    if shape is None:
+        raise TileError(f"cannot make an input for {p.name}: its shape is symbolic; pass "
+                        "input_tensors")
+    d = p.dtype
+    if supply == TensorSupplyType.Zero:
+        return np.zeros(shape, d.numpy)
+    if supply == TensorSupplyType.One:
+        return np.ones(shape, d.numpy)
+    if d.is_bool:
+        return rng.integers(0, 2, shape).astype(np.bool_)
+    if d.is_int:
+        low = 0 if d.is_unsigned else -2
+        return rng.integers(low, 3, shape).astype(d.numpy)
+    if supply in (TensorSupplyType.Normal, TensorSupplyType.Randn):
+        values = rng.standard_normal(shape)
+    elif supply == TensorSupplyType.Integer:
+        values = rng.integers(-2, 3, shape)
+    else:
+        values = rng.uniform(-1.0, 1.0, shape)
+    return values.astype(np.float32).astype(d.numpy)
+
+
+def compare(name: str, got, want, atol: float, rtol: float, max_mismatched_ratio: float):
+    """Raise AssertionError when more than max_mismatched_ratio of the elements differ."""
+    g = np.asarray(_as_numpy(got), dtype=np.float64)
+    w = np.asarray(_as_numpy(want), dtype=np.float64)
+    if g.shape != w.shape:
+        raise AssertionError(f"{name}: shape {g.shape} differs from the reference's {w.shape}")
+    close = np.isclose(g, w, atol=atol, rtol=rtol, equal_nan=False)
+    bad = int(np.size(close) - np.count_nonzero(close))
+    if bad > max_mismatched_ratio * max(1, close.size):
+        where = np.argwhere(~close)[0]
+        idx = tuple(int(i) for i in where)
+        raise AssertionError(
+            f"{name}: {bad} of {close.size} elements differ beyond atol={atol}, rtol={rtol} "
+            f"(first at {idx}: got {g[idx]!r}, expected {w[idx]!r}; max abs diff "
+            f"{np.nanmax(np.abs(g - w)) if np.isfinite(g - w).any() else 'nan'})")
+
+
+def _as_numpy(x):
+    if arrays.is_torch(x):
+        t = sys.modules["torch"]
+        x = x.detach().cpu()
+        if x.dtype in (t.bfloat16, t.float16) or "float8" in str(x.dtype):
+            x = x.float()
+        return x.numpy()
+    return np.asarray(x, dtype=np.float64) if not isinstance(x, np.ndarray) else \
+        x.astype(np.float64)
+
+
+class Profiler:
+    def __init__(self, kernel, supply=None):
+        self.kernel = kernel
+        self.supply = TensorSupplyType(supply) if supply is not None else TensorSupplyType.Auto
+
+    def _inputs(self, seed: int = 0):
+        rng = np.random.default_rng(seed)
+        out = []
+        for i in self.kernel.inputs:
+            p = self.kernel.params[i]
+            if isinstance(p, Var):
+                raise TileError(f"cannot choose a value for the scalar parameter {p.name}; pass "
+                                "input_tensors")
+            out.append(make_input(p, self.supply, rng))
+        if "torch" in sys.modules:
+            out = [arrays.from_numpy(a, True) for a in out]
+        return out
+
+    def assert_allclose(self, reference_program, input_tensors=None, atol=1e-2, rtol=1e-2,
+                        max_mismatched_ratio=0.01):
+        """Run the kernel and reference_program on the same random inputs and compare."""
+        inputs = list(input_tensors) if input_tensors is not None else self._inputs()
+        got = self.kernel(*inputs)
+        want = reference_program(*inputs)
+        got = got if isinstance(got, (list, tuple)) else [got]
+        want = want if isinstance(want, (list, tuple)) else [want]
+        if len(got) != len(want):
+            raise AssertionError(f"the kernel returned {len(got)} output(s), the reference "
+                                 f"{len(want)}")
+        names = [self.kernel.params[i].name for i in self.kernel.out_idx] or ["output"]
+        for name, g, w in zip(names, got, want):
+            compare(name, g, w, atol, rtol, max_mismatched_ratio)
+
+    def do_bench(self, func=None, warmup=1, rep=3, input_tensors=None, **_unused) -> float:
+        """Median milliseconds of func (default: the kernel) on the interpreter."""
+        inputs = list(input_tensors) if input_tensors is not None else self._inputs()
+        fn = func or self.kernel
+        for _ in range(warmup):
+            fn(*inputs)
+        times = []
+        for _ in range(max(1, rep)):
+            t0 = time.perf_counter()
+            fn(*inputs)
+            times.append((time.perf_counter() - t0) * 1e3)
+        return float(np.median(times))
