@@ -11,6 +11,7 @@ from .errors import TileError, raise_clean
 from .ir.buffer import Buffer
 from .ir.expr import Const, Expr, Var
 from .ir.stmt import PrimFunc
+from .ir.verify import verify
 
 
 class JITKernel:
@@ -19,6 +20,7 @@ class JITKernel:
     def __init__(self, func: PrimFunc, out_idx=None, target=None):
         if not isinstance(func, PrimFunc):
             raise TileError(f"expected a @T.prim_func, got {type(func).__name__}")
+        verify(func)
         self.func = func
         self.backend = targets.resolve(target)
         self.params = func.params
