@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from . import arrays, target as targets
-from .errors import TileError, raise_clean
+from .errors import TileError, caller_span, raise_clean
 from .ir.buffer import Buffer
 from .ir.expr import Const, Expr, Var
 from .ir.stmt import PrimFunc
@@ -17,14 +17,14 @@ from .ir.verify import verify
 class JITKernel:
     """A compiled kernel: call it with the input tensors; outputs (out_idx) are allocated."""
 
-    def __init__(self, func: PrimFunc, out_idx=None, target=None):
+    def __init__(self, func: PrimFunc, out_idx=None, target=None, out_idx_span=None):
         if not isinstance(func, PrimFunc):
             raise TileError(f"expected a @T.prim_func, got {type(func).__name__}")
         verify(func)
         self.func = func
         self.backend = targets.resolve(target)
         self.params = func.params
-        self.out_idx = _normalize_out_idx(out_idx, func)
+        self.out_idx = _normalize_out_idx(out_idx, func, out_idx_span)
         self.inputs = [i for i in range(len(self.params)) if i not in self.out_idx]
 
     # --- calling --------------------------------------------------------------
@@ -90,7 +90,8 @@ class JITKernel:
         return f"<JITKernel {self.func.name} on {self.backend}>"
 
 
-def _normalize_out_idx(out_idx, func) -> list[int]:
+def _normalize_out_idx(out_idx, func, span=None) -> list[int]:
+    """out_idx as sorted non-negative indices; span is where out_idx was written, if known."""
     if out_idx is None:
         return []
     items = [out_idx] if isinstance(out_idx, int) else list(out_idx)
@@ -99,11 +100,11 @@ def _normalize_out_idx(out_idx, func) -> list[int]:
     for i in items:
         if not isinstance(i, int) or not -n <= i < n:
             raise TileError(f"out_idx {i!r} is out of range for {func.name}, which has {n} "
-                            "parameters")
+                            "parameters", span)
         i %= n
         if not isinstance(func.params[i], Buffer):
             raise TileError(f"out_idx {i} names the scalar parameter {func.params[i].name}; only "
-                            "tensors can be outputs")
+                            "tensors can be outputs", span)
         out.append(i)
     return sorted(set(out))
 
@@ -122,7 +123,11 @@ def _scalar(p: Var, arg):
 
 
 def _check_tensor(p: Buffer, a: np.ndarray, sizes: dict):
-    got = arrays.dtype_of(a)
+    try:
+        got = arrays.dtype_of(a)
+    except (ValueError, TypeError):
+        raise TileError(f"argument {p.name}: expected dtype {p.dtype}, got an array of "
+                        f"unsupported dtype {getattr(a, 'dtype', type(a).__name__)}") from None
     if got is not p.dtype:
         raise TileError(f"argument {p.name}: expected dtype {p.dtype}, got {got}")
     if a.ndim != len(p.shape):
@@ -175,9 +180,10 @@ def compile(func, out_idx=None, target=None, execution_backend=None, target_host
 class JITImpl:
     """What @tilecraft.jit returns: calling it specializes the factory and compiles (cached)."""
 
-    def __init__(self, factory, out_idx, target, options):
+    def __init__(self, factory, out_idx, target, options, declared_at=None):
         self.factory = factory
         self.out_idx = out_idx
+        self.declared_at = declared_at  # the @tilecraft.jit(...) line, where out_idx is written
         self.target = target
         self.options = options
         self.cache: dict = {}
@@ -200,7 +206,7 @@ class JITImpl:
                 if not isinstance(func, PrimFunc):
                     raise TileError(f"@tilecraft.jit: {self.factory.__name__} must return a "
                                     f"@T.prim_func, but returned {type(func).__name__}")
-                kernel = JITKernel(func, self.out_idx, self.target)
+                kernel = JITKernel(func, self.out_idx, self.target, self.declared_at)
             except TileError as e:
                 raise_clean(e)
             self.cache[key] = kernel
@@ -217,10 +223,11 @@ def jit(func=None, *, out_idx=None, target=None, execution_backend=None, target_
         verbose=False, pass_configs=None, compile_flags=None, debug_root_path=None):
     """Decorate a factory that returns a @T.prim_func; calling it gives a compiled kernel."""
     options = {"pass_configs": pass_configs or {}, "compile_flags": compile_flags}
+    declared_at = caller_span() if out_idx is not None else None
 
     def wrap(f):
         if isinstance(f, PrimFunc):
             return compile(f, out_idx=out_idx, target=target)
-        return JITImpl(f, out_idx, target, options)
+        return JITImpl(f, out_idx, target, options, declared_at)
 
     return wrap(func) if func is not None else wrap

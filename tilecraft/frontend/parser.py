@@ -35,6 +35,13 @@ _CMPOPS = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.G
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _is_int_zero(x) -> bool:
+    """x is the integer constant 0 (a Python int or an int-typed IR constant)."""
+    if isinstance(x, ex.Const):
+        return x.dtype.is_int and x.value == 0
+    return isinstance(x, int) and not isinstance(x, bool) and x == 0
+
+
 class Source:
     """The parsed source of one Python function, with the offsets that map AST positions back
     to the user's file."""
@@ -66,8 +73,9 @@ class Source:
 
 
 class _Return(Exception):
-    def __init__(self, value):
+    def __init__(self, value, span=None):
         self.value = value
+        self.span = span
 
 
 class Scope:
@@ -127,12 +135,15 @@ class Parser:
     def wrap(self, e: Exception, span) -> TileError:
         """A Python exception raised while evaluating user code, as a TileError."""
         tb = e.__traceback__
+        # Raised by C code called right in the catching frame (a builtin such as open() or
+        # int() that the user's code called): the user's mistake, not tilecraft's.
+        direct = tb is not None and tb.tb_next is None
         last = None
         while tb is not None:
             last = tb.tb_frame.f_code.co_filename
             tb = tb.tb_next
-        internal = last is not None and os.path.abspath(last).startswith(_PACKAGE_DIR) and not \
-            isinstance(e, TypeError)
+        internal = not direct and last is not None and \
+            os.path.abspath(last).startswith(_PACKAGE_DIR) and not isinstance(e, TypeError)
         if internal:
             return TileInternalError("the frontend", e, span)
         return TileError(f"{type(e).__name__}: {e}", span)
@@ -287,7 +298,7 @@ class Parser:
             given = frame.annotations.get(key)
             if given is not None and len(given) != n:
                 raise TileError(f"T.Pipelined {key}= lists {len(given)} entries but the loop body "
-                                f"has {n} statements", span)
+                                f"has {n} statements", frame.span or span)
 
     def target_names(self, target, span) -> list[str]:
         if isinstance(target, ast.Name):
@@ -330,7 +341,8 @@ class Parser:
             raise TileError(str(msg), self.span(node))
 
     def stmt_Return(self, node):
-        raise _Return(self.expr(node.value) if node.value is not None else None)
+        raise _Return(self.expr(node.value) if node.value is not None else None,
+                      self.span(node))
 
     def stmt_While(self, node):
         raise TileError("`while` loops are not supported in a prim_func; use T.serial with a "
@@ -402,8 +414,16 @@ class Parser:
 
     def expr_BinOp(self, node):
         a, b = self.expr(node.left), self.expr(node.right)
-        with span_scope(self.span(node)):
-            return _BINOPS[type(node.op)](a, b)
+        span = self.span(node)
+        with span_scope(span):
+            if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)) and _is_int_zero(b) and \
+                    isinstance(a, Expr) and a.dtype.is_int:
+                raise TileError(f"integer division by zero in `{ast.unparse(node)}`", span)
+            try:
+                return _BINOPS[type(node.op)](a, b)
+            except ZeroDivisionError:
+                raise TileError(f"division by zero in `{ast.unparse(node)}` (the divisor is "
+                                "0 at compile time)", span) from None
 
     def expr_UnaryOp(self, node):
         v = self.expr(node.operand)
@@ -486,9 +506,9 @@ def parse_prim_func(func, param_values: dict):
     with bld.activate(builder):
         try:
             parser.body(parser.source.func_node.body)
-        except _Return:
+        except _Return as r:
             raise TileError("a prim_func returns nothing; write results into its parameters",
-                            None) from None
+                            r.span) from None
     body = builder.close_block(parser.source.span(parser.source.func_node))
     for s in stmts_of(body):
         if not isinstance(s, (Kernel, Allocate)):

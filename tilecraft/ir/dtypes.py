@@ -45,7 +45,14 @@ class DType:
     __slots__ = ("name", "kind", "bits")
     _interned: dict[str, "DType"] = {}
 
-    def __init__(self, name: str, kind: str, bits: int):
+    def __new__(cls, name, kind: str | None = None, bits: int | None = None):
+        if kind is None:  # `T.dtype("float16")` looks up the interned dtype
+            return dtype(name)
+        return super().__new__(cls)
+
+    def __init__(self, name: str, kind: str | None = None, bits: int | None = None):
+        if kind is None:
+            return
         self.name, self.kind, self.bits = name, kind, bits
 
     @property
@@ -100,8 +107,10 @@ class DType:
         return (dtype, (self.name,))
 
     def __call__(self, value=0):
-        """`T.float32(1.5)` / `T.int32(0)`: a typed constant expression."""
-        from .expr import const
+        """`T.float32(1.5)` / `T.int32(0)`: a typed constant; `T.int32(expr)` casts expr."""
+        from .expr import Expr, cast, const
+        if isinstance(value, Expr):
+            return cast(value, self)
         return const(value, self)
 
 
@@ -134,7 +143,7 @@ def dtype(x) -> DType:
     if isinstance(x, DType):
         return x
     if isinstance(x, str):
-        d = _lookup(x)
+        d = _lookup(x[len("torch."):] if x.startswith("torch.") else x)
         if d is None:
             raise ValueError(f"unknown dtype '{x}'; expected one of: {', '.join(SUPPORTED_NAMES)}")
         return d

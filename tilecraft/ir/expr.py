@@ -65,11 +65,12 @@ class Expr:
 
     def __bool__(self):
         raise TileError("a device value has no compile-time truth value; use it in an `if` "
-                        "inside the kernel, or T.if_then_else, instead of Python logic", self.span)
+                        "inside the kernel, or T.if_then_else, instead of Python logic",
+                        current_span() or self.span)
 
     def __index__(self):
         raise TileError("a device value cannot be used where Python needs a compile-time "
-                        "integer (range(), a shape, a list index)", self.span)
+                        "integer (range(), a shape, a list index)", current_span() or self.span)
 
     def astype(self, d) -> "Expr":
         return cast(self, d)
@@ -160,8 +161,24 @@ def const(value, d=None, span=None) -> Const:
     elif d.is_bool:
         value = bool(value)
     elif d.is_int:
-        value = int(value)
+        value = _wrap_int(int(value), d)
     return Const(value, d, span)
+
+
+def _wrap_int(v: int, d) -> int:
+    """v reduced to d's width (two's complement), as the hardware would hold it."""
+    v &= (1 << d.bits) - 1
+    if not d.is_unsigned and v >> (d.bits - 1):
+        v -= 1 << d.bits
+    return v
+
+
+def _round_narrow(v, d):
+    """A folded float value rounded to a 16- or 8-bit float dtype (wider ones are left)."""
+    if not d.is_float or d.bits > 16 or not isinstance(v, (int, float)):
+        return v
+    import numpy as np
+    return float(np.asarray(float(v), dtype=np.float32).astype(d.numpy).astype(np.float64))
 
 
 def is_python_number(x) -> bool:
@@ -220,8 +237,10 @@ def binary(op: str, a, b, span=None) -> Expr:
             if not result.is_float:
                 raise TileError("integer division by zero", span)
         else:
-            value = _python_arith(op, a.value, b.value)
-            return const(int(value) if result.is_int else value, result, span)
+            value = _python_arith(op, _round_narrow(a.value, result),
+                                  _round_narrow(b.value, result))
+            return const(int(value) if result.is_int else _round_narrow(value, result), result,
+                         span)
     if not result.is_float:
         # Identities that keep index arithmetic readable; only exact for integers.
         if op == "+" and _is_const(b, 0): return _retype(a, result)

@@ -50,7 +50,9 @@ class Printer:
             if e.op in ("min", "max"):
                 return f"T.{e.op}({self.expr(e.a)}, {self.expr(e.b)})"
             p = _PREC[e.op]
-            text = f"{self.expr(e.a, p)} {e.op} {self.expr(e.b, p + 1)}"
+            # Comparisons chain in Python (a < b == c), so a nested one is parenthesized.
+            left = p + 1 if p == _PREC["<"] else p
+            text = f"{self.expr(e.a, left)} {e.op} {self.expr(e.b, p + 1)}"
             return f"({text})" if p < parent_prec else text
         if isinstance(e, Unary):
             if e.op == "not":
@@ -88,7 +90,7 @@ class Printer:
             text = f'T.infinity("{d}")'
             return text if v > 0 else "-" + text
         if d.is_float and math.isnan(v):
-            return f'T.Cast("{d}", T.nan)'
+            return f'T.Cast("{d}", float("nan"))'
         if d.name == "int32" or d.name == "float32":
             return repr(v)
         return f"T.{d}({v!r})"
@@ -121,11 +123,22 @@ class Printer:
                 self.stmt(x, depth)
         elif isinstance(s, Kernel):
             grid = ", ".join(self.expr(g) for g in s.grid)
-            threads = s.threads[0] if len(s.threads) == 1 else list(s.threads)
+            threads = s.threads[0] if len(s.threads) == 1 else tuple(s.threads)
             names = ", ".join(self.name(v) for v in s.block_vars)
             target = names if len(s.block_vars) == 1 else f"({names})"
             self.emit(depth, f"with T.Kernel({grid}, threads={threads}) as {target}:")
             self.stmt(s.body, depth + 1)
+        elif isinstance(s, For) and s.kind == "parallel":
+            # A nest of parallel loops prints as one n-d T.Parallel, as it was written.
+            loops = [s]
+            while isinstance(loops[-1].body, For) and loops[-1].body.kind == "parallel" and \
+                    loops[-1].body.annotations == s.annotations:
+                loops.append(loops[-1].body)
+            names = ", ".join(self.name(x.var) for x in loops)
+            extents = ", ".join(self.loop_extent(x) for x in loops)
+            extra = "".join(f", {k}={v!r}" for k, v in sorted(s.annotations.items()))
+            self.emit(depth, f"for {names} in T.Parallel({extents}{extra}):")
+            self.stmt(loops[-1].body, depth + 1)
         elif isinstance(s, For):
             self.emit(depth, f"for {self.name(s.var)} in {self.loop_head(s)}:")
             self.stmt(s.body, depth + 1)
@@ -146,12 +159,15 @@ class Printer:
         else:
             self.emit(depth, f"<{type(s).__name__}>")
 
+    def loop_extent(self, s: For) -> str:
+        if isinstance(s.start, Const) and s.start.value == 0:
+            return self.expr(s.extent)
+        return f"({self.expr(s.start)}, {self.expr(s.start + s.extent)})"
+
     def loop_head(self, s: For) -> str:
         extent = self.expr(s.extent)
         if not (isinstance(s.start, Const) and s.start.value == 0):
             extent = f"{self.expr(s.start)}, {self.expr(s.start + s.extent)}"
-        if s.kind == "parallel":
-            return f"T.Parallel({extent})"
         if s.kind == "pipelined":
             extra = "".join(f", {k}={v!r}" for k, v in sorted(s.annotations.items()))
             return f"T.Pipelined({extent}{extra})"
@@ -185,6 +201,8 @@ class Printer:
             rev = ", reverse=True" if s.reverse else ""
             return f"T.cumsum({self.region(s.src)}, {self.region(s.dst)}, dim={s.dim}{rev})"
         if isinstance(s, top.Fill):
+            if isinstance(s.value, Const) and s.value.value == 0:
+                return f"T.clear({self.region(s.dst)})"
             return f"T.fill({self.region(s.dst)}, {self.expr(s.value)})"
         if isinstance(s, top.Atomic):
             value = self.region(s.value) if isinstance(s.value, BufferRegion) else self.expr(s.value)
@@ -212,10 +230,27 @@ class Printer:
                 params.append(f'{self.name(p)}: T.Tensor(({shape}{comma}), "{p.dtype}")')
             else:
                 params.append(f"{self.name(p)}: T.{p.dtype}")
+        sizes: list = []  # symbolic sizes of the parameters, declared above the function
+        for p in f.params:
+            for d in (p.shape if isinstance(p, Buffer) else ()):
+                _shape_vars(d, sizes)
+        for v in sizes:
+            dtype = "" if v.dtype.name == "int32" else f', "{v.dtype}"'
+            self.emit(0, f'{self.name(v)} = T.symbolic("{self.name(v)}"{dtype})')
         self.emit(0, "@T.prim_func")
         self.emit(0, f"def {f.name}({', '.join(params)}):")
         self.stmt(f.body, 1)
         return "\n".join(self.lines) + "\n"
+
+
+def _shape_vars(e, out: list):
+    if isinstance(e, Var):
+        if all(e is not x for x in out):
+            out.append(e)
+    elif isinstance(e, (Binary, Unary, Cast)):
+        for x in (e.a, e.b) if isinstance(e, Binary) else (e.a if isinstance(e, Unary)
+                                                           else e.value,):
+            _shape_vars(x, out)
 
 
 def _same(extent, dim) -> bool:

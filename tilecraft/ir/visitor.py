@@ -117,3 +117,18 @@ def buffers_used(node) -> list:
                       else (v,)):
                 add(x)
     return out
+
+
+class _Substitute(Mutator):
+    def __init__(self, mapping: dict):
+        self.mapping = mapping
+
+    def visit_Var(self, v):
+        return self.mapping.get(id(v), v)
+
+
+def substitute(node, mapping: dict):
+    """node with each Var whose id is a key of mapping replaced by mapping[id(var)]."""
+    if not mapping:
+        return node
+    return _Substitute(mapping).visit(node)

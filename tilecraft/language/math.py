@@ -120,12 +120,21 @@ def infinity(dtype):
         raise TileError(f"T.infinity: {e}", current_span()) from None
 
 
+def _limit_dtype(what: str, dtype):
+    try:
+        return dt.dtype(dtype)
+    except (ValueError, TypeError) as e:
+        raise TileError(f"{what}: {e}", current_span()) from None
+
+
 def max_value(dtype):
-    return ex.const(dt.max_value(dtype), dt.dtype(dtype))
+    d = _limit_dtype("T.max_value", dtype)
+    return ex.const(dt.max_value(d), d)
 
 
 def min_value(dtype):
-    return ex.const(dt.min_value(dtype), dt.dtype(dtype))
+    d = _limit_dtype("T.min_value", dtype)
+    return ex.const(dt.min_value(d), d)
 
 
 def cast(x, dtype):

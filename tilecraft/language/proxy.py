@@ -45,6 +45,10 @@ class _TensorProxy:
     """`T.Tensor((M, K), dtype)` and `T.Tensor[(M, K), dtype]` both describe a parameter."""
 
     def __call__(self, shape, dtype="float32", data=None, scope=GLOBAL):
+        if data is not None:
+            raise TileError("T.Tensor(..., data=...) views of another buffer's storage are not "
+                            "supported; pass the tensor reshaped from the host instead",
+                            current_span())
         return TensorSpec(shape, dtype, scope)
 
     def __getitem__(self, key):
@@ -63,7 +67,14 @@ def symbolic(name: str, dtype="int32"):
     names = [n.strip() for n in name.split(",") if n.strip()]
     if not names:
         raise TileError("T.symbolic needs a name", current_span())
-    made = tuple(Var(n, dt.dtype(dtype), current_span()) for n in names)
+    try:
+        dtype = dt.dtype(dtype)
+    except (ValueError, TypeError) as e:
+        raise TileError(f"T.symbolic: {e}", current_span()) from None
+    if not dtype.is_int:
+        raise TileError(f"T.symbolic: a size must have an integer dtype, got {dtype}",
+                        current_span())
+    made = tuple(Var(n, dtype, current_span()) for n in names)
     return made[0] if len(made) == 1 else made
 
 

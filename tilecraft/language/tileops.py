@@ -43,6 +43,19 @@ def _origin_region(load: BufferLoad, other_extents, what: str, role: str) -> Buf
                         load.span)
 
 
+def _check_in_bounds(what: str, role: str, r: BufferRegion):
+    """A region of a shared, fragment or local buffer with constant bounds must lie inside it
+    (only global accesses out of bounds are masked)."""
+    if r.buffer.scope == GLOBAL:
+        return
+    for d, ((start, extent), size) in enumerate(zip(r.ranges, r.buffer.shape)):
+        lo, n = constant_value(start), constant_value(extent)
+        size = size if isinstance(size, int) else constant_value(size)
+        if lo is not None and n is not None and size is not None and (lo < 0 or lo + n > size):
+            raise TileError(f"{what}: the {role} covers [{lo}, {lo + n}) of dimension {d} of "
+                            f"{r.buffer.name}, whose extent is {size}", current_span())
+
+
 def _regions(what: str, src, dst):
     if isinstance(src, BufferLoad) and isinstance(dst, BufferLoad):
         return None
@@ -59,13 +72,15 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
     """Copy a tile between any two scopes, converting dtype; out-of-bounds global elements
     read as zero and are not written."""
     what = "T.copy"
-    src, dst = _operand(what, "source", src), _operand(what, "destination", dst)
     b = bld.active(what)
+    src, dst = _operand(what, "source", src), _operand(what, "destination", dst)
     regions = _regions(what, src, dst)
     if regions is None:  # element to element: a plain store
         b.emit(BufferStore(dst.buffer, dst.indices, cast(src, dst.buffer.dtype), current_span()))
         return
     s, d = regions
+    _check_in_bounds(what, "source", s)
+    _check_in_bounds(what, "destination", d)
     se, de = _non_unit(s.extents), _non_unit(d.extents)
     if len(se) != len(de) or not all(equal(a, c) for a, c in zip(se, de)):
         raise TileError(f"{what}: source {s.buffer.name} tile {_shape_text(s.extents)} and "
@@ -110,6 +125,7 @@ def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=top.GemmWarpPolic
          clear_accum=False, k_pack=1, wg_wait=0):
     """C += op(A) @ op(B) on tiles; A shared or fragment, B shared, C a fragment accumulator."""
     what = "T.gemm"
+    bld.active(what)
     a, (am, ak) = _matrix(what, "A", A)
     bb, (bk, bn) = _matrix(what, "B", B)
     c, (cm, cn) = _matrix(what, "C", C)
@@ -155,6 +171,7 @@ def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=top.GemmWarpPolic
 
 def _reduce(kind: str, buffer, out, dim: int, clear: bool):
     what = f"T.reduce_{kind}"
+    bld.active(what)
     src = region_of(_operand(what, "source", buffer))
     dst = region_of(_operand(what, "destination", out))
     for role, r in (("source", src), ("destination", dst)):
@@ -204,6 +221,7 @@ def reduce_absmax(buffer, out, dim=-1, clear=True):
 def cumsum(src, dst=None, dim=0, reverse=False):
     """Inclusive prefix sum along dim (in place when dst is None)."""
     what = "T.cumsum"
+    bld.active(what)
     s = region_of(_operand(what, "source", src))
     d = s if dst is None else region_of(_operand(what, "destination", dst))
     n = len(s.extents)
@@ -219,6 +237,7 @@ def cumsum(src, dst=None, dim=0, reverse=False):
 def fill(buffer, value):
     """Set every element of a tile (or a slice of one) to value."""
     what = "T.fill"
+    bld.active(what)
     r = region_of(_operand(what, "destination", buffer))
     if isinstance(value, (Buffer, BufferRegion)) or not (isinstance(value, Expr) or
                                                          is_python_number(value)):
@@ -235,6 +254,7 @@ def clear(buffer):
 
 def _atomic(kind: str, dst, value):
     what = f"T.atomic_{kind}"
+    bld.active(what)
     dst = _operand(what, "destination", dst)
     target = dst.buffer if not isinstance(dst, Buffer) else dst
     if target.scope in (FRAGMENT, LOCAL, LOCAL_VAR):
