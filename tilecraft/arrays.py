@@ -54,3 +54,9 @@ def dtype_of(x) -> dt.DType:
     if isinstance(x, np.ndarray):
         return dt.dtype(x.dtype)
     return dt.dtype(str(x.dtype))
+
+
+def torch_dtype(d: dt.DType):
+    """The torch dtype of an IR dtype."""
+    t = _torch()
+    return getattr(t, _TORCH_NAME.get(d.name, d.name))

@@ -17,15 +17,22 @@ from .ir.verify import verify
 class JITKernel:
     """A compiled kernel: call it with the input tensors; outputs (out_idx) are allocated."""
 
-    def __init__(self, func: PrimFunc, out_idx=None, target=None, out_idx_span=None):
+    def __init__(self, func: PrimFunc, out_idx=None, target=None, out_idx_span=None,
+                 pass_configs=None):
         if not isinstance(func, PrimFunc):
             raise TileError(f"expected a @T.prim_func, got {type(func).__name__}")
         verify(func)
         self.func = func
-        self.backend = targets.resolve(target)
         self.params = func.params
         self.out_idx = _normalize_out_idx(out_idx, func, out_idx_span)
         self.inputs = [i for i in range(len(self.params)) if i not in self.out_idx]
+        self.backend, self.arch = targets.resolve(target)
+        self.program = None
+        if self.backend == "cuda":
+            from .runtime.program import CudaProgram
+            configs = pass_configs or {}
+            fast = bool(configs.get("tl.enable_fast_math") or configs.get("enable_fast_math"))
+            self.program = CudaProgram(func, self.arch, fast_math=fast)
 
     # --- calling --------------------------------------------------------------
     def __call__(self, *args):
@@ -40,54 +47,111 @@ class JITKernel:
             raise TileError(f"kernel {self.func.name} takes {len(self.inputs)} argument(s) "
                             f"({', '.join(names)}), got {len(args)}")
         sizes: dict[int, int] = {}
-        arrays_in, bindings, use_torch = {}, {}, False
+        tensors, scalars = {}, {}
         for i, arg in zip(self.inputs, args):
             p = self.params[i]
             if isinstance(p, Buffer):
-                use_torch = use_torch or arrays.is_torch(arg)
-                a = arrays.to_numpy(arg, p.name)
-                _check_tensor(p, a, sizes)
-                arrays_in[id(p)] = a
+                if not (isinstance(arg, np.ndarray) or arrays.is_torch(arg)):
+                    raise TileError(f"argument {p.name} must be a numpy array or a torch tensor, "
+                                    f"got {type(arg).__name__}")
+                _check_tensor(p, arg, sizes)
+                tensors[id(p)] = arg
             else:
-                bindings[id(p)] = _scalar(p, arg)
-                sizes[id(p)] = bindings[id(p)]
+                scalars[id(p)] = _scalar(p, arg)
+                sizes[id(p)] = scalars[id(p)]
+        shapes = [_output_shape(self.params[i], sizes) for i in self.out_idx]
+        if self.backend == "cuda":
+            outputs = self._run_cuda(tensors, scalars, sizes, shapes)
+        else:
+            outputs = self._run_interp(tensors, scalars, sizes, shapes)
+        if not outputs:
+            return None
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def _run_interp(self, tensors, scalars, sizes, shapes):
+        from .interp import Machine
+        from .interp.machine import poison
+        use_torch = any(arrays.is_torch(t) for t in tensors.values())
+        arrays_in = {k: arrays.to_numpy(t, _name_of(self.params, k)) for k, t in tensors.items()}
         outputs = []
-        for i in self.out_idx:
+        for i, shape in zip(self.out_idx, shapes):
             p = self.params[i]
-            shape = _output_shape(p, sizes)
-            from .interp.machine import poison
-            a = poison(shape, p.dtype)
-            arrays_in[id(p)] = a
-            outputs.append(a)
+            arrays_in[id(p)] = poison(shape, p.dtype)
+            outputs.append(arrays_in[id(p)])
+        bindings = dict(scalars)
         for p in self.params:
             for d in (p.shape if isinstance(p, Buffer) else ()):
                 if isinstance(d, Var) and id(d) in sizes:
                     bindings[id(d)] = np.int64(sizes[id(d)])
-        self._run(bindings, arrays_in)
-        results = [arrays.from_numpy(a, use_torch) for a in outputs]
-        if not results:
-            return None
-        return results[0] if len(results) == 1 else results
-
-    def _run(self, bindings, arrays_in):
-        from .interp import Machine
         Machine(self.func).run(bindings, arrays_in)
+        return [arrays.from_numpy(a, use_torch) for a in outputs]
+
+    def _run_cuda(self, tensors, scalars, sizes, shapes):
+        import torch
+        device = None
+        for k, t in tensors.items():
+            name = _name_of(self.params, k)
+            if not arrays.is_torch(t) or not t.is_cuda:
+                raise TileError(f"argument {name} must be a CUDA tensor for this kernel "
+                                f"(compiled for {self.arch})")
+            if not t.is_contiguous():
+                raise TileError(f"argument {name} is not contiguous; pass tensor.contiguous()")
+            if device is not None and t.device != device:
+                raise TileError(f"argument {name} is on {t.device} but other arguments are on "
+                                f"{device}")
+            device = t.device
+        from .runtime.device import current_arch
+        here = current_arch()
+        if here != self.arch:
+            raise TileError(f"kernel {self.func.name} was compiled for {self.arch}, but the "
+                            f"current GPU is {here}")
+        device = device or torch.device("cuda", torch.cuda.current_device())
+        outputs = []
+        for i, shape in zip(self.out_idx, shapes):
+            p = self.params[i]
+            t = torch.empty(shape, dtype=arrays.torch_dtype(p.dtype), device=device)
+            tensors[id(p)] = t
+            outputs.append(t)
+        values = [tensors.get(id(p), scalars.get(id(p))) for p in self.params]
+        dims = [tuple(values[i].shape) if isinstance(p, Buffer) else () for i, p in
+                enumerate(self.params)]
+        self.program.run(values, dims)
+        return outputs
 
     # --- inspection -----------------------------------------------------------
     def get_kernel_source(self) -> str:
-        """The program this kernel runs (tile IR text on the interpreter)."""
+        """The CUDA source of a compiled kernel; the tile IR text on the interpreter."""
+        if self.program is not None:
+            return self.program.source
         return self.func.script()
 
     @property
     def kernel_source(self) -> str:
         return self.get_kernel_source()
 
+    @property
+    def n_regs(self) -> int:
+        return self.program.registers if self.program is not None else 0
+
+    @property
+    def n_spills(self) -> int:
+        return self.program.spills if self.program is not None else 0
+
+    @property
+    def shared_memory(self) -> int:
+        return self.program.shared_memory if self.program is not None else 0
+
     def get_profiler(self, tensor_supply_type=None):
         from .profiler import Profiler
         return Profiler(self, tensor_supply_type)
 
     def __repr__(self) -> str:
-        return f"<JITKernel {self.func.name} on {self.backend}>"
+        where = self.arch or self.backend
+        return f"<JITKernel {self.func.name} on {where}>"
+
+
+def _name_of(params, key) -> str:
+    return next(p.name for p in params if id(p) == key)
 
 
 def _normalize_out_idx(out_idx, func, span=None) -> list[int]:
@@ -172,7 +236,7 @@ def compile(func, out_idx=None, target=None, execution_backend=None, target_host
             verbose=False, pass_configs=None, compile_flags=None) -> JITKernel:
     """Compile a prim_func into a callable kernel."""
     try:
-        return JITKernel(func, out_idx, target)
+        return JITKernel(func, out_idx, target, pass_configs=pass_configs)
     except TileError as e:
         raise_clean(e)
 
@@ -206,7 +270,8 @@ class JITImpl:
                 if not isinstance(func, PrimFunc):
                     raise TileError(f"@tilecraft.jit: {self.factory.__name__} must return a "
                                     f"@T.prim_func, but returned {type(func).__name__}")
-                kernel = JITKernel(func, self.out_idx, self.target, self.declared_at)
+                kernel = JITKernel(func, self.out_idx, self.target, self.declared_at,
+                                   self.options["pass_configs"])
             except TileError as e:
                 raise_clean(e)
             self.cache[key] = kernel
@@ -227,7 +292,7 @@ def jit(func=None, *, out_idx=None, target=None, execution_backend=None, target_
 
     def wrap(f):
         if isinstance(f, PrimFunc):
-            return compile(f, out_idx=out_idx, target=target)
+            return compile(f, out_idx=out_idx, target=target, pass_configs=pass_configs)
         return JITImpl(f, out_idx, target, options, declared_at)
 
     return wrap(func) if func is not None else wrap

@@ -1,26 +1,48 @@
 """Compile targets, as values. Only runtime/ asks the machine what it has."""
 from __future__ import annotations
 
+import re
+
 from . import knobs
 from .errors import TileError
 
-_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
-BACKENDS_AVAILABLE = ("interp",)
+_ARCH = re.compile(r"^sm_(80|86|87|89|90a?)$")
 
 
-def resolve(target: str | None) -> str:
-    """The backend a kernel runs on for a target name ("auto", "interp", "cuda", "sm_XX")."""
+def _gpu_available() -> bool:
+    from .runtime.device import has_cuda_device
+    if not has_cuda_device():
+        return False
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def resolve(target) -> tuple[str, str | None]:
+    """(backend, arch) for a target name: "auto", "interp", "cuda" or an arch like "sm_90a".
+
+    "auto" is the current GPU when there is one (with torch to hand tensors over), else the
+    interpreter; an arch compiles for that GPU without needing one (calling it does)."""
     name = target if target is not None else knobs.target()
     if not isinstance(name, str):
-        raise TileError(f"target must be a string such as 'auto' or 'interp', got {name!r}")
+        raise TileError(f"target must be a string such as 'auto', 'cuda', 'sm_90a' or 'interp', "
+                        f"got {name!r}")
     name = name.strip().lower()
-    if name == "auto":
-        # The CUDA backend is not part of this build yet, so every machine interprets.
-        return "interp"
     if name == "interp":
-        return "interp"
-    if name == "cuda" or name in _ARCHS:
-        raise TileError(f"target '{name}': this build of tilecraft has no CUDA backend yet; use "
-                        "target='interp' (or 'auto')")
-    raise TileError(f"unknown target '{target}'; expected 'auto', 'interp', 'cuda' or one of "
-                    f"{', '.join(_ARCHS)}")
+        return "interp", None
+    if name in ("auto", "cuda"):
+        if _gpu_available():
+            from .runtime.device import current_arch
+            return "cuda", current_arch()
+        if name == "cuda":
+            raise TileError("target 'cuda': no CUDA GPU is usable here (a driver, a device and "
+                            "torch with CUDA are needed); use target='interp' or an "
+                            "architecture such as 'sm_90a' to only compile")
+        return "interp", None
+    if _ARCH.match(name):
+        return "cuda", name
+    raise TileError(f"unknown target '{target}'; expected 'auto', 'interp', 'cuda' or an "
+                    "architecture: sm_80, sm_86, sm_89, sm_90a")
+

@@ -97,6 +97,8 @@ class Kernel(Stmt):
     threads: tuple  # ints, blockDim x[, y[, z]]
     body: Stmt
     span: Span | None = field(default=None, compare=False)
+    thread_var: Var | None = None  # the flat thread index, once lowered to thread level
+    attrs: dict = field(default_factory=dict)
 
     @property
     def num_threads(self) -> int:

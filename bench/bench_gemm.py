@@ -1,0 +1,108 @@
+"""GEMM fp16 (A row-major M x K, B row-major K x N, fp32 accumulation) beside torch.matmul,
+in one process on one GPU: median of CUDA-event timings over random inputs.
+
+    python bench/bench_gemm.py [--shapes 8192x8192x8192,...] [--out bench/results]
+"""
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+import tilecraft  # noqa: E402
+from gemm import matmul  # noqa: E402
+
+CONFIGS = [
+    dict(block_M=128, block_N=128, block_K=32, threads=128),
+    dict(block_M=128, block_N=256, block_K=32, threads=256),
+    dict(block_M=128, block_N=128, block_K=64, threads=256),
+    dict(block_M=256, block_N=128, block_K=32, threads=256),
+]
+
+
+def median_ms(fn, reps=20, warmup=5):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def gpu_facts() -> dict:
+    facts = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+             "tilecraft": tilecraft.__version__}
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,clocks.max.sm,clocks.mem,"
+                              "driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20).stdout.strip()
+        facts["nvidia_smi"] = out
+    except OSError:
+        pass
+    return facts
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", default="8192x8192x8192")
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+    parser.add_argument("--tag", default="gemm_mma_sync")
+    args = parser.parse_args()
+    rows = []
+    for text in args.shapes.split(","):
+        M, N, K = (int(x) for x in text.split("x"))
+        flop = 2.0 * M * N * K
+        a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+        b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+        ref = a.float() @ b.float()
+        torch_ms = median_ms(lambda: torch.matmul(a, b))
+        best = None
+        for cfg in CONFIGS:
+            t0 = time.time()
+            kernel = matmul(M, N, K, num_stages=0, **cfg)
+            compile_s = time.time() - t0
+            c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
+            c = kernel(a, b)
+            err = float((c.float() - ref).norm() / ref.norm())
+            ms = median_ms(lambda: kernel(a, b))
+            row = {"shape": text, "config": cfg, "ms": ms, "tflops": flop / ms / 1e9,
+                   "torch_ms": torch_ms, "torch_tflops": flop / torch_ms / 1e9,
+                   "ratio_vs_torch": torch_ms / ms, "rel_error": err,
+                   "registers": kernel.n_regs, "spills": kernel.n_spills,
+                   "compile_s": compile_s}
+            rows.append(row)
+            print(f"{text} {cfg}: {row['tflops']:.0f} TFLOP/s vs torch {row['torch_tflops']:.0f} "
+                  f"({row['ratio_vs_torch']:.2f}x) err {err:.1e} regs {kernel.n_regs}", flush=True)
+            if best is None or ms < best["ms"]:
+                best = row
+    facts = gpu_facts()
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    os.makedirs(args.out, exist_ok=True)
+    base = os.path.join(args.out, f"{stamp}_{args.tag}")
+    with open(base + ".json", "w") as f:
+        json.dump({"facts": facts, "rows": rows}, f, indent=1)
+    with open(base + ".md", "w") as f:
+        f.write(f"# {args.tag} ({stamp})\n\n{facts}\n\n")
+        f.write("| shape | config | TFLOP/s | torch TFLOP/s | ratio | rel err | regs |\n")
+        f.write("|---|---|---|---|---|---|---|\n")
+        for r in rows:
+            f.write(f"| {r['shape']} | {r['config']} | {r['tflops']:.0f} | "
+                    f"{r['torch_tflops']:.0f} | {r['ratio_vs_torch']:.2f} | "
+                    f"{r['rel_error']:.1e} | {r['registers']} |\n")
+    print(open(base + ".md").read())
+
+
+if __name__ == "__main__":
+    main()

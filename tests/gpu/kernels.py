@@ -1,0 +1,169 @@
+"""The GPU tests' kernels, as factories returning prim_funcs. The GPU tier runs them against
+torch; the toolkit tier compiles every one of them for sm_80 and sm_90a."""
+import tilecraft.language as T
+
+
+def gemm(M, N, K, bm, bn, bk, dtype, accum, trans_A=False, trans_B=False, threads=128,
+         a_in_registers=False, policy=T.GemmWarpPolicy.Square):
+    a_shape = (K, M) if trans_A else (M, K)
+    b_shape = (N, K) if trans_B else (K, N)
+    as_shape = (bk, bm) if trans_A else (bm, bk)
+    bs_shape = (bn, bk) if trans_B else (bk, bn)
+
+    @T.prim_func
+    def main(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            A_s = T.alloc_shared(as_shape, dtype)
+            B_s = T.alloc_shared(bs_shape, dtype)
+            A_f = T.alloc_fragment((bm, bk), dtype)
+            C_f = T.alloc_fragment((bm, bn), accum)
+            T.clear(C_f)
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=0):
+                if trans_A:
+                    T.copy(A[k * bk, by * bm], A_s)
+                else:
+                    T.copy(A[by * bm, k * bk], A_s)
+                if trans_B:
+                    T.copy(B[bx * bn, k * bk], B_s)
+                else:
+                    T.copy(B[k * bk, bx * bn], B_s)
+                if a_in_registers:
+                    T.copy(A_s, A_f)
+                    T.gemm(A_f, B_s, C_f, transpose_B=trans_B, policy=policy)
+                else:
+                    T.gemm(A_s, B_s, C_f, transpose_A=trans_A, transpose_B=trans_B, policy=policy)
+            T.copy(C_f, C[by * bm, bx * bn])
+
+    return main
+
+
+def elementwise(M, N, bm=32, bn=64):
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float16"), B: T.Tensor((M, N), "float16"),
+             C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            for i, j in T.Parallel(bm, bn):
+                C[by * bm + i, bx * bn + j] = T.max(A[by * bm + i, bx * bn + j] * 2.0, 0.0) + \
+                    B[by * bm + i, bx * bn + j]
+
+    return main
+
+
+def reduce(kind, dim, M, N):
+    out_shape = (N,) if dim == 0 else (M,)
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor(out_shape, "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            x = T.alloc_fragment((M, N), "float32")
+            y = T.alloc_fragment(out_shape, "float32")
+            T.copy(X, x)
+            getattr(T, f"reduce_{kind}")(x, y, dim=dim)
+            T.copy(y, Y)
+
+    return main
+
+
+def reduce_max_accumulate(M, N):
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M,), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            x = T.alloc_fragment((M, N), "float32")
+            y = T.alloc_fragment((M,), "float32")
+            T.copy(X, x)
+            T.fill(y, 0.25)
+            T.reduce_max(x, y, dim=1, clear=False)
+            T.copy(y, Y)
+
+    return main
+
+
+def cumsum(M, N, reverse):
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            x = T.alloc_fragment((M, N), "float32")
+            T.copy(X, x)
+            T.cumsum(x, dim=1, reverse=reverse)
+            T.copy(x, Y)
+
+    return main
+
+
+def atomics(M, N, blocks):
+    @T.prim_func
+    def main(X: T.Tensor((blocks, M, N), "float32"), S: T.Tensor((M, N), "float32"),
+             H: T.Tensor((16,), "int32"), Mx: T.Tensor((N,), "float32")):
+        with T.Kernel(blocks, threads=128) as b:
+            x = T.alloc_fragment((M, N), "float32")
+            T.copy(X[b, :, :], x)
+            T.atomic_add(S[0, 0], x)
+            for i, j in T.Parallel(M, N):
+                T.atomic_add(H[(i * N + j) % 16], 1)
+                T.atomic_max(Mx[j], x[i, j])
+
+    return main
+
+
+def softmax(M, N, bm=16):
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float16"), Y: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(M, bm), threads=128) as bx:
+            x = T.alloc_fragment((bm, N), "float32")
+            mx = T.alloc_fragment((bm,), "float32")
+            sm = T.alloc_fragment((bm,), "float32")
+            T.copy(X[bx * bm, 0], x)
+            T.reduce_max(x, mx, dim=1)
+            for i, j in T.Parallel(bm, N):
+                x[i, j] = T.exp(x[i, j] - mx[i])
+            T.reduce_sum(x, sm, dim=1)
+            for i, j in T.Parallel(bm, N):
+                x[i, j] = x[i, j] / sm[i]
+            T.copy(x, Y[bx * bm, 0])
+
+    return main
+
+
+def layernorm(M, N, bm=8):
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), W: T.Tensor((N,), "float32"),
+             Y: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(M, bm), threads=256) as bx:
+            x = T.alloc_fragment((bm, N), "float32")
+            sq = T.alloc_fragment((bm, N), "float32")
+            mean = T.alloc_fragment((bm,), "float32")
+            var = T.alloc_fragment((bm,), "float32")
+            T.copy(X[bx * bm, 0], x)
+            T.reduce_sum(x, mean, dim=1)
+            for i, j in T.Parallel(bm, N):
+                x[i, j] = x[i, j] - mean[i] / N
+                sq[i, j] = x[i, j] * x[i, j]
+            T.reduce_sum(sq, var, dim=1)
+            for i, j in T.Parallel(bm, N):
+                x[i, j] = x[i, j] * T.rsqrt(var[i] / N + 1e-5) * W[j]
+            T.copy(x, Y[bx * bm, 0])
+
+    return main
+
+
+def corpus():
+    """(name, prim_func) for every kind of kernel the GPU tests run, at one size each."""
+    out = []
+    for dtype in ("float16", "bfloat16"):
+        for ta, tb in ((False, False), (False, True), (True, False)):
+            out.append((f"gemm_{dtype}_{int(ta)}{int(tb)}",
+                        gemm(200, 136, 72, 64, 64, 32, dtype, "float32", ta, tb)))
+    out.append(("gemm_rs", gemm(192, 128, 96, 64, 64, 32, "float16", "float32",
+                                a_in_registers=True, policy=T.GemmWarpPolicy.FullRow)))
+    out.append(("gemm_f32", gemm(100, 70, 48, 32, 32, 16, "float32", "float32")))
+    out.append(("gemm_big", gemm(384, 512, 256, 128, 256, 64, "float16", "float32", threads=256)))
+    out.append(("elementwise", elementwise(100, 77)))
+    for kind in ("sum", "max", "min", "abssum", "absmax"):
+        for dim in (0, 1):
+            out.append((f"reduce_{kind}_{dim}", reduce(kind, dim, 32, 48)))
+    out.append(("reduce_accumulate", reduce_max_accumulate(64, 32)))
+    out.append(("cumsum", cumsum(32, 48, True)))
+    out.append(("atomics", atomics(64, 32, 8)))
+    out.append(("softmax", softmax(100, 96)))
+    out.append(("layernorm", layernorm(128, 256)))
+    return out

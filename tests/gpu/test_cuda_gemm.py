@@ -1,0 +1,64 @@
+"""T.gemm on the mma.sync path (and the FMA path for float32), against torch."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tilecraft  # noqa: E402
+import tilecraft.language as T  # noqa: E402
+import kernels  # noqa: E402
+from gpu_helpers import poisoned, rel_error  # noqa: E402
+
+TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def run_gemm(M, N, K, dtype="float16", trans_A=False, trans_B=False, bm=64, bn=64, bk=32,
+             threads=128, a_in_registers=False, policy=T.GemmWarpPolicy.Square):
+    func = kernels.gemm(M, N, K, bm, bn, bk, dtype, "float32", trans_A, trans_B, threads,
+                        a_in_registers, policy)
+    kernel = tilecraft.compile(func, target="cuda")
+    t = TORCH[dtype]
+    a = torch.rand((K, M) if trans_A else (M, K), device="cuda").sub_(0.5).to(t)
+    b = torch.rand((N, K) if trans_B else (K, N), device="cuda").sub_(0.5).to(t)
+    c = poisoned(M, N, dtype=t)
+    kernel(a, b, c)
+    ref = (a.double().T if trans_A else a.double()) @ (b.double().T if trans_B else b.double())
+    assert not torch.isnan(c).any(), "unwritten output elements"
+    err = rel_error(c, ref)
+    assert err < (2e-2 if dtype == "bfloat16" else 5e-3), err
+    return kernel
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("trans_A,trans_B", [(False, False), (False, True), (True, False)])
+@pytest.mark.parametrize("shape", [(256, 256, 128), (200, 136, 72), (64, 320, 512)])
+def test_gemm_layouts_and_ragged_sizes(dtype, trans_A, trans_B, shape):
+    run_gemm(*shape, dtype=dtype, trans_A=trans_A, trans_B=trans_B)
+
+
+@pytest.mark.parametrize("bm,bn,bk,threads", [(128, 128, 32, 128), (128, 256, 64, 256),
+                                              (64, 128, 32, 256), (128, 64, 64, 128)])
+def test_gemm_tile_configs(bm, bn, bk, threads):
+    run_gemm(384, 512, 256, bm=bm, bn=bn, bk=bk, threads=threads)
+
+
+@pytest.mark.parametrize("policy", [T.GemmWarpPolicy.FullRow, T.GemmWarpPolicy.FullCol])
+def test_gemm_policies(policy):
+    run_gemm(256, 256, 128, bm=128, bn=128, policy=policy)
+
+
+@pytest.mark.parametrize("trans_B", [False, True])
+def test_gemm_with_a_in_registers(trans_B):
+    run_gemm(192, 128, 96, trans_B=trans_B, a_in_registers=True, policy=T.GemmWarpPolicy.FullRow)
+
+
+def test_float32_gemm_uses_fma_path():
+    kernel = run_gemm(100, 70, 48, dtype="float32", bm=32, bn=32, bk=16)
+    assert "mma" not in kernel.get_kernel_source()
+
+
+def test_gemm_reports_registers_and_no_spills():
+    kernel = run_gemm(256, 256, 64, bm=128, bn=128, bk=32)
+    assert kernel.n_regs > 0
+    assert kernel.n_spills == 0
+    source = kernel.get_kernel_source()
+    assert "ldmatrix" in source and "mma_m16n8k16" in source

@@ -1,0 +1,108 @@
+"""Element-wise loops, reductions, cumsum, atomics, softmax, layernorm and attention compiled
+for the GPU, against torch on random inputs with poisoned outputs."""
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tilecraft  # noqa: E402
+import kernels  # noqa: E402
+from gpu_helpers import poisoned, rel_error  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+
+
+def rand(*shape, dtype=torch.float32):
+    return (torch.rand(*shape, device="cuda") * 2 - 1).to(dtype)
+
+
+def cuda(func):
+    return tilecraft.compile(func, target="cuda")
+
+
+@pytest.mark.parametrize("M,N", [(256, 256), (100, 77)])
+def test_elementwise_with_bounds(M, N):
+    k = cuda(kernels.elementwise(M, N))
+    a, b, c = rand(M, N, dtype=torch.float16), rand(M, N, dtype=torch.float16), poisoned(M, N)
+    k(a, b, c)
+    torch.testing.assert_close(c, (a * 2).clamp_min(0) + b, atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize("kind", ["sum", "max", "min", "abssum", "absmax"])
+@pytest.mark.parametrize("dim", [0, 1])
+@pytest.mark.parametrize("M,N", [(64, 64), (32, 48)])
+def test_reduce_every_kind_and_dim(kind, dim, M, N):
+    out_shape = (N,) if dim == 0 else (M,)
+    k = cuda(kernels.reduce(kind, dim, M, N))
+    x, y = rand(M, N), poisoned(*out_shape, dtype=torch.float32)
+    k(x, y)
+    ref = {"sum": lambda t: t.sum(dim), "max": lambda t: t.amax(dim), "min": lambda t: t.amin(dim),
+           "abssum": lambda t: t.abs().sum(dim), "absmax": lambda t: t.abs().amax(dim)}[kind](x)
+    torch.testing.assert_close(y, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_reduce_max_accumulates_when_not_cleared():
+    M, N = 64, 32
+    k = cuda(kernels.reduce_max_accumulate(M, N))
+    x, y = rand(M, N), poisoned(M, dtype=torch.float32)
+    k(x, y)
+    torch.testing.assert_close(y, x.amax(1).clamp_min(0.25))
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_cumsum(reverse):
+    M, N = 32, 48
+    k = cuda(kernels.cumsum(M, N, reverse))
+    x, y = rand(M, N), poisoned(M, N, dtype=torch.float32)
+    k(x, y)
+    ref = x.flip(1).cumsum(1).flip(1) if reverse else x.cumsum(1)
+    torch.testing.assert_close(y, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_atomics_scalar_and_tile():
+    M, N, blocks = 64, 32, 8
+    k = cuda(kernels.atomics(M, N, blocks))
+    x = rand(blocks, M, N)
+    s = torch.zeros(M, N, device="cuda")
+    h = torch.zeros(16, dtype=torch.int32, device="cuda")
+    mx = torch.full((N,), -10.0, device="cuda")
+    k(x, s, h, mx)
+    torch.testing.assert_close(s, x.sum(0), atol=1e-4, rtol=1e-4)
+    assert h.tolist() == [blocks * M * N // 16] * 16
+    torch.testing.assert_close(mx, x.amax(dim=(0, 1)))
+
+
+@pytest.mark.parametrize("M,N", [(256, 128), (100, 96)])
+def test_softmax_rows(M, N):
+    k = cuda(kernels.softmax(M, N))
+    x, y = rand(M, N, dtype=torch.float16) * 4, poisoned(M, N)
+    k(x, y)
+    torch.testing.assert_close(y, torch.softmax(x.float(), 1).half(), atol=2e-3, rtol=1e-2)
+
+
+def test_layernorm():
+    M, N = 128, 256
+    k = cuda(kernels.layernorm(M, N))
+    x, w, y = rand(M, N), rand(N), poisoned(M, N, dtype=torch.float32)
+    k(x, w, y)
+    ref = torch.nn.functional.layer_norm(x, (N,), eps=1e-5) * w
+    torch.testing.assert_close(y, ref, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seq", [256, 200])
+def test_flash_attention_without_pipelining(causal, seq):
+    from flash_attention import flash_attention
+    B, H, D = 2, 4, 64
+    func = flash_attention.__wrapped__(B, H, seq, D, causal, block_M=64, block_N=64,
+                                       num_stages=0, threads=128)
+    k = tilecraft.compile(func, out_idx=[3], target="cuda")
+    q, kk, v = (torch.randn(B, seq, H, D, device="cuda").half() for _ in range(3))
+    out = k(q, kk, v)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(1, 2).float(), kk.transpose(1, 2).float(), v.transpose(1, 2).float(),
+        is_causal=causal).transpose(1, 2)
+    assert not torch.isnan(out).any()
+    assert rel_error(out, ref) < 1e-2

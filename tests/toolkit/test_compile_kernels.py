@@ -1,0 +1,85 @@
+"""Every GPU-test kernel and every example compiles with nvcc for sm_80 and sm_90a (no GPU
+needed), without register spills."""
+import importlib.util
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tilecraft.runtime import has_nvcc
+
+if not has_nvcc():
+    pytest.skip("nvcc is not installed", allow_module_level=True)
+
+import tilecraft  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "gpu"))
+import kernels  # noqa: E402
+
+ARCHS = ("sm_80", "sm_90a")
+
+
+def _compile_all(named):
+    jobs = [(name, func, arch) for name, func in named for arch in ARCHS]
+
+    def build(job):
+        name, func, arch = job
+        return name, arch, tilecraft.compile(func, target=arch)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(build, jobs))
+
+
+def test_gpu_test_kernels_compile_for_sm80_and_sm90a():
+    built = _compile_all(kernels.corpus())
+    assert len(built) == 2 * len(kernels.corpus())
+    for name, arch, kernel in built:
+        assert kernel.n_regs > 0, (name, arch)
+        assert kernel.n_spills == 0, f"{name} spills registers on {arch}"
+
+
+# Each example's kernels at a GPU-sized configuration: (module, factory, args, kwargs).
+EXAMPLES = [
+    ("gemm", "matmul", (1024, 1024, 1024), {}),
+    ("dequant_gemm", "dequant_gemm", (256, 1024, 1024), {}),
+    ("dequant_gemm", "dequant_gemv", (1, 1024, 1024), {}),
+    ("conv2d", "convolution", (2, 64, 32, 32, 64, 3, 3), {"padding": 1}),
+    ("mla_decode", "flash_mla_decode", (8, 64, 1, 1024, 512, 64), {}),
+    ("chunk_gated_delta_net", "chunk_prepare", (2, 512, 4, 64, 64), {}),
+    ("chunk_gated_delta_net", "chunk_state", (2, 512, 4, 64, 64), {}),
+    ("chunk_gated_delta_net", "chunk_output", (2, 512, 4, 64, 64), {}),
+    ("flash_attention", "flash_attention", (2, 8, 1024, 128, True), {}),
+    ("flash_attention", "flash_attention", (2, 8, 1000, 64, False), {}),
+    ("blocksparse_attention", "blocksparse_attention", (2, 8, 1024, 128, False), {}),
+    ("vertical_slash_sparse_attention", "vertical_slash_attention", (2, 8, 1024, 64, 64, 8),
+     {}),
+    ("attention_sink", "attention_sink", (2, 8, 1024, 128), {}),
+]
+
+
+def _example_funcs():
+    out = []
+    for module_name, factory, args, kwargs in EXAMPLES:
+        path = ROOT / "examples" / f"{module_name}.py"
+        spec = importlib.util.spec_from_file_location(f"ex_{module_name}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        out.append((f"{module_name}.{factory}", getattr(module, factory).__wrapped__(*args, **kwargs)))
+    return out
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_examples_compile(arch):
+    named = _example_funcs()
+    assert len({n.split(".")[0] for n, _ in named}) == 9
+    failures = []
+    for name, func in named:
+        try:
+            kernel = tilecraft.compile(func, target=arch)
+        except tilecraft.TileError as e:
+            failures.append(f"{name}: {str(e).splitlines()[0]}")
+            continue
+        assert kernel.n_regs > 0, name
+    assert not failures, "\n".join(failures)

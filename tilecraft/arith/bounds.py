@@ -1,0 +1,145 @@
+"""Interval bounds of integer expressions, and the div/mod simplification they allow.
+
+Lowered index arithmetic is full of `(warp * 64 + lane // 4 + 8 * r) // 16`-shaped terms whose
+parts have known ranges (a lane is in [0, 32), an unrolled local index in [0, n)). Knowing the
+ranges lets `(a * 16 + b) // 16` become `a` when b is in [0, 16), and `x % 64` become `x` when x
+is in [0, 64): the generated code gets shorter and register indices become constants.
+"""
+from __future__ import annotations
+
+from ..ir.expr import Binary, Cast, Const, Expr, Select, Unary, Var, binary, const, convert
+from .linear import linear_form, simplify as linear_simplify
+
+INF = float("inf")
+
+
+def bound_of(e, var_bounds: dict) -> tuple:
+    """Inclusive (lo, hi) of an integer expression; var_bounds maps id(var) -> (lo, hi)."""
+    if isinstance(e, int):
+        return (e, e)
+    if isinstance(e, Const):
+        v = e.value
+        return (v, v) if isinstance(v, (int, bool)) else (-INF, INF)
+    if isinstance(e, Var):
+        return var_bounds.get(id(e), (-INF, INF))
+    if isinstance(e, Cast):
+        return bound_of(e.value, var_bounds) if e.dtype.is_int else (-INF, INF)
+    if isinstance(e, Unary) and e.op == "-":
+        lo, hi = bound_of(e.a, var_bounds)
+        return (-hi, -lo)
+    if isinstance(e, Select):
+        a, b = bound_of(e.a, var_bounds), bound_of(e.b, var_bounds)
+        return (min(a[0], b[0]), max(a[1], b[1]))
+    if not isinstance(e, Binary):
+        return (-INF, INF)
+    a, b = bound_of(e.a, var_bounds), bound_of(e.b, var_bounds)
+    op = e.op
+    if op == "+":
+        return (a[0] + b[0], a[1] + b[1])
+    if op == "-":
+        return (a[0] - b[1], a[1] - b[0])
+    if op == "*":
+        products = [x * y for x in a for y in b if not (x == 0 and abs(y) == INF)
+                    and not (y == 0 and abs(x) == INF)] or [0]
+        return (min(products), max(products))
+    if op in ("//", "/") and b[0] == b[1] and b[0] > 0:
+        d = b[0]
+        return (_floordiv(a[0], d), _floordiv(a[1], d))
+    if op == "%" and b[0] == b[1] and b[0] > 0:
+        d = b[0]
+        if a[0] >= 0 and a[1] < d:
+            return a
+        if a[0] != -INF and a[1] != INF and _floordiv(a[0], d) == _floordiv(a[1], d):
+            return (a[0] % d, a[1] % d)
+        return (0, d - 1)
+    if op == "min":
+        return (min(a[0], b[0]), min(a[1], b[1]))
+    if op == "max":
+        return (max(a[0], b[0]), max(a[1], b[1]))
+    if op in ("<", "<=", ">", ">=", "==", "!=", "and", "or"):
+        return (0, 1)
+    if op == "&" and a[0] >= 0 and b[0] >= 0:
+        return (0, min(a[1], b[1]))
+    return (-INF, INF)
+
+
+def _floordiv(x, d):
+    if x in (INF, -INF):
+        return x
+    return x // d
+
+
+def simplify(e, var_bounds: dict | None = None):
+    """Linear normal form plus range-aware floordiv / floormod elimination (integers only)."""
+    if not isinstance(e, Expr) or not e.dtype.is_int:
+        return e
+    var_bounds = var_bounds or {}
+    return linear_simplify(_rewrite(e, var_bounds))
+
+
+def _rewrite(e, vb):
+    if isinstance(e, Binary) and e.dtype.is_int:
+        a, b = _rewrite(e.a, vb), _rewrite(e.b, vb)
+        if e.op in ("//", "%") and isinstance(b, Const) and b.value > 0:
+            return _divmod(e.op, linear_simplify(a), int(b.value), vb, e)
+        if e.op in ("min", "max"):
+            ba, bb = bound_of(a, vb), bound_of(b, vb)
+            if e.op == "min":
+                if ba[1] <= bb[0]:
+                    return a
+                if bb[1] <= ba[0]:
+                    return b
+            else:
+                if ba[0] >= bb[1]:
+                    return a
+                if bb[0] >= ba[1]:
+                    return b
+        if a is e.a and b is e.b:
+            return e
+        return binary(e.op, a, b, e.span)
+    if isinstance(e, Cast) and e.dtype.is_int and e.value.dtype.is_int:
+        inner = _rewrite(e.value, vb)
+        return inner if inner.dtype is e.dtype else Cast(inner, e.dtype, e.span)
+    return e
+
+
+def _divmod(op: str, a, d: int, vb, original):
+    """x // d or x % d where x = sum(c_i * t_i) + k: move the terms whose coefficients d
+    divides out of the division, and drop the division when the rest lies in [0, d)."""
+    terms, k = linear_form(a)
+    whole, rest = [], []
+    for atom, coeff in terms.values():
+        (whole if coeff % d == 0 else rest).append((atom, coeff))
+    whole_k, rest_k = (k // d) * d, k % d
+    rest_expr = _sum(rest, rest_k, a)
+    lo, hi = bound_of(rest_expr, vb)
+    quotient = _sum([(t, c // d) for t, c in whole], whole_k // d, a)
+    if 0 <= lo and hi < d:
+        if op == "//":
+            return quotient
+        return rest_expr
+    if not whole and whole_k == 0:
+        if 0 <= lo and hi < d:
+            return rest_expr if op == "%" else const(0, a.dtype)
+        return binary(op, rest_expr, const(d, a.dtype), original.span)
+    inner = binary(op, rest_expr, const(d, a.dtype), original.span)
+    if op == "//":
+        return linear_simplify(quotient + inner)
+    return inner
+
+
+def _sum(terms, k, like):
+    out = None
+    for atom, coeff in terms:
+        t = atom if coeff == 1 else atom * coeff
+        out = t if out is None else out + t
+    if out is None:
+        return const(k, like.dtype)
+    return linear_simplify(out + k) if k else linear_simplify(out)
+
+
+def var_range(var: Var, extent: int, start: int = 0) -> dict:
+    return {id(var): (start, start + extent - 1)}
+
+
+__all__ = ["bound_of", "simplify", "var_range", "convert"]

@@ -1,0 +1,298 @@
+"""Lowered (thread-level) IR -> CUDA C++ text over our header library.
+
+What the emitter expects, i.e. what the lowering passes produce:
+- every Kernel has `thread_var` (the flat thread index) and no tile ops or parallel loops left;
+- shared buffers are 1-d and placed in the dynamic arena at func.attrs["smem_offsets"];
+- fragment buffers have become per-thread "local" arrays indexed by compile-time constants;
+- intrinsics are Call nodes named "tc::..." (header functions) evaluated for their effect.
+Each kernel is an `extern "C" __global__` function taking every tensor parameter as a pointer,
+then the scalar parameters, then the symbolic sizes, in that order (see kernel_signature).
+"""
+from __future__ import annotations
+
+import math
+
+from ..arith.bounds import bound_of
+from ..errors import TileError
+from ..ir.buffer import GLOBAL, LOCAL, LOCAL_VAR, Buffer, is_shared
+from ..ir.expr import Binary, BufferLoad, Call, Cast, Const, Expr, Select, Unary, Var
+from ..ir.stmt import (Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel, PrimFunc,
+                       SeqStmt)
+
+_NATIVE = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+           "float32", "float64"}
+_F32_MATH = {"exp": "expf", "exp2": "exp2f", "exp10": "exp10f", "log": "logf", "log2": "log2f",
+             "log10": "log10f", "log1p": "log1pf", "sqrt": "sqrtf", "rsqrt": "rsqrtf",
+             "sin": "sinf", "cos": "cosf", "tan": "tanf", "tanh": "tanhf", "erf": "erff",
+             "floor": "floorf", "ceil": "ceilf", "round": "roundf", "trunc": "truncf",
+             "abs": "fabsf", "pow": "powf", "fmod": "fmodf"}
+_PREC = {"or": 1, "and": 2, "|": 3, "^": 4, "&": 5, "==": 6, "!=": 6, "<": 7, "<=": 7, ">": 7,
+         ">=": 7, "<<": 8, ">>": 8, "+": 9, "-": 9, "*": 10, "/": 10, "//": 10, "%": 10}
+_C_OP = {"and": "&&", "or": "||", "//": "/"}
+
+PRELUDE = """\
+#include "tilecraft/tc.h"
+using tc::half_t;
+using tc::bfloat16_t;
+using tc::fp8_e4_t;
+using tc::fp8_e5_t;
+// Floor division and modulo for index arithmetic that may be negative.
+__device__ __forceinline__ long long tc_floordiv(long long a, long long b) {
+  long long q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+__device__ __forceinline__ long long tc_floormod(long long a, long long b) {
+  long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+"""
+
+
+def kernel_signature(func: PrimFunc) -> list:
+    """[(kind, object)]: ("tensor", Buffer), ("scalar", Var), ("size", Var) in argument order."""
+    args = [("tensor", p) for p in func.params if isinstance(p, Buffer)]
+    args += [("scalar", p) for p in func.params if isinstance(p, Var)]
+    seen = {id(p) for p in func.params}
+    for p in func.params:
+        for d in (p.shape if isinstance(p, Buffer) else ()):
+            if isinstance(d, Var) and id(d) not in seen:
+                seen.add(id(d))
+                args.append(("size", d))
+    return args
+
+
+class CudaEmitter:
+    def __init__(self, func: PrimFunc):
+        self.func = func
+        self.names: dict[int, str] = {}
+        self.taken: set[str] = set()
+        self.lines: list[str] = []
+        self.last_line = None
+        self.var_bounds: dict = {}
+        for kind, obj in kernel_signature(func):
+            self.name(obj)
+            if kind == "size":
+                self.var_bounds[id(obj)] = (0, float("inf"))
+
+    def name(self, obj) -> str:
+        key = id(obj)
+        if key not in self.names:
+            base = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in obj.name) or "v"
+            if base[0].isdigit():
+                base = "v" + base
+            name, n = base, 0
+            while name in self.taken:
+                n += 1
+                name = f"{base}_{n}"
+            self.taken.add(name)
+            self.names[key] = name
+        return self.names[key]
+
+    # --- expressions ------------------------------------------------------------
+    def expr(self, e, prec: int = 0) -> str:
+        if isinstance(e, Var):
+            return self.name(e)
+        if isinstance(e, Const):
+            return self.const(e)
+        if isinstance(e, BufferLoad):
+            return f"{self.name(e.buffer)}[{self.flat_index(e.buffer, e.indices)}]"
+        if isinstance(e, Binary):
+            return self.binary(e, prec)
+        if isinstance(e, Unary):
+            op = {"not": "!", "-": "-", "~": "~"}[e.op]
+            return f"({op}{self.expr(e.a, 11)})"
+        if isinstance(e, Select):
+            return f"({self.expr(e.cond, 1)} ? {self.expr(e.a, 1)} : {self.expr(e.b, 1)})"
+        if isinstance(e, Cast):
+            return self.cast(e.value, e.dtype)
+        if isinstance(e, Call):
+            return self.call(e)
+        raise TileError(f"cannot emit CUDA for {type(e).__name__}", getattr(e, "span", None))
+
+    def const(self, c: Const) -> str:
+        d, v = c.dtype, c.value
+        if d.is_bool:
+            return "true" if v else "false"
+        if d.is_int:
+            suffix = {"int64": "LL", "uint64": "ULL", "uint32": "U"}.get(d.name, "")
+            return f"{v}{suffix}" if v >= 0 or suffix else f"({v})"
+        if math.isinf(v):
+            text = "__int_as_float(0x7f800000)" if v > 0 else "__int_as_float(0xff800000)"
+        elif math.isnan(v):
+            text = "__int_as_float(0x7fffffff)"
+        else:
+            text = repr(float(v)) + ("" if d.name == "float64" else "f")
+            text = text if not text.startswith("-") else f"({text})"
+        if d.name in ("float32", "float64"):
+            return text
+        return f"tc::cvt<{d.c_type}>({text})"
+
+    def binary(self, e: Binary, prec: int) -> str:
+        if e.op in ("min", "max"):
+            return f"tc::{e.op}({self.expr(e.a)}, {self.expr(e.b)})"
+        if e.op in ("//", "%") and e.dtype.is_int and not self.nonnegative(e):
+            fn = "tc_floordiv" if e.op == "//" else "tc_floormod"
+            return f"(({e.dtype.c_type}){fn}({self.expr(e.a)}, {self.expr(e.b)}))"
+        if e.op == "%" and e.dtype.is_float:
+            return f"fmodf({self.expr(e.a)}, {self.expr(e.b)})"
+        if e.op == "//" and e.dtype.is_float:
+            return f"floorf({self.expr(e.a)} / {self.expr(e.b)})"
+        p = _PREC[e.op]
+        text = f"{self.expr(e.a, p)} {_C_OP.get(e.op, e.op)} {self.expr(e.b, p + 1)}"
+        return f"({text})" if p < prec else text
+
+    def nonnegative(self, e: Binary) -> bool:
+        return bound_of(e.a, self.var_bounds)[0] >= 0 and bound_of(e.b, self.var_bounds)[0] > 0
+
+    def cast(self, value, d) -> str:
+        inner = self.expr(value)
+        if d.is_handle:
+            return f"((void*){inner})"
+        if d.name in _NATIVE and value.dtype.name in _NATIVE:
+            return f"(({d.c_type}){inner})"
+        return f"tc::cvt<{d.c_type}>({inner})"
+
+    def call(self, e: Call) -> str:
+        if e.name == "address_of":
+            load = e.args[0]
+            return f"(&{self.name(load.buffer)}[{self.flat_index(load.buffer, load.indices)}])"
+        if e.name == "call_extern":
+            return f"{e.args[0]}({', '.join(self.arg(a) for a in e.args[1:])})"
+        if e.name.startswith("tc::"):
+            return f"{e.name}({', '.join(self.arg(a) for a in e.args)})"
+        if e.name in ("isnan", "isinf", "isfinite"):
+            return f"{e.name}({self.cast(e.args[0], _f32())})"
+        if e.name == "sigmoid":
+            x = self.float_arg(e.args[0])
+            return self.back(f"(1.0f / (1.0f + expf(-{x})))", e.dtype)
+        if e.name == "abs" and e.dtype.is_int:
+            return f"abs({self.expr(e.args[0])})"
+        fn = _F32_MATH.get(e.name)
+        if fn is None:
+            raise TileError(f"no CUDA implementation of {e.name}", e.span)
+        if e.dtype.name == "float64":
+            fn = fn[:-1] if fn.endswith("f") else fn
+            return f"{fn}({', '.join(self.expr(a) for a in e.args)})"
+        return self.back(f"{fn}({', '.join(self.float_arg(a) for a in e.args)})", e.dtype)
+
+    def float_arg(self, a) -> str:
+        return self.expr(a) if a.dtype.name == "float32" else self.cast(a, _f32())
+
+    def back(self, text: str, d) -> str:
+        return text if d.name == "float32" else f"tc::cvt<{d.c_type}>({text})"
+
+    def arg(self, a) -> str:
+        if isinstance(a, str):
+            return a
+        if isinstance(a, Buffer):
+            return self.name(a)
+        return self.expr(a)
+
+    def flat_index(self, buffer: Buffer, indices) -> str:
+        if len(indices) == 1:
+            return self.expr(indices[0])
+        text = self.expr(indices[0], 10)
+        for dim, idx in zip(buffer.shape[1:], indices[1:]):
+            extent = str(dim) if isinstance(dim, int) else self.expr(dim, 10)
+            text = f"({text}) * {extent} + {self.expr(idx, 9)}"
+        return text
+
+    # --- statements ---------------------------------------------------------------
+    def emit(self, depth: int, text: str, span=None):
+        if span is not None and (span.filename, span.line) != self.last_line:
+            self.last_line = (span.filename, span.line)
+            self.lines.append("  " * depth + f"// {span.filename.rsplit('/', 1)[-1]}:{span.line}")
+        self.lines.append("  " * depth + text)
+
+    def stmt(self, s, depth: int):
+        if isinstance(s, SeqStmt):
+            for x in s.stmts:
+                self.stmt(x, depth)
+        elif isinstance(s, For):
+            v = self.name(s.var)
+            start, extent = self.expr(s.start), self.expr(s.extent)
+            end = extent if start == "0" else f"{start} + {extent}"
+            self.var_bounds[id(s.var)] = (bound_of(s.start, self.var_bounds)[0],
+                                          bound_of(s.start + s.extent, self.var_bounds)[1] - 1)
+            if s.kind in ("unroll", "vectorized"):
+                self.emit(depth, "#pragma unroll", s.span)
+            elif s.kind == "parallel":
+                raise TileError("internal: a T.Parallel loop reached the CUDA emitter", s.span)
+            self.emit(depth, f"for (int {v} = {start}; {v} < {end}; ++{v}) {{", s.span)
+            self.stmt(s.body, depth + 1)
+            self.emit(depth, "}")
+        elif isinstance(s, IfThenElse):
+            self.emit(depth, f"if ({self.expr(s.cond)}) {{", s.span)
+            self.stmt(s.then_body, depth + 1)
+            if s.else_body is not None:
+                self.emit(depth, "} else {")
+                self.stmt(s.else_body, depth + 1)
+            self.emit(depth, "}")
+        elif isinstance(s, BufferStore):
+            target = f"{self.name(s.buffer)}[{self.flat_index(s.buffer, s.indices)}]"
+            self.emit(depth, f"{target} = {self.expr(s.value)};", s.span)
+        elif isinstance(s, Evaluate):
+            self.emit(depth, f"{self.expr(s.value)};", s.span)
+        elif isinstance(s, Allocate):
+            self.allocate(s, depth)
+        else:
+            raise TileError(f"internal: {type(s).__name__} reached the CUDA emitter",
+                            getattr(s, "span", None))
+
+    def allocate(self, s: Allocate, depth: int):
+        b = s.buffer
+        name, ctype = self.name(b), b.dtype.c_type
+        if is_shared(b.scope):
+            offset = self.func.attrs["smem_offsets"][id(b)]
+            self.emit(depth, f"{ctype}* {name} = reinterpret_cast<{ctype}*>(tc_smem + {offset});",
+                      s.span)
+        elif b.scope in (LOCAL, LOCAL_VAR):
+            size = 1
+            for d in b.shape:
+                size *= d
+            self.emit(depth, f"{ctype} {name}[{size}];", s.span)
+        elif b.scope == GLOBAL:
+            raise TileError(f"T.alloc_global ({b.name}) is not supported by the CUDA backend yet",
+                            s.span)
+        else:
+            raise TileError(f"internal: buffer {b.name} in scope {b.scope} reached the CUDA "
+                            "emitter", s.span)
+
+    def kernel(self, k: Kernel, index: int) -> str:
+        name = f"{self.func.name}_kernel{index}"
+        params = []
+        for kind, obj in kernel_signature(self.func):
+            ctype = obj.dtype.c_type
+            params.append(f"{ctype}* __restrict__ {self.name(obj)}" if kind == "tensor"
+                          else f"{ctype} {self.name(obj)}")
+        threads = k.num_threads
+        self.emit(0, f'extern "C" __global__ void __launch_bounds__({threads}) '
+                     f"{name}({', '.join(params)}) {{")
+        self.emit(1, "extern __shared__ __align__(1024) unsigned char tc_smem[];")
+        tx = self.name(k.thread_var)
+        dims = k.threads
+        flat = "threadIdx.x" if len(dims) == 1 else (
+            f"threadIdx.x + {dims[0]} * threadIdx.y" if len(dims) == 2 else
+            f"threadIdx.x + {dims[0]} * (threadIdx.y + {dims[1]} * threadIdx.z)")
+        self.emit(1, f"const int {tx} = {flat};")
+        self.var_bounds[id(k.thread_var)] = (0, threads - 1)
+        for var, axis, extent in zip(k.block_vars, "xyz", k.grid):
+            self.emit(1, f"const int {self.name(var)} = blockIdx.{axis};")
+            self.var_bounds[id(var)] = (0, bound_of(extent, self.var_bounds)[1] - 1)
+        self.stmt(k.body, 1)
+        self.emit(0, "}")
+        return name
+
+
+def _f32():
+    from ..ir import dtypes
+    return dtypes.float32
+
+
+def emit_cuda(func: PrimFunc) -> tuple[str, list[str]]:
+    """CUDA source for every launch of func, and the kernels' names in launch order."""
+    em = CudaEmitter(func)
+    em.lines.append(PRELUDE)
+    names = []
+    for i, k in enumerate(func.kernels()):
+        names.append(em.kernel(k, i))
+        em.lines.append("")
+    return "\n".join(em.lines), names

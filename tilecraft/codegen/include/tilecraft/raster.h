@@ -1,0 +1,64 @@
+// tilecraft/raster.h -- threadblock rasterization (T.use_swizzle).
+//
+// Blocks are launched in linear order L = by * gx + bx. These functions give block L a new
+// tile coordinate so that blocks that run at the same time touch a compact patch of the
+// output (better L2 reuse). Returned int2: .x = new bx (tile column), .y = new by (tile row).
+// Both are bijections of [0, gx) x [0, gy); blockIdx.z is not touched. panel <= 0 returns
+// (bx, by) unchanged. gx = grid.x, gy = grid.y (pass gridDim).
+//
+// rasterize_row(panel, grid, bx, by, serpentine = true): the grid is cut into panels of
+// `panel` consecutive tile rows (the last panel may have fewer rows); blocks fill one panel
+// column by column, top to bottom inside a column:
+//     span = panel * gx
+//     p    = L / span,  o = L % span               (panel index, offset inside the panel)
+//     h    = min(panel, gy - p * panel)            (rows in this panel)
+//     x    = o / h,     y = p * panel + o % h
+//     if serpentine and p is odd:  x = gx - 1 - x  (odd panels walk right to left)
+//
+// rasterize_col(panel, grid, bx, by, serpentine = true): the transpose: panels of `panel`
+// consecutive tile columns, filled row by row, left to right inside a row:
+//     span = panel * gy
+//     p    = L / span,  o = L % span
+//     w    = min(panel, gx - p * panel)            (columns in this panel)
+//     y    = o / w,     x = p * panel + o % w
+//     if serpentine and p is odd:  y = gy - 1 - y  (odd panels walk bottom to top)
+//
+// Python mirror (integer division is floor division on non-negative values):
+//   def rasterize_row(panel, gx, gy, bx, by, serpentine=True):
+//       if panel <= 0: return bx, by
+//       L = by * gx + bx; p, o = divmod(L, panel * gx); h = min(panel, gy - p * panel)
+//       x, y = o // h, p * panel + o % h
+//       return (gx - 1 - x if serpentine and p % 2 else x), y
+#pragma once
+
+#include "types.h"
+
+namespace tc {
+
+TC_DEVICE int2 rasterize_row(int panel, uint3 grid, int bx, int by, bool serpentine = true) {
+  if (panel <= 0) return make_int2(bx, by);
+  const int gx = static_cast<int>(grid.x), gy = static_cast<int>(grid.y);
+  const int linear = by * gx + bx;
+  const int span = panel * gx;
+  const int p = linear / span, o = linear % span;
+  const int left = gy - p * panel, rows = panel < left ? panel : left;
+  int x = o / rows;
+  const int y = p * panel + o % rows;
+  if (serpentine && (p & 1)) x = gx - 1 - x;
+  return make_int2(x, y);
+}
+
+TC_DEVICE int2 rasterize_col(int panel, uint3 grid, int bx, int by, bool serpentine = true) {
+  if (panel <= 0) return make_int2(bx, by);
+  const int gx = static_cast<int>(grid.x), gy = static_cast<int>(grid.y);
+  const int linear = by * gx + bx;
+  const int span = panel * gy;
+  const int p = linear / span, o = linear % span;
+  const int left = gx - p * panel, cols = panel < left ? panel : left;
+  int y = o / cols;
+  const int x = p * panel + o % cols;
+  if (serpentine && (p & 1)) y = gy - 1 - y;
+  return make_int2(x, y);
+}
+
+}  // namespace tc

@@ -1,0 +1,355 @@
+"""infer_layouts: a layout for every fragment, shared tile and T.Parallel nest (paper alg. 1-2).
+
+Three phases over a kernel's tile ops, as in the paper:
+- strict: ops with hard requirements decide first (a gemm fixes its accumulator and register
+  operand fragments and its shared operands' swizzles; T.annotate_layout pins what it names);
+- common: to a fixed point, ops propagate what their neighbours decided (a T.Parallel nest takes
+  the layout of a fragment it indexes with its own variables and passes it on to the fragments
+  it indexes the same way, or a row/column projection of it to fragments indexed by a subset of
+  its variables; a reduction derives its output from its input; fragment copies share layouts);
+- free: whatever is left chooses for itself (a partition over the threads), then the common
+  phase runs again so the choice propagates.
+A buffer that two ops want laid out differently is an error naming both ops and their lines.
+"""
+from __future__ import annotations
+
+from ..errors import TileError
+from ..ir.buffer import FRAGMENT, Buffer, is_shared
+from ..ir.expr import BufferLoad
+from ..ir.stmt import BufferStore, For, Kernel
+from ..ir.tileop import AnnotateLayout, Copy, CumSum, Gemm, Reduce
+from ..ir.visitor import walk
+from ..arith.linear import structural_key
+from .. import layout as lay
+from ..tileops.gemm import warp_partition
+
+
+class LayoutMap:
+    def __init__(self, num_threads: int):
+        self.num_threads = num_threads
+        self.buffers: dict = {}
+        self.origin: dict = {}  # id(buffer) -> the node that decided its layout
+        self.loops: dict = {}
+        self.gemm_warps: dict = {}
+
+    def buffer(self, b: Buffer):
+        try:
+            return self.buffers[id(b)]
+        except KeyError:
+            raise TileError(f"internal: no layout was inferred for {b.name}", b.span) from None
+
+    def loop(self, loop: For):
+        return self.loops[id(loop)]
+
+    def has(self, b: Buffer) -> bool:
+        return id(b) in self.buffers
+
+    def set(self, b: Buffer, layout, by) -> bool:
+        """Record b's layout; False if it was already this layout, error if another."""
+        old = self.buffers.get(id(b))
+        if old is None:
+            self.buffers[id(b)] = layout
+            self.origin[id(b)] = by
+            return True
+        if old is layout or _same(old, layout):
+            return False
+        first = self.origin[id(b)]
+        raise TileError(
+            f"layout conflict for {b.name}: {_describe(by)} needs a different layout than the "
+            f"one {_describe(first)} chose", getattr(by, "span", None),
+            notes=((f"{b.name}'s layout was chosen here", getattr(first, "span", None)),))
+
+
+def _same(a, b) -> bool:
+    if type(a) is not type(b) or tuple(a.shape) != tuple(b.shape):
+        return False
+    if getattr(a, "replicate", 1) != getattr(b, "replicate", 1):
+        return False
+    return a.is_equal(b)
+
+
+def _annotated(b: Buffer, given, threads: int):
+    """A T.annotate_layout entry as a layout object (a callable is an index map)."""
+    if isinstance(given, lay.Layout):
+        return given
+    if callable(given):
+        shape = b.static_shape()
+        return lay.Layout(shape, lambda *idx: list(_as_list(given(*idx))))
+    raise TileError(f"T.annotate_layout: the layout given for {b.name} is neither a Layout, a "
+                    "Fragment nor a function of the indices", b.span)
+
+
+def _as_list(x):
+    return x if isinstance(x, (list, tuple)) else [x]
+
+
+def _shared_default(b: Buffer):
+    shape = b.static_shape()
+    if len(shape) == 2:
+        return lay.make_linear_layout(shape[0], shape[1], b.dtype.bits)
+    return lay.linear_layout(shape)
+
+
+def _describe(node) -> str:
+    if isinstance(node, For):
+        return "this T.Parallel loop"
+    name = getattr(node, "op_name", type(node).__name__)
+    return f"T.{name}" if name != "tileop" else type(node).__name__
+
+
+class _Inference:
+    def __init__(self, kernel: Kernel):
+        self.kernel = kernel
+        self.T = kernel.num_threads
+        self.map = LayoutMap(self.T)
+        self.ops = _tile_ops(kernel.body)
+        self.fragments = [b for b in _allocated(kernel.body) if b.scope == FRAGMENT]
+        self.shared = [b for b in _allocated(kernel.body) if is_shared(b.scope)]
+
+    def run(self) -> LayoutMap:
+        for op in self.ops:
+            self.strict(op)
+        self.replicate_multi_read()
+        self.common()
+        reduced = {id(op.src.buffer) for op in self.ops if isinstance(op, Reduce)}
+        for b in self.fragments:
+            if not self.map.has(b):
+                # A tile that is reduced gets thread groups along both dims; others the plain
+                # round-robin partition.
+                choose = lay.grid_partition if id(b) in reduced else lay.make_partition
+                self.map.set(b, choose(b.static_shape(), self.T), None)
+                self.common()
+        for op in self.ops:
+            if isinstance(op, For) and id(op) not in self.map.loops:
+                self.map.loops[id(op)] = lay.make_partition(_extents(op), self.T)
+        for b in self.shared:
+            if not self.map.has(b):
+                self.map.set(b, _shared_default(b), None)
+        return self.map
+
+    # --- strict -------------------------------------------------------------------
+    def strict(self, op):
+        if isinstance(op, Gemm):
+            m, n, k = _gemm_dims(op)
+            wm, wn = warp_partition(op, m, n, self.T)
+            self.map.gemm_warps[id(op)] = (wm, wn)
+            self.map.set(op.C.buffer, lay.gemm_c_fragment(m, n, wm, wn), op)
+            if op.A.buffer.scope == FRAGMENT:
+                self.map.set(op.A.buffer, lay.gemm_a_fragment(
+                    m, k, wm, wn, dtype=op.A.buffer.dtype.name, transposed=op.transpose_A), op)
+            for operand, k_major in ((op.A, not op.transpose_A), (op.B, op.transpose_B)):
+                b = operand.buffer
+                if is_shared(b.scope):
+                    rows, cols = b.static_shape()[-2:]
+                    self.map.set(b, lay.make_swizzled_layout(rows, cols, b.dtype.bits), op)
+        elif isinstance(op, AnnotateLayout):
+            for b, given in op.layouts.items():
+                self.map.set(b, _annotated(b, given, self.T), op)
+
+    def replicate_multi_read(self):
+        """A fragment some loop reads at two positions per iteration (G[r] - G[i]) or at
+        computed positions cannot follow that loop's layout: every thread keeps all of it."""
+        for op in self.ops:
+            if not isinstance(op, For):
+                continue
+            loop_vars = _loop_vars(op)
+            patterns: dict = {}
+            for b, indices in _fragment_accesses(op):
+                patterns.setdefault(id(b), (b, set()))[1].add(structural_key(tuple(indices)))
+                if _projection(indices, loop_vars) is None and \
+                        not _is_identity(indices, loop_vars, b, op):
+                    patterns[id(b)][1].add(("computed",))
+            for b, keys in patterns.values():
+                if len(keys) > 1 and not self.map.has(b):
+                    self.map.set(b, lay.fully_replicated(b.static_shape(), self.T), op)
+
+    # --- common -------------------------------------------------------------------
+    def common(self):
+        changed = True
+        while changed:
+            changed = False
+            for op in self.ops:
+                changed |= self.propagate(op)
+
+    def propagate(self, op) -> bool:
+        m = self.map
+        if isinstance(op, For):
+            return self.propagate_loop(op)
+        if isinstance(op, Reduce) and op.src.buffer.scope == FRAGMENT and m.has(op.src.buffer) \
+                and op.dst.buffer.scope == FRAGMENT and not m.has(op.dst.buffer):
+            return m.set(op.dst.buffer, lay.reduce_fragment(m.buffer(op.src.buffer), op.dim), op)
+        if isinstance(op, (Copy, CumSum)):
+            s, d = op.src.buffer, op.dst.buffer
+            if s.scope == FRAGMENT and d.scope == FRAGMENT and s.static_shape() == d.static_shape():
+                if m.has(s) and not m.has(d):
+                    return m.set(d, m.buffer(s), op)
+                if m.has(d) and not m.has(s):
+                    return m.set(s, m.buffer(d), op)
+        return False
+
+    def propagate_loop(self, loop: For) -> bool:
+        m = self.map
+        loop_vars = _loop_vars(loop)
+        accesses = _fragment_accesses(loop)
+        changed = False
+        if id(loop) not in m.loops:
+            for b, indices in accesses:
+                if m.has(b) and _is_identity(indices, loop_vars, b, loop):
+                    m.loops[id(loop)] = m.buffer(b)
+                    changed = True
+                    break
+            else:
+                for b, indices in accesses:
+                    kept = _projection(indices, loop_vars)
+                    layout = m.buffers.get(id(b))
+                    if kept is not None and isinstance(layout, lay.Fragment) and \
+                            not layout.is_fully_replicated():
+                        # Run each iteration in the threads that hold the element it reads.
+                        m.loops[id(loop)] = expand_fragment(layout, _extents(loop), kept)
+                        changed = True
+                        break
+                else:
+                    return False
+        frag = m.loops[id(loop)]
+        patterns: dict = {}
+        for b, indices in accesses:
+            patterns.setdefault(id(b), set()).add(structural_key(tuple(indices)))
+        for b, indices in accesses:
+            if m.has(b):
+                continue
+            if len(patterns[id(b)]) > 1 or (_projection(indices, loop_vars) is None and
+                                            not _is_identity(indices, loop_vars, b, loop)):
+                changed |= m.set(b, lay.fully_replicated(b.static_shape(), self.T), loop)
+                continue
+            if _is_identity(indices, loop_vars, b, loop):
+                changed |= m.set(b, frag, loop)
+                continue
+            kept = _projection(indices, loop_vars)
+            if kept is not None:
+                dropped = [d for d in range(len(loop_vars)) if d not in kept]
+                derived = frag
+                for d in reversed(dropped):
+                    derived = lay.reduce_fragment(derived, d)
+                if tuple(derived.shape) == tuple(b.static_shape()):
+                    changed |= m.set(b, derived, loop)
+        return changed
+
+
+def expand_fragment(frag, extents, kept) -> "lay.Fragment":
+    """A layout of the iteration space `extents` in which iteration idx runs in the threads
+    holding element idx[kept] of frag, the other dimensions walked in its registers."""
+    extents = tuple(extents)
+    others = [d for d in range(len(extents)) if d not in kept]
+    inner = 1
+    for d in others:
+        inner *= extents[d]
+    rep = frag.replicate
+
+    def forward(*args):
+        idx = args[:len(extents)]
+        sub = [idx[d] for d in kept]
+        flat = 0
+        for d in others:
+            flat = flat * extents[d] + idx[d]
+        thread = frag.thread_of(sub, args[-1] if rep > 1 else None)
+        return thread, frag.local_of(sub) * inner + flat
+
+    def logical(t, l):
+        back = frag.logical_of(t, l // inner)
+        out = [None] * len(extents)
+        for pos, d in enumerate(kept):
+            out[d] = back[pos]
+        rest = l % inner
+        for d in reversed(others):
+            out[d] = rest % extents[d]
+            rest = rest // extents[d]
+        return out + ([back[-1]] if rep > 1 else [])
+
+    return lay.Fragment(extents, forward, replicate=rep, threads=frag.num_threads,
+                        logical_fn=logical)
+
+
+def _tile_ops(body) -> list:
+    """Tile ops and outermost T.Parallel nests, in program order."""
+    out = []
+
+    def visit(s, in_parallel):
+        from ..ir.tileop import TileOp
+        if isinstance(s, For) and s.kind == "parallel" and not in_parallel:
+            out.append(s)
+            return
+        if isinstance(s, TileOp):
+            out.append(s)
+            return
+        from ..ir.visitor import children
+        from ..ir.stmt import Stmt
+        for c in children(s):
+            if isinstance(c, Stmt):
+                visit(c, in_parallel)
+
+    visit(body, False)
+    return out
+
+
+def _allocated(body) -> list:
+    from ..ir.stmt import Allocate
+    return [n.buffer for n in walk(body) if isinstance(n, Allocate)]
+
+
+def _extents(loop: For) -> tuple:
+    out = []
+    while isinstance(loop, For) and loop.kind == "parallel":
+        out.append(int(loop.extent.value))
+        loop = loop.body
+    return tuple(out)
+
+
+def _loop_vars(loop: For) -> list:
+    out = []
+    while isinstance(loop, For) and loop.kind == "parallel":
+        out.append(loop.var)
+        loop = loop.body
+    return out
+
+
+def _fragment_accesses(loop: For) -> list:
+    out = []
+    for n in walk(loop):
+        if isinstance(n, (BufferLoad, BufferStore)) and n.buffer.scope == FRAGMENT:
+            out.append((n.buffer, n.indices))
+    # Stores first: the buffer a loop writes is the natural owner of its layout.
+    out.sort(key=lambda p: 0 if any(isinstance(x, BufferStore) and x.buffer is p[0]
+                                    for x in walk(loop)) else 1)
+    return out
+
+
+def _is_identity(indices, loop_vars, buffer, loop) -> bool:
+    if len(indices) != len(loop_vars) or any(i is not v for i, v in zip(indices, loop_vars)):
+        return False
+    return tuple(buffer.static_shape()) == _extents(loop)
+
+
+def _projection(indices, loop_vars):
+    """Positions of the loop variables used as indices, if the indices are a subsequence."""
+    positions = []
+    for i in indices:
+        match = [p for p, v in enumerate(loop_vars) if v is i]
+        if not match:
+            return None
+        positions.append(match[0])
+    if positions != sorted(positions) or len(set(positions)) != len(positions):
+        return None
+    return positions
+
+
+def _gemm_dims(op: Gemm):
+    a = [e for e in op.A.static_extents() if e != 1] or list(op.A.static_extents()[-2:])
+    b = [e for e in op.B.static_extents() if e != 1] or list(op.B.static_extents()[-2:])
+    m, k = (a[1], a[0]) if op.transpose_A else (a[0], a[1])
+    n = b[0] if op.transpose_B else b[1]
+    return m, n, k
+
+
+def infer_layouts(kernel: Kernel) -> LayoutMap:
+    return _Inference(kernel).run()
+

@@ -1,0 +1,147 @@
+"""insert_barriers: a __syncthreads wherever one thread may touch shared memory another used.
+
+Runs on tile-level IR, where every statement is executed by the whole block: a tile op, a
+T.Parallel nest, a block-uniform `if` or loop. Within one tile op no two threads touch the same
+shared element in conflicting ways (an op's lowering guarantees it), so hazards exist only
+between statements: a read or write after a write (RAW, WAW) or a write after a read (WAR) of
+the same shared buffer by different statements. A barrier is placed before the second statement
+of each such pair unless one already separates them; loops are scanned twice so that hazards
+around the back edge (the next iteration overwriting what this one still reads) get a barrier
+at the top of the body. Barriers never go inside a T.Parallel nest (whose conditions may differ
+per thread); block-uniform `if`s may hold them, since every thread takes the same branch.
+"""
+from __future__ import annotations
+
+from ..ir.buffer import is_shared
+from ..ir.expr import BufferLoad, Call
+from ..ir.stmt import BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt, seq, stmts_of
+from ..ir.tileop import TileOp
+from ..ir.visitor import walk
+import dataclasses
+
+
+def sync_stmt(span=None) -> Evaluate:
+    return Evaluate(Call("tc::syncthreads", (), _handle()), span)
+
+
+def is_sync(s) -> bool:
+    return isinstance(s, Evaluate) and isinstance(s.value, Call) and \
+        s.value.name == "tc::syncthreads"
+
+
+def _handle():
+    from ..ir import dtypes
+    return dtypes.handle
+
+
+def shared_accesses(s) -> tuple[set, set]:
+    """(ids read, ids written) of shared buffers by a tile-level statement."""
+    reads, writes = set(), set()
+    for n in walk(s):
+        if isinstance(n, TileOp):
+            reads |= {id(b) for b in n.reads() if is_shared(b.scope)}
+            writes |= {id(b) for b in n.writes() if is_shared(b.scope)}
+        elif isinstance(n, BufferLoad) and is_shared(n.buffer.scope):
+            reads.add(id(n.buffer))
+        elif isinstance(n, BufferStore) and is_shared(n.buffer.scope):
+            writes.add(id(n.buffer))
+    return reads, writes
+
+
+class _State:
+    def __init__(self, reads=(), writes=()):
+        self.reads, self.writes = set(reads), set(writes)
+
+    def copy(self):
+        return _State(self.reads, self.writes)
+
+    def conflicts(self, reads, writes) -> bool:
+        return bool(reads & self.writes or writes & (self.writes | self.reads))
+
+    def merge(self, other):
+        self.reads |= other.reads
+        self.writes |= other.writes
+
+
+class _Inserter:
+    def block(self, stmts, state: _State) -> list:
+        out = []
+        for s in stmts:
+            out.extend(self.stmt(s, state))
+        return out
+
+    def stmt(self, s, state: _State) -> list:
+        if is_sync(s):
+            state.reads.clear()
+            state.writes.clear()
+            return [s]
+        if isinstance(s, For) and s.kind != "parallel":
+            return [self.loop(s, state)]
+        if isinstance(s, IfThenElse) and _is_tile_level(s):
+            then_state, else_state = state.copy(), state.copy()
+            then_body = seq(self.block(stmts_of(s.then_body), then_state))
+            else_body = None
+            if s.else_body is not None:
+                else_body = seq(self.block(stmts_of(s.else_body), else_state))
+            then_state.merge(else_state)
+            state.reads, state.writes = then_state.reads, then_state.writes
+            return [dataclasses.replace(s, then_body=then_body, else_body=else_body)]
+        reads, writes = shared_accesses(s)
+        out = []
+        if state.conflicts(reads, writes):
+            out.append(sync_stmt(s.span))
+            state.reads.clear()
+            state.writes.clear()
+        state.reads |= reads
+        state.writes |= writes
+        return out + [s]
+
+    def loop(self, s: For, state: _State):
+        entry = state.copy()
+        first = _State(entry.reads, entry.writes)
+        body = self.block(stmts_of(s.body), first)
+        # What is pending at the end of an iteration meets the start of the next one.
+        wrap = _State(first.reads, first.writes)
+        probe = self.block(stmts_of(s.body), wrap)
+        if _first_sync_index(probe) < _first_sync_index(body) or (
+                _count_syncs(probe) > _count_syncs(body)):
+            head = _State()
+            body = [sync_stmt(s.span)] + self.block(stmts_of(s.body), head)
+            first = head
+        # After the loop: whatever an iteration left pending, or the entry state if it ran
+        # zero times.
+        state.reads = first.reads | entry.reads
+        state.writes = first.writes | entry.writes
+        return dataclasses.replace(s, body=seq(body))
+
+
+def _first_sync_index(stmts) -> int:
+    for i, s in enumerate(stmts):
+        if is_sync(s):
+            return i
+    return len(stmts)
+
+
+def _count_syncs(stmts) -> int:
+    return sum(1 for s in stmts if is_sync(s))
+
+
+def _is_tile_level(s: IfThenElse) -> bool:
+    """An `if` outside T.Parallel: its condition is the same for every thread of the block."""
+    return True
+
+
+def insert_barriers(func):
+    """Return func with barriers added to every kernel."""
+    kernels = []
+
+    def rebuild(s):
+        if isinstance(s, Kernel):
+            body = seq(_Inserter().block(stmts_of(s.body), _State()))
+            return dataclasses.replace(s, body=body)
+        if isinstance(s, SeqStmt):
+            return seq([rebuild(x) for x in s.stmts])
+        return s
+
+    kernels.append(None)
+    return dataclasses.replace(func, body=rebuild(func.body))

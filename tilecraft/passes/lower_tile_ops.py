@@ -1,0 +1,154 @@
+"""lower_tile_ops: tile-level kernels -> code for one thread (paper algorithm 3).
+
+Per kernel: infer the layouts, then replace each tile op and T.Parallel nest by its thread-level
+code (tileops/<op>.py), fragments by register arrays and shared tiles by flat arrays. What stays
+tile-level in form (serial loops, block-uniform ifs, scalar statements) runs on every thread.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ..arith.linear import constant_value
+from ..errors import TileError
+from ..ir import tileop as top
+from ..ir.buffer import FRAGMENT, GLOBAL, BufferRegion, is_shared
+from ..ir.expr import Expr, Var
+from ..ir.stmt import (Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt, seq)
+from ..tileops.cumsum import lower_cumsum
+from ..tileops.copy import lower_atomic_tile, lower_copy, lower_fill
+from ..tileops.gemm import lower_gemm
+from ..tileops.lowering import AccessRewriter, ThreadContext
+from ..tileops.parallel import lower_parallel
+from ..tileops.reduce import lower_reduce
+from .infer_layouts import infer_layouts
+
+
+class _KernelLowering:
+    def __init__(self, kernel: Kernel):
+        self.kernel = kernel
+        tx = Var("tx")
+        self.ctx = ThreadContext(tx, kernel.num_threads, infer_layouts(kernel))
+        self.ctx.var_bounds[id(tx)] = (0, kernel.num_threads - 1)
+        for v, g in zip(kernel.block_vars, kernel.grid):
+            n = constant_value(g)
+            self.ctx.var_bounds[id(v)] = (0, (n - 1) if n is not None else float("inf"))
+        self.swizzle = None
+
+    def run(self) -> Kernel:
+        body = self.stmt(self.kernel.body)
+        attrs = dict(self.kernel.attrs)
+        if self.swizzle is not None:
+            attrs["use_swizzle"] = self.swizzle
+        return dataclasses.replace(self.kernel, body=body, thread_var=self.ctx.tx, attrs=attrs)
+
+    def scalar_rewriter(self):
+        def local_index(buffer, indices):
+            return self.ctx.simplify(self.ctx.layouts.buffer(buffer).local_of(list(indices)))
+        return AccessRewriter(self.ctx, local_index)
+
+    def stmt(self, s):
+        ctx = self.ctx
+        if isinstance(s, SeqStmt):
+            return seq([self.stmt(x) for x in s.stmts], s.span)
+        if isinstance(s, For):
+            if s.kind == "parallel":
+                return lower_parallel(s, ctx)
+            n = constant_value(s.extent)
+            lo = constant_value(s.start)
+            if n is not None and lo is not None:
+                ctx.var_bounds[id(s.var)] = (lo, lo + n - 1)
+            else:
+                ctx.var_bounds[id(s.var)] = (0, float("inf"))
+            kind = "serial" if s.kind == "pipelined" else s.kind
+            return dataclasses.replace(s, body=self.stmt(s.body), kind=kind, annotations={})
+        if isinstance(s, IfThenElse):
+            cond = self.scalar_rewriter().visit(s.cond)
+            return dataclasses.replace(s, cond=cond, then_body=self.stmt(s.then_body),
+                                       else_body=None if s.else_body is None
+                                       else self.stmt(s.else_body))
+        if isinstance(s, Allocate):
+            return self.allocate(s)
+        if isinstance(s, (BufferStore, Evaluate)):
+            return self.scalar_rewriter().visit(s)
+        if isinstance(s, top.TileOp):
+            return self.tile_op(s)
+        raise TileError(f"internal: cannot lower {type(s).__name__}", getattr(s, "span", None))
+
+    def allocate(self, s: Allocate):
+        b = s.buffer
+        if b.scope == FRAGMENT:
+            return Allocate(self.ctx.register_array(b), s.span)
+        if is_shared(b.scope):
+            return Allocate(self.ctx.flat(b), s.span)
+        if b.scope == GLOBAL:
+            raise TileError(f"T.alloc_global ({b.name}) is not supported by the CUDA backend yet",
+                            s.span)
+        return s
+
+    def operands_read(self, op):
+        """op with the index expressions of its operands (and a scalar value) rewritten to the
+        lowered storage: `K[tile_list[idx] * 64, 0]` reads tile_list from shared memory."""
+        rewriter = self.scalar_rewriter()
+        changes = {}
+        for f in dataclasses.fields(op):
+            v = getattr(op, f.name)
+            if isinstance(v, BufferRegion):
+                ranges = tuple((rewriter.visit(a), rewriter.visit(b)) for a, b in v.ranges)
+                changes[f.name] = dataclasses.replace(v, ranges=ranges)
+            elif f.name == "value" and isinstance(v, Expr):
+                changes[f.name] = rewriter.visit(v)
+        if not changes:
+            return op
+        new = dataclasses.replace(op, **changes)
+        warps = self.ctx.layouts.gemm_warps
+        if id(op) in warps:
+            warps[id(new)] = warps[id(op)]
+        return new
+
+    def tile_op(self, op):
+        ctx = self.ctx
+        if not isinstance(op, (top.AnnotateLayout, top.UseSwizzle)):
+            op = self.operands_read(op)
+        if isinstance(op, top.Copy):
+            return lower_copy(op, ctx)
+        if isinstance(op, top.Fill):
+            return lower_fill(op, ctx)
+        if isinstance(op, top.Gemm):
+            return lower_gemm(op, ctx)
+        if isinstance(op, top.Reduce):
+            return lower_reduce(op, ctx)
+        if isinstance(op, top.CumSum):
+            return lower_cumsum(op, ctx)
+        if isinstance(op, top.Atomic):
+            if isinstance(op.value, BufferRegion):
+                return lower_atomic_tile(op, ctx)
+            return self.scalar_rewriter().visit(op)
+        if isinstance(op, top.AnnotateLayout):
+            return None
+        if isinstance(op, top.UseSwizzle):
+            if op.enable:
+                self.swizzle = (op.panel_size, op.order)
+            return None
+        raise TileError(f"T.{op.op_name} is not supported by the CUDA backend yet", op.span)
+
+
+def lower_tile_ops(func):
+    """Return func with every kernel lowered to thread-level code."""
+    align = {}
+
+    def rebuild(s):
+        if isinstance(s, Kernel):
+            lowering = _KernelLowering(s)
+            kernel = lowering.run()
+            ctx = lowering.ctx
+            for key, flat in ctx.flat_shared.items():
+                layout = ctx.layouts.buffers.get(key)
+                align[id(flat)] = getattr(layout, "alignment", 16)
+            return kernel
+        if isinstance(s, SeqStmt):
+            return seq([rebuild(x) for x in s.stmts])
+        return s
+
+    body = rebuild(func.body)
+    return dataclasses.replace(func, body=body, attrs={**func.attrs, "smem_align": align})
+

@@ -1,0 +1,39 @@
+"""The passes each target runs, in order. Each pass is a function PrimFunc -> PrimFunc; with
+TILECRAFT_DUMP_IR=dir the IR after every pass (and the generated source) is written there."""
+from __future__ import annotations
+
+import os
+
+from .. import knobs
+from ..ir.verify import verify
+from .insert_barriers import insert_barriers
+from .lower_tile_ops import lower_tile_ops
+from .plan_shared_memory import plan_shared_memory
+
+
+def _dump(func, index: int, name: str, text: str | None = None):
+    directory = knobs.dump_ir_dir()
+    if not directory:
+        return
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"{func.name}.{index:02d}.{name}.txt")
+    with open(path, "w") as f:
+        f.write(text if text is not None else func.script())
+
+
+def cuda_sm80(func, smem_limit: int | None = None):
+    """The mma.sync path (Ampere and later): barriers, thread-level lowering, shared arena."""
+    verify(func)
+    _dump(func, 0, "input")
+    steps = [("insert_barriers", insert_barriers),
+             ("lower_tile_ops", lower_tile_ops),
+             ("plan_shared_memory", lambda f: plan_shared_memory(
+                 f, f.attrs.get("smem_align"), smem_limit))]
+    for i, (name, run) in enumerate(steps, start=1):
+        func = run(func)
+        _dump(func, i, name)
+    return func
+
+
+def dump_source(func, source: str):
+    _dump(func, 99, "cuda", source)

@@ -1,0 +1,161 @@
+"""A PrimFunc compiled for one GPU architecture: CUDA source, cubin and launch plan.
+
+Compiling needs only nvcc (so CI can build for sm_80 / sm_90a without a GPU); running needs
+the GPU of that architecture. Whole programs are cached on disk keyed by the tile IR text,
+the target and the flags, so a kernel compiled once loads in a new process without lowering
+or nvcc. Every launch gets the same arguments: the tensor pointers, then the scalar
+parameters, then the symbolic sizes bound from tensor shapes.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+import threading
+from types import SimpleNamespace
+
+import numpy as np
+
+from .. import __version__, knobs
+from ..ir.buffer import Buffer
+from . import cache
+from .toolchain import compile_cubin, nvcc_version
+
+# Per-block shared memory the compiler may plan for each architecture.
+_SMEM_LIMIT = {"sm_80": 163 * 1024, "sm_86": 99 * 1024, "sm_89": 99 * 1024,
+               "sm_90": 227 * 1024, "sm_90a": 227 * 1024}
+_memory: dict = {}
+_lock = threading.Lock()
+
+
+def _positions(func, signature) -> list:
+    """Where each kernel argument comes from: ("tensor"|"scalar", param index) or
+    ("size", (param index, dim))."""
+    index = {id(p): i for i, p in enumerate(func.params)}
+    dims = {}
+    for i, p in enumerate(func.params):
+        for d, s in enumerate(p.shape if isinstance(p, Buffer) else ()):
+            dims.setdefault(id(s), (i, d))
+    return [(kind, dims[id(obj)] if kind == "size" else index[id(obj)])
+            for kind, obj in signature]
+
+
+class CudaProgram:
+    def __init__(self, func, arch: str, *, fast_math: bool = False, debug: bool = False):
+        self.arch = arch
+        flags = ("--use_fast_math",) if fast_math else ()
+        if debug:
+            flags += ("-G",)
+        dumping = bool(knobs.dump_ir_dir())
+        key = cache.cache_key(func.script(), arch, flags,
+                              {"tilecraft": __version__, "nvcc": nvcc_version(), "kind": "program"})
+        plan = None if dumping or knobs.cache_disabled() else _load(key)
+        if plan is None:
+            plan = self._build(func, arch, flags, dumping)
+            if not dumping and not knobs.cache_disabled():
+                _store(key, plan)
+        self.__dict__.update(plan)
+        self._kernels = None
+
+    @staticmethod
+    def _build(func, arch, flags, dumping) -> dict:
+        # The compiler proper is imported here, so a process that only loads cached
+        # programs never pays for importing it.
+        from ..codegen.cuda import emit_cuda, kernel_signature
+        from ..passes import pipelines
+        lowered = pipelines.cuda_sm80(func, _SMEM_LIMIT.get(arch))
+        source, names = emit_cuda(lowered)
+        pipelines.dump_source(func, source)
+        compiled = cache.get_or_compile(
+            source, arch, flags, compile_fn=lambda src, a, f: compile_cubin(src, a, flags=f),
+            bypass=dumping)
+        signature = kernel_signature(lowered)
+        positions = _positions(lowered, signature)
+        binds = [(obj, pos) for (kind, obj), pos in zip(signature, positions) if kind != "tensor"]
+        launches = [(name, k.grid, k.threads, smem) for name, k, smem in
+                    zip(names, lowered.kernels(), lowered.attrs["smem_bytes"])]
+        return {"source": source, "cubin": compiled.cubin, "kernel_info": dict(compiled.kernels),
+                "positions": positions, "binds": binds, "launches": launches,
+                "param_kinds": [("ptr", obj.dtype.name) if kind == "tensor" else obj.dtype.name
+                                for kind, obj in signature]}
+
+    # --- facts ------------------------------------------------------------------
+    @property
+    def registers(self) -> int:
+        return max((k.registers for k in self.kernel_info.values()), default=0)
+
+    @property
+    def spills(self) -> int:
+        return max((k.spill_bytes for k in self.kernel_info.values()), default=0)
+
+    @property
+    def shared_memory(self) -> int:
+        return max((smem for *_, smem in self.launches), default=0)
+
+    # --- running ----------------------------------------------------------------
+    def _load(self):
+        from .launcher import CudaKernel, CudaModule
+        module = CudaModule(self.cubin)
+        self._kernels = [CudaKernel(module, name, self.param_kinds, block=threads,
+                                    dynamic_smem=smem)
+                         for name, _, threads, smem in self.launches]
+
+    def run(self, values: list, shapes: list, stream=None):
+        """values[i]: the tensor or scalar for parameter i; shapes[i]: tensor i's shape."""
+        if self._kernels is None:
+            self._load()
+        args = []
+        for kind, pos in self.positions:
+            if kind == "size":
+                args.append(int(shapes[pos[0]][pos[1]]))
+            else:
+                args.append(values[pos])
+        env = {}
+        for var, (kind, pos) in zip((b[0] for b in self.binds), (b[1] for b in self.binds)):
+            env[id(var)] = np.int64(shapes[pos[0]][pos[1]] if kind == "size" else values[pos])
+        known = SimpleNamespace(env=env)
+        for kernel, (_, grid, _, _) in zip(self._kernels, self.launches):
+            dims = [_evaluate(g, known) for g in grid]
+            if any(d <= 0 for d in dims):
+                continue  # an empty grid launches nothing
+            kernel.launch(args, tuple(dims) + (1,) * (3 - len(dims)), stream)
+
+
+def _evaluate(e, known) -> int:
+    from ..interp.values import Evaluator
+    if isinstance(e, int):
+        return e
+    return int(Evaluator(known).eval(e))
+
+
+def _path(key: str) -> str:
+    return os.path.join(knobs.cache_dir(), "programs", key[:2], key + ".pkl")
+
+
+def _load(key: str) -> dict | None:
+    with _lock:
+        if key in _memory:
+            return _memory[key]
+    try:
+        with open(_path(key), "rb") as f:
+            plan = pickle.load(f)
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        return None
+    with _lock:
+        _memory[key] = plan
+    return plan
+
+
+def _store(key: str, plan: dict):
+    with _lock:
+        _memory[key] = plan
+    path = _path(key)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(plan, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)  # atomic: a reader sees the old entry or the whole new one
+    except OSError:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

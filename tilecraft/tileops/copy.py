@@ -1,0 +1,211 @@
+"""T.copy, T.fill and tile-form atomics on threads.
+
+A copy that touches a fragment runs as an element-wise loop laid out like the fragment, so each
+thread moves the registers it holds. Other copies (global <-> shared, shared <-> shared) are
+split over the threads in 16-byte chunks when both sides allow it: same dtype, rows made of
+whole chunks, and a global column start that is a multiple of the chunk (then a chunk is either
+wholly inside the tensor or wholly outside, and one predicated vector access does it). The rest
+fall back to one element per access, each guarded.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..arith.linear import linear_form
+from ..errors import TileError
+from ..ir import dtypes as dt
+from ..ir.buffer import FRAGMENT, GLOBAL, LOCAL, LOCAL_VAR, BufferRegion, is_shared
+from ..ir.expr import BufferLoad, Call, Var, cast, const
+from ..ir.stmt import BufferStore, Evaluate, For, IfThenElse
+from ..ir.tileop import Atomic
+from .. import layout as lay
+from .lowering import ThreadContext, in_bounds_condition
+from .parallel import lower_parallel
+
+
+def _tile_extents(region: BufferRegion) -> list[int]:
+    ext = region.static_extents()
+    if ext is None:
+        raise TileError(f"T.copy: the extents of the {region.buffer.name} tile must be known at "
+                        "compile time for the CUDA backend", region.span)
+    return [e for e in ext if e != 1] or [1]
+
+
+def region_index(region: BufferRegion, coords) -> tuple:
+    """Buffer indices of tile coordinates (one per non-unit extent, in order)."""
+    coords = list(coords)
+    out = []
+    ext = region.static_extents()
+    non_unit = [d for d, e in enumerate(ext) if e != 1] or [len(ext) - 1]
+    for d, (start, _) in enumerate(region.ranges):
+        out.append(start + coords.pop(0) if d in non_unit else start)
+    return tuple(out)
+
+
+def _synthetic_loop(extents, make_body, span):
+    """A T.Parallel nest over `extents` whose body make_body(vars) builds."""
+    vars_ = [Var(f"i{d}") for d in range(len(extents))]
+    body = make_body(vars_)
+    for v, e in reversed(list(zip(vars_, extents))):
+        body = For(v, const(0), const(e), "parallel", body, {}, span)
+    return body
+
+
+def _lower_with_layout(loop, layout, ctx: ThreadContext):
+    ctx.layouts.loops[id(loop)] = layout
+    return lower_parallel(loop, ctx)
+
+
+def lower_copy(op, ctx: ThreadContext):
+    src, dst = op.src, op.dst
+    extents = _tile_extents(src)
+    frag = next((r.buffer for r in (dst, src) if r.buffer.scope == FRAGMENT), None)
+
+    def body(vars_):
+        value = cast(BufferLoad(src.buffer, region_index(src, vars_)), dst.buffer.dtype)
+        return BufferStore(dst.buffer, region_index(dst, vars_), value, op.span)
+
+    loop = _synthetic_loop(extents, body, op.span)
+    if frag is not None:
+        layout = ctx.layouts.buffer(frag)
+        if tuple(layout.shape) != tuple(extents):
+            raise TileError(f"T.copy: copying part of fragment {frag.name} is not supported by "
+                            "the CUDA backend yet; copy the whole fragment", op.span)
+        return _lower_with_layout(loop, layout, ctx)
+    vector = _vector_width(src, dst, extents, ctx)
+    if vector > 1:
+        return _vector_copy(op, extents, vector, ctx)
+    return _lower_with_layout(loop, lay.make_partition(tuple(extents), ctx.num_threads), ctx)
+
+
+def _vector_width(src: BufferRegion, dst: BufferRegion, extents, ctx) -> int:
+    if src.buffer.dtype is not dst.buffer.dtype:
+        return 1
+    d = src.buffer.dtype
+    v = 128 // d.bits if d.bits >= 8 else 1
+    if v <= 1 or extents[-1] % v:
+        return 1
+    for r in (src, dst):
+        b = r.buffer
+        if b.scope in (LOCAL, LOCAL_VAR):
+            return 1
+        last_start = r.ranges[-1][0]
+        if not _multiple_of(last_start, v):
+            return 1
+        if b.scope == GLOBAL:
+            width = b.shape[-1]
+            if not isinstance(width, int) or width % v:
+                return 1
+            if r.static_extents()[-1] == 1:
+                return 1
+        elif is_shared(b.scope):
+            if not _keeps_chunks(ctx.layouts.buffer(b), v):
+                return 1
+    return v
+
+
+def _keeps_chunks(layout, v: int) -> bool:
+    """Every run of v elements along the last dim that starts at a multiple of v is stored
+    contiguously at an offset that is a multiple of v (so one vector access moves it)."""
+    table = layout.table()[..., 0]
+    runs = table.reshape(table.shape[:-1] + (table.shape[-1] // v, v)) if \
+        table.shape[-1] % v == 0 else None
+    if runs is None:
+        return False
+    first = runs[..., :1]
+    return bool(np.all(runs == first + np.arange(v)) and np.all(first % v == 0))
+
+
+def _multiple_of(e, v: int) -> bool:
+    if isinstance(e, int):
+        return e % v == 0
+    terms, k = linear_form(e)
+    return k % v == 0 and all(c % v == 0 for _, c in terms.values())
+
+
+def _vector_copy(op, extents, v: int, ctx: ThreadContext):
+    """Chunks of v elements: chunk c = l * threads + tx covers row c // (C / v)."""
+    src, dst = op.src, op.dst
+    rows = 1
+    for e in extents[:-1]:
+        rows *= e
+    per_row = extents[-1] // v
+    chunks = rows * per_row
+    T = ctx.num_threads
+    n = -(-chunks // T)
+    l = ctx.fresh("l", n)
+    c = l * T + ctx.tx
+    coords = _unflatten(ctx.simplify(c // per_row), extents[:-1], ctx) + \
+        [ctx.simplify((c % per_row) * v)]
+    s_idx, d_idx = region_index(src, coords), region_index(dst, coords)
+    bits = src.buffer.dtype.bits * v
+    load = _vector_load(src.buffer, s_idx, bits, ctx)
+    store = _vector_store(dst.buffer, d_idx, load, bits, ctx, op.span)
+    if chunks % T:
+        store = IfThenElse(ctx.simplify(c) < chunks, store, None, op.span)
+    return For(l, const(0), const(n), "unroll", store, {}, op.span)
+
+
+def _unflatten(flat, extents, ctx) -> list:
+    coords = []
+    for d in range(len(extents)):
+        inner = 1
+        for e in extents[d + 1:]:
+            inner *= e
+        coords.append(ctx.simplify((flat // inner) % extents[d]) if d else
+                      ctx.simplify(flat // inner))
+    return coords
+
+
+def _address(buffer, idx, ctx):
+    if is_shared(buffer.scope):
+        return Call("address_of", (BufferLoad(ctx.flat(buffer), (ctx.shared_offset(buffer, idx),)),),
+                    dt.handle)
+    return Call("address_of", (BufferLoad(buffer, tuple(ctx.simplify(i) for i in idx)),), dt.handle)
+
+
+def _vector_load(buffer, idx, bits, ctx):
+    addr = _address(buffer, idx, ctx)
+    if buffer.scope == GLOBAL:
+        cond = in_bounds_condition(ctx, buffer, idx)
+        if cond is not None:
+            return Call(f"tc::ld_global_{bits}_pred", (addr, cond), dt.handle)
+        return Call(f"tc::ld_global_{bits}", (addr,), dt.handle)
+    return Call(f"tc::ld_shared_{bits}", (addr,), dt.handle)
+
+
+def _vector_store(buffer, idx, value, bits, ctx, span):
+    addr = _address(buffer, idx, ctx)
+    if buffer.scope == GLOBAL:
+        store = Evaluate(Call(f"tc::st_global_{bits}", (addr, value), dt.handle), span)
+        cond = in_bounds_condition(ctx, buffer, idx)
+        return IfThenElse(cond, store, None, span) if cond is not None else store
+    return Evaluate(Call(f"tc::st_shared_{bits}", (addr, value), dt.handle), span)
+
+
+def lower_fill(op, ctx: ThreadContext):
+    dst = op.dst
+    extents = _tile_extents(dst)
+    loop = _synthetic_loop(extents, lambda vars_: BufferStore(
+        dst.buffer, region_index(dst, vars_), op.value, op.span), op.span)
+    if dst.buffer.scope == FRAGMENT:
+        layout = ctx.layouts.buffer(dst.buffer)
+        if tuple(layout.shape) == tuple(extents):
+            return _lower_with_layout(loop, layout, ctx)
+    return _lower_with_layout(loop, lay.make_partition(tuple(extents), ctx.num_threads), ctx)
+
+
+def lower_atomic_tile(op, ctx: ThreadContext):
+    dst, value = op.dst, op.value
+    extents = _tile_extents(value)
+
+    def body(vars_):
+        v = BufferLoad(value.buffer, region_index(value, vars_))
+        target = BufferRegion(dst.buffer, tuple((i, const(1)) for i in region_index(dst, vars_)))
+        return Atomic(op.kind, target, cast(v, dst.buffer.dtype), op.span)
+
+    loop = _synthetic_loop(extents, body, op.span)
+    if value.buffer.scope == FRAGMENT:
+        return _lower_with_layout(loop, ctx.layouts.buffer(value.buffer), ctx)
+    return _lower_with_layout(loop, lay.make_partition(tuple(extents), ctx.num_threads), ctx)
+

@@ -1,0 +1,167 @@
+"""What every tile-op lowering shares: the kernel's thread context and access rewriting.
+
+Lowering turns tile-level statements into code for one thread. Buffers change representation
+on the way: a fragment becomes a per-thread register array (indexed by the fragment layout's
+local index), a shared tile becomes a flat array (indexed by its layout's offset), and global
+accesses that may fall outside the tensor are guarded, so that out-of-bounds reads give zero
+and out-of-bounds writes do nothing, as in the language.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import numpy as np
+
+from ..arith.bounds import bound_of, simplify
+from ..errors import TileError
+from ..ir import dtypes as dt
+from ..ir.buffer import FRAGMENT, GLOBAL, LOCAL, Buffer, is_shared
+from ..ir.expr import BufferLoad, Call, Const, Expr, Var, const, convert, logical, select
+from ..ir.stmt import BufferStore, Evaluate, IfThenElse
+from ..ir.visitor import Mutator, walk
+
+
+@dataclass
+class ThreadContext:
+    """One kernel being lowered."""
+    tx: Var
+    num_threads: int
+    layouts: object  # passes.infer_layouts.LayoutMap
+    var_bounds: dict = field(default_factory=dict)
+    registers: dict = field(default_factory=dict)  # id(fragment) -> local Buffer
+    flat_shared: dict = field(default_factory=dict)  # id(shared tile) -> flat Buffer
+    allocations: list = field(default_factory=list)  # new Allocate statements to hoist
+    counter: int = 0
+
+    def fresh(self, name: str, extent: int | None = None) -> Var:
+        self.counter += 1
+        v = Var(name, dt.int32)
+        if extent is not None:
+            self.var_bounds[id(v)] = (0, extent - 1)
+        return v
+
+    def simplify(self, e):
+        return simplify(e, self.var_bounds)
+
+    def register_array(self, frag: Buffer) -> Buffer:
+        reg = self.registers.get(id(frag))
+        if reg is None:
+            layout = self.layouts.buffer(frag)
+            reg = Buffer(frag.name, (layout.locals_per_thread,), frag.dtype, LOCAL, frag.span)
+            self.registers[id(frag)] = reg
+        return reg
+
+    def flat(self, shared: Buffer) -> Buffer:
+        flat = self.flat_shared.get(id(shared))
+        if flat is None:
+            layout = self.layouts.buffer(shared)
+            size = int(np.prod(layout.output_shape))
+            flat = Buffer(shared.name, (size,), shared.dtype, shared.scope, shared.span)
+            self.flat_shared[id(shared)] = flat
+        return flat
+
+    def shared_offset(self, shared: Buffer, indices) -> Expr:
+        layout = self.layouts.buffer(shared)
+        return self.simplify(layout.forward(list(indices))[0])
+
+
+def evaluate_table(expr, env: dict) -> np.ndarray:
+    """expr evaluated on numpy arrays bound to its variables (env: id(var) -> array)."""
+    from ..interp.values import Evaluator
+    return np.asarray(Evaluator(SimpleNamespace(env=env)).eval(expr))
+
+
+def uses_var(e, var: Var) -> bool:
+    return any(n is var for n in walk(e))
+
+
+def in_bounds_condition(ctx: ThreadContext, buffer: Buffer, indices) -> Expr | None:
+    """The condition that indices lie inside a global buffer, or None when provably so."""
+    cond = None
+    for idx, extent in zip(indices, buffer.shape):
+        lo, hi = bound_of(idx, ctx.var_bounds)
+        ext_lo = bound_of(extent, ctx.var_bounds)[0] if isinstance(extent, Expr) else extent
+        parts = []
+        if lo < 0:
+            parts.append(idx >= 0)
+        if not hi < ext_lo:
+            parts.append(idx < extent)
+        for p in parts:
+            cond = p if cond is None else logical("and", cond, p)
+    return cond
+
+
+class AccessRewriter(Mutator):
+    """Rewrites loads and stores of one thread's lowered code to the buffers' storage.
+
+    local_index(fragment, indices) is supplied by the caller: it must return the register
+    index of an element this thread holds (a T.Parallel lowering proves ownership first)."""
+
+    def __init__(self, ctx: ThreadContext, local_index):
+        self.ctx = ctx
+        self.local_index = local_index
+
+    def visit_BufferLoad(self, e: BufferLoad):
+        indices = tuple(self.ctx.simplify(self.visit(i)) for i in e.indices)
+        b = e.buffer
+        if b.scope == FRAGMENT:
+            return BufferLoad(self.ctx.register_array(b), (self.local_index(b, indices),), e.span)
+        if is_shared(b.scope):
+            return BufferLoad(self.ctx.flat(b), (self.ctx.shared_offset(b, indices),), e.span)
+        load = BufferLoad(b, indices, e.span)
+        if b.scope == GLOBAL:
+            cond = in_bounds_condition(self.ctx, b, indices)
+            if cond is not None:
+                return select(cond, load, const(0, b.dtype))
+        return load
+
+    def visit_BufferStore(self, s: BufferStore):
+        value = self.visit(s.value)
+        indices = tuple(self.ctx.simplify(self.visit(i)) for i in s.indices)
+        b = s.buffer
+        if b.scope == FRAGMENT:
+            return BufferStore(self.ctx.register_array(b), (self.local_index(b, indices),),
+                               value, s.span)
+        if is_shared(b.scope):
+            return BufferStore(self.ctx.flat(b), (self.ctx.shared_offset(b, indices),), value,
+                               s.span)
+        store = BufferStore(b, indices, value, s.span)
+        if b.scope == GLOBAL:
+            cond = in_bounds_condition(self.ctx, b, indices)
+            if cond is not None:
+                return IfThenElse(cond, store, None, s.span)
+        return store
+
+    def visit_Atomic(self, s):
+        """A scalar atomic: one hardware atomic on the element's address."""
+        from ..ir.tileop import Atomic
+        assert isinstance(s, Atomic)
+        value = self.visit(s.value)
+        indices = tuple(self.ctx.simplify(self.visit(i)) for i in s.dst.starts)
+        b = s.dst.buffer
+        if is_shared(b.scope):
+            target = BufferLoad(self.ctx.flat(b), (self.ctx.shared_offset(b, indices),))
+        else:
+            target = BufferLoad(b, indices)
+        call = Evaluate(Call(f"tc::atomic_{s.kind}", (Call("address_of", (target,), dt.handle),
+                                                       value), dt.handle), s.span)
+        if b.scope == GLOBAL:
+            cond = in_bounds_condition(self.ctx, b, indices)
+            if cond is not None:
+                return IfThenElse(cond, call, None, s.span)
+        return call
+
+
+def constant_int(e) -> int | None:
+    e = simplify(convert(e)) if not isinstance(e, int) else e
+    if isinstance(e, int):
+        return e
+    return int(e.value) if isinstance(e, Const) else None
+
+
+def require_static(what: str, e, span) -> int:
+    v = constant_int(e)
+    if v is None:
+        raise TileError(f"{what} must be known at compile time for the CUDA backend", span)
+    return v

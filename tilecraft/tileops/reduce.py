@@ -1,0 +1,131 @@
+"""T.reduce_*: per-thread folding, butterfly shuffles inside a warp, shared memory across warps.
+
+Everything about where data lives is found by enumerating the source fragment's layout at
+compile time: which of a thread's registers fold into each output register, and which threads
+share an output element. Threads sharing an element must differ in a fixed set of thread-index
+bits (true of every layout tilecraft builds); lane bits are combined with shfl_xor, warp bits
+through a shared workspace (one slot per thread and output register, then a barrier).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import TileError
+from ..ir import dtypes as dt
+from ..ir.buffer import FRAGMENT, SHARED, Buffer
+from ..ir.expr import BufferLoad, Call, binary, call, const
+from ..ir.stmt import Allocate, BufferStore, seq
+from .lowering import evaluate_table
+from ..passes.insert_barriers import sync_stmt
+
+_INIT = {"sum": 0.0, "abssum": 0.0, "max": -np.inf, "absmax": -np.inf, "min": np.inf}
+_COMBINE = {"sum": "+", "abssum": "+", "max": "max", "absmax": "max", "min": "min"}
+
+
+def _combine(kind, a, b):
+    op = _COMBINE[kind]
+    return binary(op, a, b) if op != "+" else a + b
+
+
+def _init(kind, d):
+    v = _INIT[kind]
+    if d.is_float:
+        return const(v, d)
+    if v == 0:
+        return const(0, d)
+    return const(dt.min_value(d) if v < 0 else dt.max_value(d), d)
+
+
+def reduce_plan(src_layout, dst_layout, dim: int, threads: int):
+    """(folds, lane_masks, warp_masks): folds[dl] lists the source registers each thread folds
+    into output register dl; masks are the thread-index bits that share an output element."""
+    n = src_layout.locals_per_thread
+    from ..ir.expr import Var
+    t, l = Var("t"), Var("l")
+    env = {id(t): np.arange(threads)[:, None], id(l): np.arange(n)[None, :]}
+    logical = [np.broadcast_to(evaluate_table(x, env), (threads, n))
+               for x in src_layout.logical_of(t, l)[:src_layout.ndim]]
+    kept = [x for d, x in enumerate(logical) if d != dim]
+    from ..ir.expr import Var as V
+    kvars = [V(f"k{d}") for d in range(len(kept))]
+    kenv = {id(v): arr for v, arr in zip(kvars, kept)}
+    dst_local = np.broadcast_to(evaluate_table(dst_layout.local_of(kvars), kenv), (threads, n))
+    active = np.zeros((threads, n), bool)
+    active[:src_layout.num_threads] = True
+    folds = [[] for _ in range(dst_layout.locals_per_thread)]
+    for sl in range(n):
+        column = dst_local[:src_layout.num_threads, sl]
+        if not np.all(column == column[0]):
+            raise TileError("internal: a reduction's register mapping differs between threads")
+        folds[int(column[0])].append(sl)
+    # Threads holding different parts of an output element's slice (first replicas only:
+    # replicas hold the same partial sums and must not be added twice) differ in the bits of
+    # (t ^ t0); every replica then runs the same butterfly with its own partners.
+    table = src_layout.table()[..., 0, 0]  # thread of replica 0, per element
+    table = np.moveaxis(table, dim, -1).reshape(-1, table.shape[dim])
+    groups = {k: {int(x) for x in row} for k, row in enumerate(table)}
+    bits = 0
+    for members in groups.values():
+        first = min(members)
+        for m in members:
+            bits |= m ^ first
+    masks = [1 << b for b in range(threads.bit_length()) if bits >> b & 1]
+    for members in groups.values():
+        if len(members) != 1 << len(masks):
+            raise TileError("internal: a reduction's threads do not form a butterfly group")
+    return folds, [m for m in masks if m < 32], [m for m in masks if m >= 32]
+
+
+def lower_reduce(op, ctx):
+    src, dst = op.src.buffer, op.dst.buffer
+    if src.scope != FRAGMENT or dst.scope != FRAGMENT:
+        raise TileError(f"T.reduce_{op.kind}: the CUDA backend reduces fragments; copy "
+                        f"{src.name if src.scope != FRAGMENT else dst.name} into a "
+                        "T.alloc_fragment tile first", op.span)
+    s_layout, d_layout = ctx.layouts.buffer(src), ctx.layouts.buffer(dst)
+    folds, lane_masks, warp_masks = reduce_plan(s_layout, d_layout, op.dim, ctx.num_threads)
+    acc_t = dst.dtype
+    s_reg, d_reg = ctx.register_array(src), ctx.register_array(dst)
+    nd = len(folds)
+    acc = Buffer(f"{dst.name}_red", (nd,), acc_t, "local")
+    out = [Allocate(acc)]
+    for dl, regs in enumerate(folds):
+        value = _init(op.kind, acc_t)
+        for sl in regs:
+            x = BufferLoad(s_reg, (const(sl),))
+            if x.dtype is not acc_t:
+                from ..ir.expr import cast
+                x = cast(x, acc_t)
+            if op.kind in ("abssum", "absmax"):
+                x = call("abs", [x])
+            value = _combine(op.kind, value, x)
+        out.append(BufferStore(acc, (const(dl),), value, op.span))
+    for mask in lane_masks:
+        for dl in range(nd):
+            mine = BufferLoad(acc, (const(dl),))
+            other = Call("tc::shfl_xor", (mine, const(mask)), acc_t)
+            out.append(BufferStore(acc, (const(dl),), _combine(op.kind, mine, other), op.span))
+    if warp_masks:
+        # One slot per thread and output register; the barrier after the reads keeps the
+        # next reduction (or the next loop iteration) from overwriting slots still in use.
+        ws = Buffer(f"{dst.name}_ws", (ctx.num_threads * nd,), acc_t, SHARED)
+        out.append(Allocate(ws))
+        for dl in range(nd):
+            out.append(BufferStore(ws, (ctx.tx * nd + dl,), BufferLoad(acc, (const(dl),))))
+        out.append(sync_stmt(op.span))
+        for dl in range(nd):
+            value = BufferLoad(acc, (const(dl),))
+            for c in range(1, 1 << len(warp_masks)):
+                partner = 0
+                for b, m in enumerate(warp_masks):
+                    if c >> b & 1:
+                        partner |= m
+                value = _combine(op.kind, value, BufferLoad(ws, ((ctx.tx ^ partner) * nd + dl,)))
+            out.append(BufferStore(acc, (const(dl),), value, op.span))
+        out.append(sync_stmt(op.span))
+    for dl in range(nd):
+        value = BufferLoad(acc, (const(dl),))
+        if not op.clear:
+            value = _combine(op.kind, BufferLoad(d_reg, (const(dl),)), value)
+        out.append(BufferStore(d_reg, (const(dl),), value, op.span))
+    return seq(out)
