@@ -87,13 +87,13 @@ class JITKernel:
         return [arrays.from_numpy(a, use_torch) for a in outputs]
 
     def _run_cuda(self, tensors, scalars, sizes, shapes):
+        host = {k: t for k, t in tensors.items() if not (arrays.is_torch(t) and t.is_cuda)}
+        if host:
+            return self._run_cuda_from_host(tensors, scalars, sizes, shapes, host)
         import torch
         device = None
         for k, t in tensors.items():
             name = _name_of(self.params, k)
-            if not arrays.is_torch(t) or not t.is_cuda:
-                raise TileError(f"argument {name} must be a CUDA tensor for this kernel "
-                                f"(compiled for {self.arch})")
             if not t.is_contiguous():
                 raise TileError(f"argument {name} is not contiguous; pass tensor.contiguous()")
             if device is not None and t.device != device:
@@ -117,6 +117,39 @@ class JITKernel:
                 enumerate(self.params)]
         self.program.run(values, dims)
         return outputs
+
+    def _run_cuda_from_host(self, tensors, scalars, sizes, shapes, host):
+        """numpy arrays or CPU tensors given to a GPU kernel: copied to the GPU and back, so
+        the same script runs on either target (outputs come back as the inputs' kind)."""
+        try:
+            import torch
+        except ImportError:
+            raise TileError(f"kernel {self.func.name} runs on the GPU ({self.arch}); passing it "
+                            "host arrays needs torch with CUDA") from None
+        if not torch.cuda.is_available():
+            raise TileError(f"kernel {self.func.name} was compiled for {self.arch}, but no CUDA "
+                            "GPU is usable here; compile it with target='interp' to run on "
+                            "the CPU")
+        use_torch = any(arrays.is_torch(t) for t in host.values())
+        on_gpu = {}
+        for k, t in tensors.items():
+            if k in host:
+                data = t if arrays.is_torch(t) else arrays.from_numpy(
+                    np.ascontiguousarray(t), True)
+                on_gpu[k] = data.contiguous().cuda()
+            else:
+                on_gpu[k] = t
+        outputs = self._run_cuda(on_gpu, scalars, sizes, shapes)
+        for k, t in host.items():  # parameters the kernel may have written (atomics, stores)
+            back = on_gpu[k].cpu()
+            if arrays.is_torch(t):
+                t.copy_(back)
+            else:
+                np.copyto(t, arrays.to_numpy(back, _name_of(self.params, k)))
+        results = [o.cpu() for o in outputs]
+        if not use_torch:
+            results = [arrays.to_numpy(r, "output") for r in results]
+        return results
 
     # --- inspection -----------------------------------------------------------
     def get_kernel_source(self) -> str:

@@ -89,6 +89,8 @@ class Profiler:
                 raise TileError(f"cannot choose a value for the scalar parameter {p.name}; pass "
                                 "input_tensors")
             out.append(make_input(p, self.supply, rng))
+        if self.kernel.backend == "cuda":
+            return [arrays.from_numpy(a, True).cuda() for a in out]
         if "torch" in sys.modules:
             out = [arrays.from_numpy(a, True) for a in out]
         return out
@@ -108,15 +110,41 @@ class Profiler:
         for name, g, w in zip(names, got, want):
             compare(name, g, w, atol, rtol, max_mismatched_ratio)
 
-    def do_bench(self, func=None, warmup=1, rep=3, input_tensors=None, **_unused) -> float:
-        """Median milliseconds of func (default: the kernel) on the interpreter."""
+    def do_bench(self, func=None, warmup=25, rep=100, input_tensors=None, flush_l2=True,
+                 **_unused) -> float:
+        """Median milliseconds of func (default: the kernel). On the GPU: CUDA events around
+        each run, the L2 cache flushed before it; `warmup` runs first, then `rep` timed runs.
+        On the interpreter: wall-clock time of a few runs."""
         inputs = list(input_tensors) if input_tensors is not None else self._inputs()
         fn = func or self.kernel
-        for _ in range(warmup):
+        if self.kernel.backend == "cuda":
+            return cuda_median_ms(lambda: fn(*inputs), warmup, rep, flush_l2)
+        for _ in range(min(warmup, 1)):
             fn(*inputs)
         times = []
-        for _ in range(max(1, rep)):
+        for _ in range(max(1, min(rep, 3))):
             t0 = time.perf_counter()
             fn(*inputs)
             times.append((time.perf_counter() - t0) * 1e3)
         return float(np.median(times))
+
+
+def cuda_median_ms(run, warmup: int = 25, rep: int = 100, flush_l2: bool = True) -> float:
+    """Median of CUDA-event timings of run(); with flush_l2, a 256 MiB buffer is overwritten
+    before each timed run so every run starts from a cold L2."""
+    import torch
+    scratch = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda") \
+        if flush_l2 else None
+    for _ in range(warmup):
+        run()
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
+    for start, end in zip(starts, ends):
+        if scratch is not None:
+            scratch.zero_()
+        start.record()
+        run()
+        end.record()
+    torch.cuda.synchronize()
+    return float(np.median([s.elapsed_time(e) for s, e in zip(starts, ends)]))

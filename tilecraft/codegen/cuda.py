@@ -241,7 +241,7 @@ class CudaEmitter:
         b = s.buffer
         name, ctype = self.name(b), b.dtype.c_type
         if is_shared(b.scope):
-            offset = self.func.attrs["smem_offsets"][id(b)]
+            offset = self.func.attrs["smem_arena"][id(b)]
             self.emit(depth, f"{ctype}* {name} = reinterpret_cast<{ctype}*>(tc_smem + {offset});",
                       s.span)
         elif b.scope in (LOCAL, LOCAL_VAR):
@@ -274,8 +274,17 @@ class CudaEmitter:
             f"threadIdx.x + {dims[0]} * (threadIdx.y + {dims[1]} * threadIdx.z)")
         self.emit(1, f"const int {tx} = {flat};")
         self.var_bounds[id(k.thread_var)] = (0, threads - 1)
-        for var, axis, extent in zip(k.block_vars, "xyz", k.grid):
-            self.emit(1, f"const int {self.name(var)} = blockIdx.{axis};")
+        swizzle = k.attrs.get("use_swizzle")
+        if swizzle is not None and len(k.block_vars) >= 2:
+            # T.use_swizzle: blocks that run together cover a compact patch of the grid.
+            panel, order = swizzle
+            self.emit(1, f"const int2 tc_tile = tc::rasterize_{'row' if order == 'row' else 'col'}"
+                         f"({panel}, gridDim, blockIdx.x, blockIdx.y);")
+            axes = ["tc_tile.x", "tc_tile.y", "blockIdx.z"]
+        else:
+            axes = ["blockIdx.x", "blockIdx.y", "blockIdx.z"]
+        for var, axis, extent in zip(k.block_vars, axes, k.grid):
+            self.emit(1, f"const int {self.name(var)} = {axis};")
             self.var_bounds[id(var)] = (0, bound_of(extent, self.var_bounds)[1] - 1)
         self.stmt(k.body, 1)
         self.emit(0, "}")

@@ -263,7 +263,7 @@ def expand_fragment(frag, extents, kept) -> "lay.Fragment":
         for d in reversed(others):
             out[d] = rest % extents[d]
             rest = rest // extents[d]
-        return out + ([back[-1]] if rep > 1 else [])
+        return out + ([frag.rep_of(t, l // inner)] if rep > 1 else [])
 
     return lay.Fragment(extents, forward, replicate=rep, threads=frag.num_threads,
                         logical_fn=logical)
@@ -350,6 +350,20 @@ def _gemm_dims(op: Gemm):
     return m, n, k
 
 
-def infer_layouts(kernel: Kernel) -> LayoutMap:
-    return _Inference(kernel).run()
+def infer_layouts(node):
+    """Layouts of one Kernel (a LayoutMap), or of every kernel of a PrimFunc (the func, with
+    each kernel's map in kernel.attrs["layouts"], which later passes use)."""
+    if isinstance(node, Kernel):
+        return _Inference(node).run()
+    import dataclasses
+    from ..ir.stmt import SeqStmt, seq
+
+    def rebuild(s):
+        if isinstance(s, Kernel):
+            return dataclasses.replace(s, attrs={**s.attrs, "layouts": _Inference(s).run()})
+        if isinstance(s, SeqStmt):
+            return seq([rebuild(x) for x in s.stmts])
+        return s
+
+    return dataclasses.replace(node, body=rebuild(node.body))
 

@@ -34,6 +34,19 @@ def _handle():
     return dtypes.handle
 
 
+def shared_buffers_of(s) -> list:
+    """Every shared buffer a tile-level statement (or expression) touches."""
+    out = {}
+    for n in walk(s):
+        if isinstance(n, TileOp):
+            for b in list(n.reads()) + list(n.writes()):
+                if is_shared(b.scope):
+                    out[id(b)] = b
+        elif isinstance(n, (BufferLoad, BufferStore)) and is_shared(n.buffer.scope):
+            out[id(n.buffer)] = n.buffer
+    return list(out.values())
+
+
 def shared_accesses(s) -> tuple[set, set]:
     """(ids read, ids written) of shared buffers by a tile-level statement."""
     reads, writes = set(), set()
@@ -49,14 +62,24 @@ def shared_accesses(s) -> tuple[set, set]:
 
 
 class _State:
+    # Shared tiles that the planner placed on the same bytes (at different times) are one
+    # resource here: reusing the bytes must wait for the last reads of the previous tile.
+    overlaps: dict = {}
+
     def __init__(self, reads=(), writes=()):
         self.reads, self.writes = set(reads), set(writes)
 
     def copy(self):
         return _State(self.reads, self.writes)
 
+    def _meets(self, keys, pending) -> bool:
+        for k in keys:
+            if k in pending or pending & _State.overlaps.get(k, frozenset()):
+                return True
+        return False
+
     def conflicts(self, reads, writes) -> bool:
-        return bool(reads & self.writes or writes & (self.writes | self.reads))
+        return self._meets(reads, self.writes) or self._meets(writes, self.writes | self.reads)
 
     def merge(self, other):
         self.reads |= other.reads
@@ -78,6 +101,13 @@ class _Inserter:
         if isinstance(s, For) and s.kind != "parallel":
             return [self.loop(s, state)]
         if isinstance(s, IfThenElse) and _is_tile_level(s):
+            prefix = []
+            cond_reads, _ = shared_accesses(s.cond)
+            if state.conflicts(cond_reads, set()):
+                prefix.append(sync_stmt(s.span))
+                state.reads.clear()
+                state.writes.clear()
+            state.reads |= cond_reads
             then_state, else_state = state.copy(), state.copy()
             then_body = seq(self.block(stmts_of(s.then_body), then_state))
             else_body = None
@@ -85,7 +115,7 @@ class _Inserter:
                 else_body = seq(self.block(stmts_of(s.else_body), else_state))
             then_state.merge(else_state)
             state.reads, state.writes = then_state.reads, then_state.writes
-            return [dataclasses.replace(s, then_body=then_body, else_body=else_body)]
+            return prefix + [dataclasses.replace(s, then_body=then_body, else_body=else_body)]
         reads, writes = shared_accesses(s)
         out = []
         if state.conflicts(reads, writes):
@@ -131,9 +161,20 @@ def _is_tile_level(s: IfThenElse) -> bool:
     return True
 
 
+def _overlap_table(offsets: dict) -> dict:
+    table = {}
+    items = list(offsets.items())
+    for i, (a, (sa, na)) in enumerate(items):
+        for b, (sb, nb) in items[i + 1:]:
+            if sa < sb + nb and sb < sa + na:
+                table.setdefault(a, set()).add(b)
+                table.setdefault(b, set()).add(a)
+    return {k: frozenset(v) for k, v in table.items()}
+
+
 def insert_barriers(func):
     """Return func with barriers added to every kernel."""
-    kernels = []
+    _State.overlaps = _overlap_table(func.attrs.get("smem_offsets", {}))
 
     def rebuild(s):
         if isinstance(s, Kernel):
@@ -143,5 +184,4 @@ def insert_barriers(func):
             return seq([rebuild(x) for x in s.stmts])
         return s
 
-    kernels.append(None)
     return dataclasses.replace(func, body=rebuild(func.body))

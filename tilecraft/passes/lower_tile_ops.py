@@ -27,7 +27,8 @@ class _KernelLowering:
     def __init__(self, kernel: Kernel):
         self.kernel = kernel
         tx = Var("tx")
-        self.ctx = ThreadContext(tx, kernel.num_threads, infer_layouts(kernel))
+        layouts = kernel.attrs.get("layouts") or infer_layouts(kernel)
+        self.ctx = ThreadContext(tx, kernel.num_threads, layouts)
         self.ctx.var_bounds[id(tx)] = (0, kernel.num_threads - 1)
         for v, g in zip(kernel.block_vars, kernel.grid):
             n = constant_value(g)
@@ -134,21 +135,33 @@ class _KernelLowering:
 
 def lower_tile_ops(func):
     """Return func with every kernel lowered to thread-level code."""
-    align = {}
+    arena = {}
+    planned = func.attrs.get("smem_offsets", {})
 
     def rebuild(s):
         if isinstance(s, Kernel):
             lowering = _KernelLowering(s)
             kernel = lowering.run()
-            ctx = lowering.ctx
-            for key, flat in ctx.flat_shared.items():
-                layout = ctx.layouts.buffers.get(key)
-                align[id(flat)] = getattr(layout, "alignment", 16)
-            return kernel
+            top = kernel.attrs.get("smem_bytes", 0)
+            for key, flat in lowering.ctx.flat_shared.items():
+                if key in planned:
+                    arena[id(flat)] = planned[key][0]
+            # Shared scratch the lowering itself added (cross-warp reduction slots, scan
+            # tiles) goes above the planned tiles.
+            from ..ir.visitor import walk
+            for n in walk(kernel.body):
+                if isinstance(n, Allocate) and is_shared(n.buffer.scope) and \
+                        id(n.buffer) not in arena:
+                    top = (top + 15) // 16 * 16
+                    arena[id(n.buffer)] = top
+                    size = 1
+                    for d in n.buffer.shape:
+                        size *= d
+                    top += size * n.buffer.dtype.bytes
+            return dataclasses.replace(kernel, attrs={**kernel.attrs, "smem_bytes": top})
         if isinstance(s, SeqStmt):
             return seq([rebuild(x) for x in s.stmts])
         return s
 
     body = rebuild(func.body)
-    return dataclasses.replace(func, body=body, attrs={**func.attrs, "smem_align": align})
-
+    return dataclasses.replace(func, body=body, attrs={**func.attrs, "smem_arena": arena})

@@ -6,6 +6,7 @@ import os
 
 from .. import knobs
 from ..ir.verify import verify
+from .infer_layouts import infer_layouts
 from .insert_barriers import insert_barriers
 from .lower_tile_ops import lower_tile_ops
 from .plan_shared_memory import plan_shared_memory
@@ -22,13 +23,13 @@ def _dump(func, index: int, name: str, text: str | None = None):
 
 
 def cuda_sm80(func, smem_limit: int | None = None):
-    """The mma.sync path (Ampere and later): barriers, thread-level lowering, shared arena."""
+    """The mma.sync path (Ampere and later): layouts, shared arena, barriers, lowering."""
     verify(func)
     _dump(func, 0, "input")
-    steps = [("insert_barriers", insert_barriers),
-             ("lower_tile_ops", lower_tile_ops),
-             ("plan_shared_memory", lambda f: plan_shared_memory(
-                 f, f.attrs.get("smem_align"), smem_limit))]
+    steps = [("infer_layouts", infer_layouts),
+             ("plan_shared_memory", lambda f: plan_shared_memory(f, smem_limit)),
+             ("insert_barriers", insert_barriers),
+             ("lower_tile_ops", lower_tile_ops)]
     for i, (name, run) in enumerate(steps, start=1):
         func = run(func)
         _dump(func, i, name)

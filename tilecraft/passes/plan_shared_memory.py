@@ -1,8 +1,13 @@
-"""plan_shared_memory: place every shared buffer of a kernel in one dynamic arena.
+"""plan_shared_memory: place a kernel's shared tiles in one dynamic arena, reusing memory.
 
-Offsets are aligned to what each buffer's layout needs (a 128-byte swizzle repeats every 1024
-bytes, and the bulk-copy engine wants its tiles at that alignment). Buffers are placed one after
-another; the arena's size is the kernel's dynamic shared memory.
+Runs on tile-level IR with layouts inferred (a tile's footprint is its layout's, padding
+included). Each tile is live from its first to its last use in program order; a use inside a
+loop keeps it live for the whole loop, since the next iteration comes back to it. Tiles whose
+live ranges do not meet may share bytes (the paper's MLA kernel writes its output tile where
+the query tile was). Placement is first fit in order of first use, at the alignment each
+layout needs (a 128-byte swizzle repeats every 1024 bytes, the bulk-copy engine wants tiles
+there). insert_barriers, which runs next, treats tiles that share bytes as one resource, so the
+reuse is separated from the last reads of the previous tenant by a barrier.
 """
 from __future__ import annotations
 
@@ -10,35 +15,112 @@ import dataclasses
 
 from ..errors import TileError
 from ..ir.buffer import is_shared
-from ..ir.stmt import Allocate
-from ..ir.visitor import walk
+from ..ir.stmt import Allocate, For, IfThenElse, Kernel, SeqStmt, seq
+from ..ir.tileop import TileOp
 
 
 def _align(x: int, a: int) -> int:
     return (x + a - 1) // a * a
 
 
-def plan_shared_memory(func, alignments: dict | None = None, limit: int | None = None):
-    """func with attrs smem_offsets {id(buffer): byte offset} and smem_bytes [per kernel]."""
-    alignments = alignments or {}
-    offsets, sizes = {}, []
-    for k in func.kernels():
-        top = 0
-        for n in walk(k.body):
-            if isinstance(n, Allocate) and is_shared(n.buffer.scope) and id(n.buffer) not in offsets:
-                b = n.buffer
-                count = 1
-                for d in b.shape:
-                    count *= d
-                start = _align(top, max(16, alignments.get(id(b), 16)))
-                offsets[id(b)] = start
-                top = start + count * b.dtype.bytes
-        if limit is not None and top > limit:
-            raise TileError(f"kernel needs {top} bytes of shared memory; the target allows "
-                            f"{limit} per block (use smaller tiles or fewer stages)", k.span)
-        sizes.append(top)
-    attrs = dict(func.attrs)
-    attrs["smem_offsets"] = offsets
-    attrs["smem_bytes"] = sizes
-    return dataclasses.replace(func, attrs=attrs)
+class _Liveness:
+    """[first, last] statement positions of each shared buffer of one kernel."""
 
+    def __init__(self):
+        self.position = 0
+        self.ranges: dict = {}
+        self.buffers: dict = {}
+
+    def touch(self, buffers, lo, hi):
+        for b in buffers:
+            self.buffers[id(b)] = b
+            first, last = self.ranges.get(id(b), (lo, hi))
+            self.ranges[id(b)] = (min(first, lo), max(last, hi))
+
+    def visit(self, s):
+        from .insert_barriers import shared_buffers_of
+        if isinstance(s, SeqStmt):
+            for x in s.stmts:
+                self.visit(x)
+        elif isinstance(s, For) and s.kind != "parallel":
+            start = self.position
+            inner = _Liveness()
+            inner.position = start
+            inner.visit(s.body)
+            end = inner.position
+            self.position = end + 1
+            for key, b in inner.buffers.items():
+                self.touch([b], start, end)
+        elif isinstance(s, IfThenElse) and not isinstance(s, TileOp):
+            self.touch(shared_buffers_of(s.cond), self.position, self.position)
+            self.position += 1
+            self.visit(s.then_body)
+            if s.else_body is not None:
+                self.visit(s.else_body)
+        elif isinstance(s, Allocate):
+            pass
+        else:
+            self.touch(shared_buffers_of(s), self.position, self.position)
+            self.position += 1
+
+
+def _footprint(b, layouts) -> int:
+    layout = layouts.buffers.get(id(b)) if layouts is not None else None
+    count = 1
+    if layout is not None:
+        for d in layout.output_shape:
+            count *= d
+    else:
+        for d in b.shape:
+            count *= d
+    return count * b.dtype.bytes
+
+
+def _plan_kernel(k: Kernel, limit, offsets: dict) -> int:
+    layouts = k.attrs.get("layouts")
+    live = _Liveness()
+    live.visit(k.body)
+    allocated = [n.buffer for n in _allocations(k.body) if is_shared(n.buffer.scope)]
+    placed = []  # (start, end, first, last)
+    top = 0
+    for b in sorted(allocated, key=lambda b: live.ranges.get(id(b), (0, 0))[0]):
+        first, last = live.ranges.get(id(b), (0, 0))
+        size = _footprint(b, layouts)
+        layout = layouts.buffers.get(id(b)) if layouts is not None else None
+        align = max(16, getattr(layout, "alignment", 16))
+        start = 0
+        while True:  # first fit among the tiles live at the same time
+            clash = [e for s, e, f, l in placed
+                     if not (l < first or f > last) and start < e and start + size > s]
+            if not clash:
+                break
+            start = _align(max(clash), align)
+        placed.append((start, start + size, first, last))
+        offsets[id(b)] = (start, size)
+        top = max(top, start + size)
+    if limit is not None and top > limit:
+        raise TileError(f"kernel needs {top} bytes of shared memory; the target allows {limit} "
+                        "per block (use smaller tiles or fewer stages)", k.span)
+    return top
+
+
+def _allocations(body):
+    from ..ir.visitor import walk
+    return [n for n in walk(body) if isinstance(n, Allocate)]
+
+
+def plan_shared_memory(func, limit: int | None = None):
+    """func with attrs["smem_offsets"] {id(buffer): (byte offset, bytes)} for every tile-level
+    shared buffer and each kernel's attrs["smem_bytes"]."""
+    offsets: dict = {}
+
+    def rebuild(s):
+        if isinstance(s, Kernel):
+            top = _plan_kernel(s, limit, offsets)
+            return dataclasses.replace(s, attrs={**s.attrs, "smem_bytes": top})
+        if isinstance(s, SeqStmt):
+            return seq([rebuild(x) for x in s.stmts])
+        return s
+
+    body = rebuild(func.body)
+    return dataclasses.replace(func, body=body, attrs={**func.attrs, "smem_offsets": offsets})

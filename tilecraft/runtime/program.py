@@ -72,8 +72,8 @@ class CudaProgram:
         signature = kernel_signature(lowered)
         positions = _positions(lowered, signature)
         binds = [(obj, pos) for (kind, obj), pos in zip(signature, positions) if kind != "tensor"]
-        launches = [(name, k.grid, k.threads, smem) for name, k, smem in
-                    zip(names, lowered.kernels(), lowered.attrs["smem_bytes"])]
+        launches = [(name, k.grid, k.threads, k.attrs["smem_bytes"])
+                    for name, k in zip(names, lowered.kernels())]
         return {"source": source, "cubin": compiled.cubin, "kernel_info": dict(compiled.kernels),
                 "positions": positions, "binds": binds, "launches": launches,
                 "param_kinds": [("ptr", obj.dtype.name) if kind == "tensor" else obj.dtype.name

@@ -66,6 +66,9 @@ def lower_copy(op, ctx: ThreadContext):
         return BufferStore(dst.buffer, region_index(dst, vars_), value, op.span)
 
     loop = _synthetic_loop(extents, body, op.span)
+    if src.buffer.scope == FRAGMENT and dst.buffer.scope == FRAGMENT and \
+            not _same_layout(ctx.layouts.buffer(src.buffer), ctx.layouts.buffer(dst.buffer)):
+        return _staged_copy(op, extents, ctx)
     if frag is not None:
         layout = ctx.layouts.buffer(frag)
         if tuple(layout.shape) != tuple(extents):
@@ -76,6 +79,27 @@ def lower_copy(op, ctx: ThreadContext):
     if vector > 1:
         return _vector_copy(op, extents, vector, ctx)
     return _lower_with_layout(loop, lay.make_partition(tuple(extents), ctx.num_threads), ctx)
+
+
+def _same_layout(a, b) -> bool:
+    from ..passes.infer_layouts import _same
+    return a is b or _same(a, b)
+
+
+def _staged_copy(op, extents, ctx: ThreadContext):
+    """A copy between fragments laid out differently (an accumulator into a gemm operand of
+    another warp split): through a shared scratch tile, with barriers around it."""
+    from ..ir.buffer import SHARED, Buffer
+    from ..ir.stmt import Allocate, seq
+    from ..ir.tileop import Copy
+    from ..passes.insert_barriers import sync_stmt
+    tmp = Buffer(f"{op.dst.buffer.name}_stage", tuple(extents), op.dst.buffer.dtype, SHARED,
+                 op.span)
+    ctx.layouts.buffers[id(tmp)] = lay.linear_layout(tuple(extents))
+    scratch = tmp.region()
+    return seq([Allocate(ctx.flat(tmp), op.span), sync_stmt(op.span),
+                lower_copy(Copy(op.src, scratch, {}, op.span), ctx), sync_stmt(op.span),
+                lower_copy(Copy(scratch, op.dst, {}, op.span), ctx)])
 
 
 def _vector_width(src: BufferRegion, dst: BufferRegion, extents, ctx) -> int:

@@ -40,6 +40,8 @@ def lower_parallel(loop: For, ctx: ThreadContext) -> object:
     logical_idx = [ctx.simplify(x) for x in frag.logical_of(ctx.tx, l)]
     mapping = {id(v): ctx.simplify(idx + s) for v, idx, s in zip(loop_vars, logical_idx, starts)}
     sub = substitute(body, mapping)
+    if frag.replicate > 1:
+        sub = _first_replica_writes(sub, frag, ctx, l)
     own = [mapping[id(v)] for v in loop_vars] if all(
         isinstance(x, Const) and x.value == 0 for x in starts) else None
     check_ownership(sub, frag, ctx, l, loop)
@@ -59,6 +61,27 @@ def lower_parallel(loop: For, ctx: ThreadContext) -> object:
             parts.append(part)
         out = seq(parts)
     return _thread_guard(out, frag, ctx, loop.span)
+
+
+def _first_replica_writes(body, frag, ctx: ThreadContext, l: Var):
+    """In a loop laid out over a replicated fragment several threads run each iteration; only
+    the first replica may write shared or global memory, or an in-place update
+    (x[i] = x[i] * s) would be applied once per replica."""
+    from ..ir.tileop import Atomic
+    from ..ir.visitor import Mutator
+    rep = ctx.simplify(frag.rep_of(ctx.tx, l))
+
+    class Guard(Mutator):
+        def visit_BufferStore(self, s):
+            if s.buffer.scope == FRAGMENT or s.buffer.scope.startswith("local"):
+                return s
+            return IfThenElse(rep == 0, s, None, s.span)
+
+        def visit_Atomic(self, s):
+            return IfThenElse(rep == 0, s, None, s.span)
+
+    del Atomic
+    return Guard().visit(body)
 
 
 def _resolver(ctx: ThreadContext, l: Var, n: int, l_value, loop_layout=None, logical=None):

@@ -1,0 +1,71 @@
+#include "tilecraft/tc.h"
+using tc::half_t;
+using tc::bfloat16_t;
+using tc::fp8_e4_t;
+using tc::fp8_e5_t;
+// Floor division and modulo for index arithmetic that may be negative.
+__device__ __forceinline__ long long tc_floordiv(long long a, long long b) {
+  long long q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+__device__ __forceinline__ long long tc_floormod(long long a, long long b) {
+  long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+
+extern "C" __global__ void __launch_bounds__(128) main_kernel0(half_t* __restrict__ A, half_t* __restrict__ B, half_t* __restrict__ C) {
+  extern __shared__ __align__(1024) unsigned char tc_smem[];
+  const int tx = threadIdx.x;
+  const int bx = blockIdx.x;
+  const int by = blockIdx.y;
+  // gemm.py:26
+  half_t* A_shared = reinterpret_cast<half_t*>(tc_smem + 0);
+  // gemm.py:27
+  half_t* B_shared = reinterpret_cast<half_t*>(tc_smem + 8192);
+  // gemm.py:28
+  float C_local[128];
+  // gemm.py:32
+  #pragma unroll
+  for (int l = 0; l < 128; ++l) {
+    C_local[l] = 0.0f;
+  }
+  // gemm.py:33
+  for (int k = 0; k < 1; ++k) {
+    tc::syncthreads();
+    // gemm.py:34
+    #pragma unroll
+    for (int l_1 = 0; l_1 < 4; ++l_1) {
+      tc::st_shared_128((&A_shared[l_1 * 1024 + tx / 4 * 32 + (tx % 4 ^ tx / 4 % 8 / 2) * 8]), tc::ld_global_128((&A[((by * 128 + l_1 * 32 + tx / 4)) * 32 + k * 32 + tx % 4 * 8])));
+    }
+    // gemm.py:35
+    #pragma unroll
+    for (int l_2 = 0; l_2 < 4; ++l_2) {
+      tc::st_shared_128((&B_shared[tx % 16 * 8 / 64 * 2048 + l_2 * 512 + tx / 16 * 64 + (tx % 16 * 8 % 64 / 8 ^ tx / 16) * 8]), tc::ld_global_128((&B[((k * 32 + l_2 * 8 + tx / 16)) * 128 + bx * 128 + tx % 16 * 8])));
+    }
+    // gemm.py:36
+    tc::syncthreads();
+    unsigned int C_local_a[16];
+    unsigned int C_local_b[16];
+    #pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      #pragma unroll
+      for (int mi = 0; mi < 4; ++mi) {
+        tc::ldmatrix_x4((&C_local_a[mi * 4]), (&A_shared[tx / 32 % 2 * 2048 + mi * 512 + tx % 32 % 16 * 32 + (kk * 2 + tx % 32 / 16 ^ tx % 32 % 16 % 8 / 2) * 8]));
+      }
+      #pragma unroll
+      for (int ni = 0; ni < 4; ++ni) {
+        tc::ldmatrix_x4_trans((&C_local_b[ni * 2 * 2]), (&B_shared[tx / 32 / 2 * 2048 + kk * 1024 + tx % 32 % 16 * 64 + (ni * 2 + tx % 32 / 16 ^ tx % 32 % 16 % 8) * 8]));
+      }
+      #pragma unroll
+      for (int mi_1 = 0; mi_1 < 4; ++mi_1) {
+        #pragma unroll
+        for (int ni_1 = 0; ni_1 < 8; ++ni_1) {
+          tc::mma_m16n8k16_f16_f32((&C_local[mi_1 * 32 + ni_1 * 4]), (&C_local_a[mi_1 * 4]), (&C_local_b[ni_1 * 2]), (&C_local[mi_1 * 32 + ni_1 * 4]));
+        }
+      }
+    }
+  }
+  // gemm.py:37
+  #pragma unroll
+  for (int l_3 = 0; l_3 < 128; ++l_3) {
+    C[((by * 128 + tx / 32 % 2 * 64 + l_3 / 32 * 16 + tx % 32 / 4 + l_3 % 4 / 2 * 8)) * 128 + bx * 128 + tx / 64 * 64 + l_3 / 4 % 8 * 8 + tx % 32 % 4 * 2 + l_3 % 4 % 2] = tc::cvt<half_t>(C_local[l_3]);
+  }
+}

@@ -1,0 +1,52 @@
+"""The paper's nine examples on the GPU (their own numpy references, at small and ragged
+sizes), the profiler on the GPU, and block rasterization."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tilecraft  # noqa: E402
+
+NAMES = ["gemm", "dequant_gemm", "conv2d", "mla_decode", "chunk_gated_delta_net",
+         "flash_attention", "blocksparse_attention", "vertical_slash_sparse_attention",
+         "attention_sink"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_example_runs_on_gpu_at_its_default_size(example, name):
+    module = example(name)
+    err = module.run()
+    assert err == err, "NaN in the output"  # run() asserts closeness itself
+
+
+@pytest.mark.parametrize("name,kwargs", [
+    ("gemm", dict(M=200, N=136, K=72, block_M=64, block_N=64)),
+    ("mla_decode", dict(batch=2, heads=64, kv_heads=1, seqlen_kv=300, dim=128, pe_dim=32)),
+    ("flash_attention", dict(batch=2, heads=2, seq_len=130, dim=64, is_causal=True)),
+    ("conv2d", dict(N=2, C=32, H=13, W=11, F=40)),
+    ("dequant_gemm", dict(M=72, N=200, K=256)),
+])
+def test_examples_at_ragged_sizes(example, name, kwargs):
+    example(name).run(**kwargs)
+
+
+def test_profiler_on_gpu(example):
+    gemm = example("gemm")
+    kernel = gemm.matmul(512, 512, 256, block_M=64, block_N=64, swizzle_panel=4)
+    assert kernel.backend == "cuda"
+    profiler = kernel.get_profiler()
+    profiler.assert_allclose(lambda a, b: (a.float() @ b.float()).half(), atol=1e-2, rtol=1e-2)
+    ms = profiler.do_bench(warmup=3, rep=10)
+    assert 0 < ms < 100
+    with pytest.raises(AssertionError):
+        profiler.assert_allclose(lambda a, b: (a.float() @ b.float()).half() + 1)
+
+
+def test_rasterized_blocks_cover_the_grid(example):
+    gemm = example("gemm")
+    for panel in (1, 3, 8):
+        kernel = gemm.matmul(640, 384, 128, block_M=64, block_N=64, swizzle_panel=panel)
+        assert "rasterize_row" in kernel.get_kernel_source()
+        a = torch.randn(640, 128, device="cuda").half()
+        b = torch.randn(128, 384, device="cuda").half()
+        torch.testing.assert_close(kernel(a, b).float(), a.float() @ b.float(), atol=5e-2,
+                                   rtol=1e-2)
