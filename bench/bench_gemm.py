@@ -18,10 +18,12 @@ import tilecraft  # noqa: E402
 from gemm import matmul  # noqa: E402
 
 CONFIGS = [
-    dict(block_M=128, block_N=128, block_K=32, threads=128),
-    dict(block_M=128, block_N=256, block_K=32, threads=256),
-    dict(block_M=128, block_N=128, block_K=64, threads=256),
-    dict(block_M=256, block_N=128, block_K=32, threads=256),
+    dict(block_M=128, block_N=128, block_K=32, threads=128, num_stages=3),
+    dict(block_M=128, block_N=128, block_K=64, threads=256, num_stages=3),
+    dict(block_M=128, block_N=256, block_K=32, threads=256, num_stages=3),
+    dict(block_M=128, block_N=256, block_K=64, threads=256, num_stages=3),
+    dict(block_M=256, block_N=128, block_K=32, threads=256, num_stages=4),
+    dict(block_M=128, block_N=128, block_K=64, threads=256, num_stages=0),
 ]
 
 
@@ -58,7 +60,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="8192x8192x8192")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
-    parser.add_argument("--tag", default="gemm_mma_sync")
+    parser.add_argument("--tag", default="gemm_sm80_path")
     args = parser.parse_args()
     rows = []
     for text in args.shapes.split(","):
@@ -71,7 +73,7 @@ def main():
         best = None
         for cfg in CONFIGS:
             t0 = time.time()
-            kernel = matmul(M, N, K, num_stages=0, **cfg)
+            kernel = matmul(M, N, K, swizzle_panel=8, **cfg)
             compile_s = time.time() - t0
             c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
             c = kernel(a, b)

@@ -4,7 +4,7 @@ import tilecraft.language as T
 
 
 def gemm(M, N, K, bm, bn, bk, dtype, accum, trans_A=False, trans_B=False, threads=128,
-         a_in_registers=False, policy=T.GemmWarpPolicy.Square):
+         a_in_registers=False, policy=T.GemmWarpPolicy.Square, num_stages=0):
     a_shape = (K, M) if trans_A else (M, K)
     b_shape = (N, K) if trans_B else (K, N)
     as_shape = (bk, bm) if trans_A else (bm, bk)
@@ -18,7 +18,7 @@ def gemm(M, N, K, bm, bn, bk, dtype, accum, trans_A=False, trans_B=False, thread
             A_f = T.alloc_fragment((bm, bk), dtype)
             C_f = T.alloc_fragment((bm, bn), accum)
             T.clear(C_f)
-            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=0):
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=num_stages):
                 if trans_A:
                     T.copy(A[k * bk, by * bm], A_s)
                 else:
@@ -157,6 +157,8 @@ def corpus():
                                 a_in_registers=True, policy=T.GemmWarpPolicy.FullRow)))
     out.append(("gemm_f32", gemm(100, 70, 48, 32, 32, 16, "float32", "float32")))
     out.append(("gemm_big", gemm(384, 512, 256, 128, 256, 64, "float16", "float32", threads=256)))
+    out.append(("gemm_pipelined", gemm(200, 136, 72, 64, 64, 32, "float16", "float32",
+                                       num_stages=3)))
     out.append(("elementwise", elementwise(100, 77)))
     for kind in ("sum", "max", "min", "abssum", "absmax"):
         for dim in (0, 1):

@@ -12,9 +12,9 @@ TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.
 
 
 def run_gemm(M, N, K, dtype="float16", trans_A=False, trans_B=False, bm=64, bn=64, bk=32,
-             threads=128, a_in_registers=False, policy=T.GemmWarpPolicy.Square):
+             threads=128, a_in_registers=False, policy=T.GemmWarpPolicy.Square, num_stages=0):
     func = kernels.gemm(M, N, K, bm, bn, bk, dtype, "float32", trans_A, trans_B, threads,
-                        a_in_registers, policy)
+                        a_in_registers, policy, num_stages)
     kernel = tilecraft.compile(func, target="cuda")
     t = TORCH[dtype]
     a = torch.rand((K, M) if trans_A else (M, K), device="cuda").sub_(0.5).to(t)
@@ -62,3 +62,12 @@ def test_gemm_reports_registers_and_no_spills():
     assert kernel.n_spills == 0
     source = kernel.get_kernel_source()
     assert "ldmatrix" in source and "mma_m16n8k16" in source
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("shape", [(256, 256, 512), (200, 136, 72), (64, 64, 32), (96, 64, 40)])
+@pytest.mark.parametrize("trans_B", [False, True])
+def test_pipelined_gemm_any_trip_count(stages, shape, trans_B):
+    """cp.async pipelines with K tiles fewer than, equal to and more than the stages."""
+    kernel = run_gemm(*shape, trans_B=trans_B, num_stages=stages)
+    assert "cp_async_cg_16" in kernel.get_kernel_source() or shape[2] % 8

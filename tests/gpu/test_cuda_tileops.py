@@ -92,12 +92,13 @@ def test_layernorm():
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("seq", [256, 200])
-def test_flash_attention_without_pipelining(causal, seq):
+@pytest.mark.parametrize("seq", [256, 200, 64, 40])
+@pytest.mark.parametrize("stages,block,threads", [(0, 64, 128), (2, 64, 128), (2, 128, 256)])
+def test_flash_attention(causal, seq, stages, block, threads):
     from flash_attention import flash_attention
     B, H, D = 2, 4, 64
-    func = flash_attention.__wrapped__(B, H, seq, D, causal, block_M=64, block_N=64,
-                                       num_stages=0, threads=128)
+    func = flash_attention.__wrapped__(B, H, seq, D, causal, block_M=block, block_N=block,
+                                       num_stages=stages, threads=threads)
     k = tilecraft.compile(func, out_idx=[3], target="cuda")
     q, kk, v = (torch.randn(B, seq, H, D, device="cuda").half() for _ in range(3))
     out = k(q, kk, v)

@@ -140,8 +140,13 @@ class _Inference:
             for operand, k_major in ((op.A, not op.transpose_A), (op.B, op.transpose_B)):
                 b = operand.buffer
                 if is_shared(b.scope):
-                    rows, cols = b.static_shape()[-2:]
-                    self.map.set(b, lay.make_swizzled_layout(rows, cols, b.dtype.bits), op)
+                    shape = b.static_shape()
+                    tile = lay.make_swizzled_layout(shape[-2], shape[-1], b.dtype.bits)
+                    if len(shape) > 2:  # versions of a pipelined tile, one after another
+                        alignment = tile.alignment
+                        tile = tile.expand(shape[:-2])
+                        tile.alignment = alignment
+                    self.map.set(b, tile, op)
         elif isinstance(op, AnnotateLayout):
             for b, given in op.layouts.items():
                 self.map.set(b, _annotated(b, given, self.T), op)

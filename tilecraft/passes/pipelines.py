@@ -8,6 +8,7 @@ from .. import knobs
 from ..ir.verify import verify
 from .infer_layouts import infer_layouts
 from .insert_barriers import insert_barriers
+from .pipeline_loops import pipeline_loops
 from .lower_tile_ops import lower_tile_ops
 from .plan_shared_memory import plan_shared_memory
 
@@ -26,7 +27,8 @@ def cuda_sm80(func, smem_limit: int | None = None):
     """The mma.sync path (Ampere and later): layouts, shared arena, barriers, lowering."""
     verify(func)
     _dump(func, 0, "input")
-    steps = [("infer_layouts", infer_layouts),
+    steps = [("pipeline_loops", pipeline_loops),
+             ("infer_layouts", infer_layouts),
              ("plan_shared_memory", lambda f: plan_shared_memory(f, smem_limit)),
              ("insert_barriers", insert_barriers),
              ("lower_tile_ops", lower_tile_ops)]

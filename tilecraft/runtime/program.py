@@ -28,6 +28,27 @@ _memory: dict = {}
 _lock = threading.Lock()
 
 
+_fingerprint: list = []
+
+
+def compiler_fingerprint() -> str:
+    """Identifies the compiler's own code (every module and header of the package, by size and
+    modification time), so an edited compiler never reuses programs the old one cached."""
+    if not _fingerprint:
+        import hashlib
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        h = hashlib.sha256()
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(files):
+                if name.endswith((".py", ".h")):
+                    st = os.stat(os.path.join(folder, name))
+                    h.update(f"{os.path.relpath(os.path.join(folder, name), root)}:"
+                             f"{st.st_size}:{st.st_mtime_ns};".encode())
+        _fingerprint.append(h.hexdigest()[:16])
+    return _fingerprint[0]
+
+
 def _positions(func, signature) -> list:
     """Where each kernel argument comes from: ("tensor"|"scalar", param index) or
     ("size", (param index, dim))."""
@@ -48,7 +69,8 @@ class CudaProgram:
             flags += ("-G",)
         dumping = bool(knobs.dump_ir_dir())
         key = cache.cache_key(func.script(), arch, flags,
-                              {"tilecraft": __version__, "nvcc": nvcc_version(), "kind": "program"})
+                              {"tilecraft": __version__, "compiler": compiler_fingerprint(),
+                               "nvcc": nvcc_version(), "kind": "program"})
         plan = None if dumping or knobs.cache_disabled() else _load(key)
         if plan is None:
             plan = self._build(func, arch, flags, dumping)

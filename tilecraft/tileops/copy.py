@@ -131,7 +131,8 @@ def _vector_width(src: BufferRegion, dst: BufferRegion, extents, ctx) -> int:
 def _keeps_chunks(layout, v: int) -> bool:
     """Every run of v elements along the last dim that starts at a multiple of v is stored
     contiguously at an offset that is a multiple of v (so one vector access moves it)."""
-    table = layout.table()[..., 0]
+    from .lowering import flat_offset_table
+    table = flat_offset_table(layout)
     runs = table.reshape(table.shape[:-1] + (table.shape[-1] // v, v)) if \
         table.shape[-1] % v == 0 else None
     if runs is None:
@@ -163,8 +164,17 @@ def _vector_copy(op, extents, v: int, ctx: ThreadContext):
         [ctx.simplify((c % per_row) * v)]
     s_idx, d_idx = region_index(src, coords), region_index(dst, coords)
     bits = src.buffer.dtype.bits * v
-    load = _vector_load(src.buffer, s_idx, bits, ctx)
-    store = _vector_store(dst.buffer, d_idx, load, bits, ctx, op.span)
+    if op.annotations.get("async") and src.buffer.scope == GLOBAL and is_shared(dst.buffer.scope) \
+            and bits == 128:
+        # cp.async: the copy lands in shared memory later (a pipelined loop waits for it);
+        # a chunk outside the tensor is zero-filled.
+        cond = in_bounds_condition(ctx, src.buffer, s_idx)
+        store = Evaluate(Call("tc::cp_async_cg_16", (
+            _address(dst.buffer, d_idx, ctx), _address(src.buffer, s_idx, ctx),
+            cond if cond is not None else const(True)), dt.handle), op.span)
+    else:
+        load = _vector_load(src.buffer, s_idx, bits, ctx)
+        store = _vector_store(dst.buffer, d_idx, load, bits, ctx, op.span)
     if chunks % T:
         store = IfThenElse(ctx.simplify(c) < chunks, store, None, op.span)
     return For(l, const(0), const(n), "unroll", store, {}, op.span)

@@ -63,7 +63,26 @@ class ThreadContext:
 
     def shared_offset(self, shared: Buffer, indices) -> Expr:
         layout = self.layouts.buffer(shared)
-        return self.simplify(layout.forward(list(indices))[0])
+        return self.simplify(flat_offset(layout, layout.forward(list(indices))))
+
+
+def flat_offset(layout, outputs):
+    """A layout's physical index as one element offset (row-major over its outputs)."""
+    shape = layout.output_shape
+    flat = outputs[0]
+    for out, extent in zip(outputs[1:], shape[1:]):
+        flat = flat * extent + out
+    return flat
+
+
+def flat_offset_table(layout) -> np.ndarray:
+    """flat_offset for every logical index, as a numpy array of the layout's input shape."""
+    table = layout.table()
+    shape = layout.output_shape
+    flat = table[..., 0]
+    for d in range(1, table.shape[-1]):
+        flat = flat * shape[d] + table[..., d]
+    return flat
 
 
 def evaluate_table(expr, env: dict) -> np.ndarray:

@@ -19,7 +19,7 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(half_t* __restric
   // gemm.py:26
   half_t* A_shared = reinterpret_cast<half_t*>(tc_smem + 0);
   // gemm.py:27
-  half_t* B_shared = reinterpret_cast<half_t*>(tc_smem + 8192);
+  half_t* B_shared = reinterpret_cast<half_t*>(tc_smem + 24576);
   // gemm.py:28
   float C_local[128];
   // gemm.py:32
@@ -28,31 +28,65 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(half_t* __restric
     C_local[l] = 0.0f;
   }
   // gemm.py:33
-  for (int k = 0; k < 1; ++k) {
-    tc::syncthreads();
+  if (true) {
     // gemm.py:34
     #pragma unroll
     for (int l_1 = 0; l_1 < 4; ++l_1) {
-      tc::st_shared_128((&A_shared[l_1 * 1024 + tx / 4 * 32 + (tx % 4 ^ tx / 4 % 8 / 2) * 8]), tc::ld_global_128((&A[((by * 128 + l_1 * 32 + tx / 4)) * 32 + k * 32 + tx % 4 * 8])));
+      tc::cp_async_cg_16((&A_shared[l_1 * 1024 + tx / 4 * 32 + (tx % 4 ^ tx / 4 % 8 / 2) * 8]), (&A[((by * 128 + l_1 * 32 + tx / 4)) * 32 + tx % 4 * 8]), true);
     }
     // gemm.py:35
     #pragma unroll
     for (int l_2 = 0; l_2 < 4; ++l_2) {
-      tc::st_shared_128((&B_shared[tx % 16 * 8 / 64 * 2048 + l_2 * 512 + tx / 16 * 64 + (tx % 16 * 8 % 64 / 8 ^ tx / 16) * 8]), tc::ld_global_128((&B[((k * 32 + l_2 * 8 + tx / 16)) * 128 + bx * 128 + tx % 16 * 8])));
+      tc::cp_async_cg_16((&B_shared[tx % 16 * 8 / 64 * 2048 + l_2 * 512 + tx / 16 * 64 + (tx % 16 * 8 % 64 / 8 ^ tx / 16) * 8]), (&B[((l_2 * 8 + tx / 16)) * 128 + bx * 128 + tx % 16 * 8]), true);
     }
-    // gemm.py:36
+  }
+  // gemm.py:33
+  tc::cp_async_commit();
+  if (false) {
+    // gemm.py:34
+    tc::syncthreads();
+    #pragma unroll
+    for (int l_3 = 0; l_3 < 4; ++l_3) {
+      tc::cp_async_cg_16((&A_shared[l_3 * 1024 + tx / 4 * 32 + (tx % 4 ^ tx / 4 % 8 / 2) * 8 + 4096]), (&A[((by * 128 + l_3 * 32 + tx / 4)) * 32 + tx % 4 * 8 + 32]), 1 * 32 + tx % 4 * 8 < 32);
+    }
+    // gemm.py:35
+    #pragma unroll
+    for (int l_4 = 0; l_4 < 4; ++l_4) {
+      tc::cp_async_cg_16((&B_shared[tx % 16 * 8 / 64 * 2048 + l_4 * 512 + tx / 16 * 64 + (tx % 16 * 8 % 64 / 8 ^ tx / 16) * 8 + 4096]), (&B[((l_4 * 8 + tx / 16 + 32)) * 128 + bx * 128 + tx % 16 * 8]), 1 * 32 + (l_4 * 8 + tx / 16) < 32);
+    }
+  }
+  // gemm.py:33
+  tc::cp_async_commit();
+  for (int k = 0; k < 1; ++k) {
+    if (k + 2 < 1) {
+      // gemm.py:34
+      tc::syncthreads();
+      #pragma unroll
+      for (int l_5 = 0; l_5 < 4; ++l_5) {
+        tc::cp_async_cg_16((&A_shared[k * 4096 + l_5 * 1024 + tx / 4 * 32 + (tx % 4 ^ tx / 4 % 8 / 2) * 8 + 8192]), (&A[((by * 128 + l_5 * 32 + tx / 4)) * 32 + k * 32 + tx % 4 * 8 + 64]), (k + 2) * 32 + tx % 4 * 8 < 32);
+      }
+      // gemm.py:35
+      #pragma unroll
+      for (int l_6 = 0; l_6 < 4; ++l_6) {
+        tc::cp_async_cg_16((&B_shared[k * 4096 + tx % 16 * 8 / 64 * 2048 + l_6 * 512 + tx / 16 * 64 + (tx % 16 * 8 % 64 / 8 ^ tx / 16) * 8 + 8192]), (&B[((k * 32 + l_6 * 8 + tx / 16 + 64)) * 128 + bx * 128 + tx % 16 * 8]), (k + 2) * 32 + (l_6 * 8 + tx / 16) < 32);
+      }
+    }
+    // gemm.py:33
+    tc::cp_async_commit();
+    tc::cp_async_wait<2>();
     tc::syncthreads();
     unsigned int C_local_a[16];
     unsigned int C_local_b[16];
+    // gemm.py:36
     #pragma unroll
     for (int kk = 0; kk < 2; ++kk) {
       #pragma unroll
       for (int mi = 0; mi < 4; ++mi) {
-        tc::ldmatrix_x4((&C_local_a[mi * 4]), (&A_shared[tx / 32 % 2 * 2048 + mi * 512 + tx % 32 % 16 * 32 + (kk * 2 + tx % 32 / 16 ^ tx % 32 % 16 % 8 / 2) * 8]));
+        tc::ldmatrix_x4((&C_local_a[mi * 4]), (&A_shared[k * 4096 + tx / 32 % 2 * 2048 + mi * 512 + tx % 32 % 16 * 32 + (kk * 2 + tx % 32 / 16 ^ tx % 32 % 16 % 8 / 2) * 8]));
       }
       #pragma unroll
       for (int ni = 0; ni < 4; ++ni) {
-        tc::ldmatrix_x4_trans((&C_local_b[ni * 2 * 2]), (&B_shared[tx / 32 / 2 * 2048 + kk * 1024 + tx % 32 % 16 * 64 + (ni * 2 + tx % 32 / 16 ^ tx % 32 % 16 % 8) * 8]));
+        tc::ldmatrix_x4_trans((&C_local_b[ni * 2 * 2]), (&B_shared[k * 4096 + tx / 32 / 2 * 2048 + kk * 1024 + tx % 32 % 16 * 64 + (ni * 2 + tx % 32 / 16 ^ tx % 32 % 16 % 8) * 8]));
       }
       #pragma unroll
       for (int mi_1 = 0; mi_1 < 4; ++mi_1) {
@@ -63,9 +97,11 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(half_t* __restric
       }
     }
   }
+  // gemm.py:33
+  tc::cp_async_wait_all();
   // gemm.py:37
   #pragma unroll
-  for (int l_3 = 0; l_3 < 128; ++l_3) {
-    C[((by * 128 + tx / 32 % 2 * 64 + l_3 / 32 * 16 + tx % 32 / 4 + l_3 % 4 / 2 * 8)) * 128 + bx * 128 + tx / 64 * 64 + l_3 / 4 % 8 * 8 + tx % 32 % 4 * 2 + l_3 % 4 % 2] = tc::cvt<half_t>(C_local[l_3]);
+  for (int l_7 = 0; l_7 < 128; ++l_7) {
+    C[((by * 128 + tx / 32 % 2 * 64 + l_7 / 32 * 16 + tx % 32 / 4 + l_7 % 4 / 2 * 8)) * 128 + bx * 128 + tx / 64 * 64 + l_7 / 4 % 8 * 8 + tx % 32 % 4 * 2 + l_7 % 4 % 2] = tc::cvt<half_t>(C_local[l_7]);
   }
 }

@@ -1,0 +1,87 @@
+"""MHA forward fp16 (examples/flash_attention.py) beside torch SDPA's flash and cuDNN backends,
+in one process on one GPU: medians of CUDA-event timings, TFLOP/s, ratios.
+
+    python bench/bench_attention.py [--out bench/results] [--tag ...]
+"""
+import argparse
+import datetime
+import json
+import os
+import sys
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+sys.path.insert(0, HERE)
+import tilecraft  # noqa: E402
+from flash_attention import flash_attention  # noqa: E402
+from bench_gemm import gpu_facts  # noqa: E402
+from tilecraft.profiler import cuda_median_ms  # noqa: E402
+
+SHAPES = [(8, 32, 4096, 128, False), (8, 32, 4096, 128, True), (8, 32, 8192, 128, False)]
+CONFIGS = [dict(block_M=128, block_N=128, num_stages=2, threads=256),
+           dict(block_M=128, block_N=64, num_stages=2, threads=256),
+           dict(block_M=64, block_N=64, num_stages=2, threads=128)]
+
+
+def sdpa_ms(q, k, v, causal, backend):
+    try:
+        with sdpa_kernel(backend):
+            return cuda_median_ms(lambda: torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, is_causal=causal), 5, 20, False)
+    except RuntimeError as e:
+        print("  sdpa", backend, "unavailable:", str(e).splitlines()[0])
+        return float("nan")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    parser.add_argument("--tag", default="mha_fwd_sm80_path")
+    args = parser.parse_args()
+    rows = []
+    for B, H, S, D, causal in SHAPES:
+        flop = 4.0 * B * H * S * S * D * (0.5 if causal else 1.0)
+        q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=torch.float16) for _ in range(3))
+        qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+        flash = sdpa_ms(qt, kt, vt, causal, SDPBackend.FLASH_ATTENTION)
+        cudnn = sdpa_ms(qt, kt, vt, causal, SDPBackend.CUDNN_ATTENTION)
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            ref = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+        ref = ref.transpose(1, 2).float()
+        for cfg in CONFIGS:
+            kernel = flash_attention(B, H, S, D, causal, **cfg)
+            out = kernel(q, k, v)
+            err = float((out.float() - ref).norm() / ref.norm())
+            ms = cuda_median_ms(lambda: kernel(q, k, v), 5, 20, False)
+            row = {"shape": [B, H, S, D], "causal": causal, "config": cfg, "ms": ms,
+                   "tflops": flop / ms / 1e9, "flash_tflops": flop / flash / 1e9,
+                   "cudnn_tflops": flop / cudnn / 1e9, "vs_flash": flash / ms,
+                   "vs_cudnn": cudnn / ms, "rel_error": err, "registers": kernel.n_regs,
+                   "spills": kernel.n_spills}
+            rows.append(row)
+            print(f"S{S} causal={causal} {cfg}: {row['tflops']:.0f} TFLOP/s; flash "
+                  f"{row['flash_tflops']:.0f} ({row['vs_flash']:.2f}x), cuDNN "
+                  f"{row['cudnn_tflops']:.0f} ({row['vs_cudnn']:.2f}x); err {err:.1e}",
+                  flush=True)
+    facts = gpu_facts()
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    os.makedirs(args.out, exist_ok=True)
+    base = os.path.join(args.out, f"{stamp}_{args.tag}")
+    with open(base + ".json", "w") as f:
+        json.dump({"facts": facts, "rows": rows}, f, indent=1)
+    with open(base + ".md", "w") as f:
+        f.write(f"# {args.tag} ({stamp})\n\n{facts}\n\n")
+        f.write("| B,H,S,D | causal | config | TFLOP/s | SDPA flash | x flash | SDPA cuDNN | "
+                "x cuDNN | rel err | regs |\n|---|---|---|---|---|---|---|---|---|---|\n")
+        for r in rows:
+            f.write(f"| {r['shape']} | {r['causal']} | {r['config']} | {r['tflops']:.0f} | "
+                    f"{r['flash_tflops']:.0f} | {r['vs_flash']:.2f} | {r['cudnn_tflops']:.0f} | "
+                    f"{r['vs_cudnn']:.2f} | {r['rel_error']:.1e} | {r['registers']} |\n")
+    print(open(base + ".md").read())
+
+
+if __name__ == "__main__":
+    main()
