@@ -51,6 +51,8 @@ def shared_accesses(s) -> tuple[set, set]:
     """(ids read, ids written) of shared buffers by a tile-level statement."""
     reads, writes = set(), set()
     for n in walk(s):
+        if isinstance(n, TileOp) and getattr(n, "annotations", {}).get("scheduled"):
+            continue  # ordered by its software pipeline's own waits and barriers
         if isinstance(n, TileOp):
             reads |= {id(b) for b in n.reads() if is_shared(b.scope)}
             writes |= {id(b) for b in n.writes() if is_shared(b.scope)}

@@ -6,17 +6,17 @@ from global into shared memory are the producers (stage 0); everything else is t
 versions (a leading dimension), and the loop becomes
 
     prologue:  for s in [0, S-1): if s < n: produce(s) into version s;  commit
-    body k:    if k + S - 1 < n: produce(k + S - 1) into version (k + S - 1) % S;  commit
-               wait until at most S - 1 groups are in flight  (iteration k's copies landed)
+    body k:    wait until at most S - 2 groups are in flight  (iteration k's copies landed)
                barrier
+               if k + S - 1 < n: produce(k + S - 1) into version (k + S - 1) % S;  commit
                consume(k) from version k % S
 
 so the copies for S - 1 future iterations are in flight while iteration k computes. Every
 iteration commits exactly one group (possibly empty), which keeps the wait count uniform and
-makes short loops (n < S, n = 0, symbolic n) correct. The barrier before a producer overwrites
-a version the previous iteration consumed is added by insert_barriers, which sees the shared
-tile's accesses. Producer copies are marked `async`; their lowering uses cp.async where a copy
-moves whole 16-byte chunks, and plain stores otherwise (still correct: the barrier covers them).
+makes short loops (n < S, n = 0, symbolic n) correct. One barrier per iteration both publishes
+iteration k's tile and retires the version consumed in iteration k - 1 before it is refilled.
+Producer copies are marked `async`; their lowering uses cp.async where a copy moves whole
+16-byte chunks, and plain stores otherwise (the next iteration's barrier covers them too).
 """
 from __future__ import annotations
 
@@ -119,26 +119,32 @@ class _Pipeliner:
         k, n, span = loop.var, loop.extent, loop.span
         start = loop.start
 
-        def produce(iteration) -> list:
+        def produce(iteration, in_loop: bool) -> list:
             version = _mod(iteration - start, depth)
             out = []
             for p in producers:
                 moved = substitute(p, {id(k): iteration})
                 moved = _Versioned(self.versions, version).visit(moved)
+                # In the loop the schedule itself orders these copies (see the module
+                # docstring), so insert_barriers leaves them out of its hazard analysis.
+                marks = {"async": True, "scheduled": True} if in_loop else {"async": True}
                 out.append(dataclasses.replace(moved, annotations={**moved.annotations,
-                                                                   "async": True}))
+                                                                   **marks}))
             return out
 
         prologue = []
         for s in range(depth - 1):
             it = start + s
-            prologue.append(IfThenElse(convert(s) < n, seq(produce(it)), None, span))
+            prologue.append(IfThenElse(convert(s) < n, seq(produce(it, False)), None, span))
             prologue.append(_call("tc::cp_async_commit", span))
         ahead = k + (depth - 1)
-        step = [IfThenElse(ahead < start + n, seq(produce(ahead)), None, span),
-                _call("tc::cp_async_commit", span),
-                _call(f"tc::cp_async_wait<{depth - 1}>", span),
-                sync_stmt(span)]
+        # Iteration k's group is done once at most depth - 2 younger ones are in flight; the
+        # barrier then publishes it to all threads and also ends every thread's reads of the
+        # version consumed in iteration k - 1, which the copies issued next overwrite.
+        step = [_call(f"tc::cp_async_wait<{depth - 2}>", span),
+                sync_stmt(span),
+                IfThenElse(ahead < start + n, seq(produce(ahead, True)), None, span),
+                _call("tc::cp_async_commit", span)]
         version = _mod(k - start, depth)
         step += [_Versioned(self.versions, version).visit(c) for c in consumers]
         new_loop = dataclasses.replace(loop, kind="serial", body=seq(step),

@@ -58,9 +58,10 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(half_t* __restric
   // gemm.py:33
   tc::cp_async_commit();
   for (int k = 0; k < 1; ++k) {
+    tc::cp_async_wait<1>();
+    tc::syncthreads();
     if (k + 2 < 1) {
       // gemm.py:34
-      tc::syncthreads();
       #pragma unroll
       for (int l_5 = 0; l_5 < 4; ++l_5) {
         tc::cp_async_cg_16((&A_shared[k * 4096 + l_5 * 1024 + tx / 4 * 32 + (tx % 4 ^ tx / 4 % 8 / 2) * 8 + 8192]), (&A[((by * 128 + l_5 * 32 + tx / 4)) * 32 + k * 32 + tx % 4 * 8 + 64]), (k + 2) * 32 + tx % 4 * 8 < 32);
@@ -73,8 +74,6 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(half_t* __restric
     }
     // gemm.py:33
     tc::cp_async_commit();
-    tc::cp_async_wait<2>();
-    tc::syncthreads();
     unsigned int C_local_a[16];
     unsigned int C_local_b[16];
     // gemm.py:36
