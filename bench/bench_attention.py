@@ -15,7 +15,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 sys.path.insert(0, HERE)
-import tilecraft  # noqa: E402
 from flash_attention import flash_attention  # noqa: E402
 from bench_gemm import gpu_facts  # noqa: E402
 from tilecraft.profiler import cuda_median_ms  # noqa: E402

@@ -2,47 +2,17 @@
 kernel arguments of the wrong count, dtype, shape or kind. The error must point at the user's
 line (the call or the declaration at fault), never at tilecraft's own code. The last tests run
 scripts in a subprocess to check what a user sees on the terminal."""
-import inspect
 import os
 import subprocess
 import sys
 import textwrap
 
 import numpy as np
-import pytest
 
 import tilecraft
 import tilecraft.language as T
-from tilecraft.errors import TileError
 
-PACKAGE_DIR = os.path.dirname(os.path.abspath(tilecraft.__file__))
-MARK = "# <- here"
-
-
-def where(fn, token):
-    """(line, column) of `token` on the one line of fn's source that carries MARK."""
-    lines, first = inspect.getsourcelines(fn)
-    marked = [i for i, text in enumerate(lines) if MARK in text]
-    assert len(marked) == 1, "exactly one marked line per program"
-    text = lines[marked[0]]
-    assert text.count(token) == 1, f"{token!r} must occur once on the marked line"
-    return first + marked[0], text.index(token) + 1
-
-
-def expect(program, message, token):
-    """Run program(); it must raise a TileError pointing at `token` on the marked line."""
-    with pytest.raises(TileError) as info:
-        program()
-    err = info.value
-    line, col = where(program, token)
-    assert message in err.message, err.message
-    assert err.span is not None, str(err)
-    assert os.path.samefile(err.span.filename, __file__)
-    assert (err.span.line, err.span.col) == (line, col), str(err)
-    text = str(err)
-    assert text.startswith("error: ") and f"{os.path.basename(__file__)}:{line}:{col}" in text
-    assert "Traceback" not in text and PACKAGE_DIR not in text and "internal error" not in text
-    return err
+from error_expect import PACKAGE_DIR, expect
 
 
 @tilecraft.jit(out_idx=[-1])

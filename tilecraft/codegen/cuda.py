@@ -15,7 +15,7 @@ import math
 from ..arith.bounds import bound_of
 from ..errors import TileError
 from ..ir.buffer import GLOBAL, LOCAL, LOCAL_VAR, Buffer, is_shared
-from ..ir.expr import Binary, BufferLoad, Call, Cast, Const, Expr, Select, Unary, Var
+from ..ir.expr import Binary, BufferLoad, Call, Cast, Const, Select, Unary, Var
 from ..ir.stmt import (Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel, PrimFunc,
                        SeqStmt)
 

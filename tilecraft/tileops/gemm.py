@@ -17,7 +17,6 @@ from ..ir.buffer import FRAGMENT, LOCAL, Buffer, is_shared
 from ..ir.expr import BufferLoad, Call, cast, const
 from ..ir.stmt import Allocate, BufferStore, Evaluate, For, seq
 from ..ir.tileop import Gemm, GemmWarpPolicy
-from .. import layout as lay
 
 _MMA = {("float16", "float32"): ("tc::mma_m16n8k16_f16_f32", 16),
         ("bfloat16", "float32"): ("tc::mma_m16n8k16_bf16_f32", 16)}

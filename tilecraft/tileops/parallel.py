@@ -67,7 +67,6 @@ def _first_replica_writes(body, frag, ctx: ThreadContext, l: Var):
     """In a loop laid out over a replicated fragment several threads run each iteration; only
     the first replica may write shared or global memory, or an in-place update
     (x[i] = x[i] * s) would be applied once per replica."""
-    from ..ir.tileop import Atomic
     from ..ir.visitor import Mutator
     rep = ctx.simplify(frag.rep_of(ctx.tx, l))
 
@@ -80,7 +79,6 @@ def _first_replica_writes(body, frag, ctx: ThreadContext, l: Var):
         def visit_Atomic(self, s):
             return IfThenElse(rep == 0, s, None, s.span)
 
-    del Atomic
     return Guard().visit(body)
 
 
