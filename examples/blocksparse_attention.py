@@ -17,7 +17,7 @@ import tilecraft.language as T
 LOG2E = 1.44269504088896
 
 
-@tilecraft.jit(out_idx=[-1])
+@tilecraft.jit(out_idx=[-1], pass_configs={tilecraft.PassConfigKey.TL_ENABLE_FAST_MATH: True})
 def blocksparse_attention(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=64,
                           num_stages=1, threads=128, dtype="float16", accum_dtype="float"):
     scale = (1.0 / dim) ** 0.5 * LOG2E

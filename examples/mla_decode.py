@@ -16,7 +16,7 @@ import tilecraft
 import tilecraft.language as T
 
 
-@tilecraft.jit(out_idx=[-1])
+@tilecraft.jit(out_idx=[-1], pass_configs={tilecraft.PassConfigKey.TL_ENABLE_FAST_MATH: True})
 def flash_mla_decode(batch, heads, kv_heads, seqlen_kv, dim, pe_dim, block_N=64, block_H=64,
                      num_stages=2, threads=256, dtype="float16", accum_dtype="float32"):
     scale = (1.0 / (dim + pe_dim)) ** 0.5 * 1.44269504  # log2(e): softmax via exp2

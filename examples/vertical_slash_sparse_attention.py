@@ -123,9 +123,9 @@ def vertical_slash_attention(batch, heads, seq_len, dim, num_vertical, num_slash
                     K_shared[j, d] = T.if_then_else(valid, K[bz, col, by, d], 0)
                     V_shared[j, d] = T.if_then_else(valid, V[bz, col, by, d], 0)
                 for i, j in T.Parallel(block_M, block_N):
-                    acc_s[i, j] = T.if_then_else(
-                        c * block_N + j < col_count and q_start + i >= col_list[c * block_N + j],
-                        0, neg_inf)
+                    # Padding slots past col_count hold no column: never read them.
+                    acc_s[i, j] = T.if_then_else(c * block_N + j < col_count, T.if_then_else(
+                        q_start + i >= col_list[c * block_N + j], 0, neg_inf), neg_inf)
                 T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
                 softmax_step(acc_s, acc_s_cast, V_shared, acc_o, scores_max, scores_max_prev,
                              scores_scale, scores_sum, logsum)

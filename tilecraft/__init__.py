@@ -5,5 +5,6 @@ from .errors import TileError, install_excepthook
 from .ir.tileop import GemmWarpPolicy
 from .jit import jit, compile, JITKernel  # noqa: A004
 from .interp import register_extern
+from .pass_config import PassConfigKey
 
 install_excepthook()

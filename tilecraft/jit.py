@@ -12,6 +12,7 @@ from .ir.buffer import Buffer
 from .ir.expr import Const, Expr, Var
 from .ir.stmt import PrimFunc
 from .ir.verify import verify
+from .pass_config import PassConfigKey, check_pass_configs
 
 
 class JITKernel:
@@ -26,13 +27,18 @@ class JITKernel:
         self.params = func.params
         self.out_idx = _normalize_out_idx(out_idx, func, out_idx_span)
         self.inputs = [i for i in range(len(self.params)) if i not in self.out_idx]
+        check_pass_configs(pass_configs)
         self.backend, self.arch = targets.resolve(target)
         self.program = None
         if self.backend == "cuda":
             from .runtime.program import CudaProgram
-            configs = pass_configs or {}
-            fast = bool(configs.get("tl.enable_fast_math") or configs.get("enable_fast_math"))
+            configs = check_pass_configs(pass_configs)
+            fast = bool(configs.get(PassConfigKey.TL_ENABLE_FAST_MATH))
             self.program = CudaProgram(func, self.arch, fast_math=fast)
+        elif self.backend == "emulator":
+            from .emulator import lower
+            self.lowered = lower(func, self.arch)
+        self.reports = []  # the emulator checker's findings of the last call
 
     # --- calling --------------------------------------------------------------
     def __call__(self, *args):
@@ -62,13 +68,15 @@ class JITKernel:
         shapes = [_output_shape(self.params[i], sizes) for i in self.out_idx]
         if self.backend == "cuda":
             outputs = self._run_cuda(tensors, scalars, sizes, shapes)
+        elif self.backend == "emulator":
+            outputs = self._run_interp(tensors, scalars, sizes, shapes, emulate=True)
         else:
             outputs = self._run_interp(tensors, scalars, sizes, shapes)
         if not outputs:
             return None
         return outputs[0] if len(outputs) == 1 else outputs
 
-    def _run_interp(self, tensors, scalars, sizes, shapes):
+    def _run_interp(self, tensors, scalars, sizes, shapes, emulate=False):
         from .interp import Machine
         from .interp.machine import poison
         use_torch = any(arrays.is_torch(t) for t in tensors.values())
@@ -83,7 +91,13 @@ class JITKernel:
             for d in (p.shape if isinstance(p, Buffer) else ()):
                 if isinstance(d, Var) and id(d) in sizes:
                     bindings[id(d)] = np.int64(sizes[id(d)])
-        Machine(self.func).run(bindings, arrays_in)
+        if emulate:
+            from .emulator import EmulatorError, run_lowered
+            self.reports = list(run_lowered(self.lowered, arrays_in, bindings))
+            if self.reports:
+                raise EmulatorError(self.reports)
+        else:
+            Machine(self.func).run(bindings, arrays_in)
         return [arrays.from_numpy(a, use_torch) for a in outputs]
 
     def _run_cuda(self, tensors, scalars, sizes, shapes):
@@ -153,9 +167,12 @@ class JITKernel:
 
     # --- inspection -----------------------------------------------------------
     def get_kernel_source(self) -> str:
-        """The CUDA source of a compiled kernel; the tile IR text on the interpreter."""
+        """The CUDA source of a compiled kernel; the tile IR text on the interpreter; the
+        lowered (thread-level) IR on the emulator."""
         if self.program is not None:
             return self.program.source
+        if self.backend == "emulator":
+            return self.lowered.script()
         return self.func.script()
 
     @property

@@ -21,7 +21,8 @@ def _gpu_available() -> bool:
 
 
 def resolve(target) -> tuple[str, str | None]:
-    """(backend, arch) for a target name: "auto", "interp", "cuda" or an arch like "sm_90a".
+    """(backend, arch) for a target name: "auto", "interp", "emulator", "cuda" or an arch like
+    "sm_90a". "emulator" compiles for sm_80 and runs the lowered kernel on the CPU emulator.
 
     "auto" is the current GPU when there is one (with torch to hand tensors over), else the
     interpreter; an arch compiles for that GPU without needing one (calling it does)."""
@@ -32,6 +33,8 @@ def resolve(target) -> tuple[str, str | None]:
     name = name.strip().lower()
     if name == "interp":
         return "interp", None
+    if name == "emulator":
+        return "emulator", "sm_80"
     if name in ("auto", "cuda"):
         if _gpu_available():
             from .runtime.device import current_arch
@@ -43,6 +46,6 @@ def resolve(target) -> tuple[str, str | None]:
         return "interp", None
     if _ARCH.match(name):
         return "cuda", name
-    raise TileError(f"unknown target '{target}'; expected 'auto', 'interp', 'cuda' or an "
-                    "architecture: sm_80, sm_86, sm_89, sm_90a")
+    raise TileError(f"unknown target '{target}'; expected 'auto', 'interp', 'emulator', 'cuda' "
+                    "or an architecture: sm_80, sm_86, sm_89, sm_90a")
 

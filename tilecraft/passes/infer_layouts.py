@@ -347,9 +347,16 @@ def _projection(indices, loop_vars):
     return positions
 
 
+def _matrix_extents(region) -> list:
+    """The 2-d extents of a gemm operand: its non-unit extents, or the last two when a
+    dimension of the matrix itself is 1 (a single row or column)."""
+    ext = list(region.static_extents())
+    non_unit = [e for e in ext if e != 1]
+    return non_unit if len(non_unit) == 2 else ext[-2:]
+
+
 def _gemm_dims(op: Gemm):
-    a = [e for e in op.A.static_extents() if e != 1] or list(op.A.static_extents()[-2:])
-    b = [e for e in op.B.static_extents() if e != 1] or list(op.B.static_extents()[-2:])
+    a, b = _matrix_extents(op.A), _matrix_extents(op.B)
     m, k = (a[1], a[0]) if op.transpose_A else (a[0], a[1])
     n = b[0] if op.transpose_B else b[1]
     return m, n, k

@@ -146,18 +146,19 @@ def lower_tile_ops(func):
             for key, flat in lowering.ctx.flat_shared.items():
                 if key in planned:
                     arena[id(flat)] = planned[key][0]
-            # Shared scratch the lowering itself added (cross-warp reduction slots, scan
-            # tiles) goes above the planned tiles.
+            # Shared scratch the lowering itself added (cross-warp reduction slots, scan and
+            # staging tiles) goes above the planned tiles, all of it at one offset: each user
+            # ends with a barrier after its last read, so the next one may take the bytes.
             from ..ir.visitor import walk
+            base = (top + 15) // 16 * 16
             for n in walk(kernel.body):
                 if isinstance(n, Allocate) and is_shared(n.buffer.scope) and \
                         id(n.buffer) not in arena:
-                    top = (top + 15) // 16 * 16
-                    arena[id(n.buffer)] = top
+                    arena[id(n.buffer)] = base
                     size = 1
                     for d in n.buffer.shape:
                         size *= d
-                    top += size * n.buffer.dtype.bytes
+                    top = max(top, base + size * n.buffer.dtype.bytes)
             return dataclasses.replace(kernel, attrs={**kernel.attrs, "smem_bytes": top})
         if isinstance(s, SeqStmt):
             return seq([rebuild(x) for x in s.stmts])

@@ -1,22 +1,31 @@
 """pipeline_loops: software-pipeline T.Pipelined loops with cp.async (paper section 4.3).
 
-For a loop `for k in T.Pipelined(n, num_stages=S)` (S >= 2) the statements that copy tiles
-from global into shared memory are the producers (stage 0); everything else is the consumer
-(stage S - 1), unless the user gave stage=/order=. Each shared tile a producer writes gets S
-versions (a leading dimension), and the loop becomes
+infer_pipeline has recorded on each loop `for k in T.Pipelined(n, num_stages=S)` (S >= 2) an
+issue order and a stage for every statement of its body (annotations pipeline_order and
+pipeline_stage). The statements below the last stage L run ahead: T.copy ops from global into
+shared memory (issued asynchronously) and the scalar statements that compute what they read.
+Each shared tile such a copy writes gets D = max(S, L + 1) versions (a leading dimension), and
+the loop becomes
 
-    prologue:  for s in [0, S-1): if s < n: produce(s) into version s;  commit
-    body k:    wait until at most S - 2 groups are in flight  (iteration k's copies landed)
+    prologue:  for s in [0, D-1): if s < n: ahead(s) into version s;  commit
+    body k:    wait until at most D - 2 groups are in flight  (iteration k's copies landed)
                barrier
-               if k + S - 1 < n: produce(k + S - 1) into version (k + S - 1) % S;  commit
-               consume(k) from version k % S
+               the body's statements in issue order, where each run of statements ahead is
+                   if k + D - 1 < n: ahead(k + D - 1) into version (k + D - 1) % D
+               and each last-stage statement is itself, for iteration k, on version k % D;
+               commit (after the last statement ahead)
 
-so the copies for S - 1 future iterations are in flight while iteration k computes. Every
+so the copies for D - 1 future iterations are in flight while iteration k computes. Every
 iteration commits exactly one group (possibly empty), which keeps the wait count uniform and
-makes short loops (n < S, n = 0, symbolic n) correct. One barrier per iteration both publishes
-iteration k's tile and retires the version consumed in iteration k - 1 before it is refilled.
-Producer copies are marked `async`; their lowering uses cp.async where a copy moves whole
-16-byte chunks, and plain stores otherwise (the next iteration's barrier covers them too).
+makes short loops (n < D, n = 0, symbolic n) correct. One barrier per iteration both publishes
+iteration k's tile and retires the version consumed in iteration k - 1, which is the one the
+copies issued in iteration k overwrite; so a copy may be issued anywhere in the body, before
+or after the last-stage statements that read the current version. All stages below L are run
+the same D - 1 iterations ahead (a copy put in an intermediate stage lands earlier than it
+would have to, with the same number of versions). Copies ahead are marked `async`; their
+lowering uses cp.async where a copy moves whole 16-byte chunks, and plain stores otherwise (the
+next iteration's barrier covers them too). The statements ahead write nothing a last-stage
+statement touches besides those tiles (infer_pipeline checks it).
 """
 from __future__ import annotations
 
@@ -24,10 +33,11 @@ import dataclasses
 
 from ..errors import TileError
 from ..ir import dtypes as dt
-from ..ir.buffer import GLOBAL, Buffer, BufferRegion, is_shared
+from ..ir.buffer import Buffer, BufferRegion
 from ..ir.expr import Call, const, convert
 from ..ir.stmt import Allocate, Evaluate, For, IfThenElse, Kernel, SeqStmt, seq, stmts_of
 from ..ir.tileop import Copy
+from .infer_pipeline import is_async_copy
 from ..ir.visitor import Mutator, substitute, walk
 from .insert_barriers import sync_stmt
 
@@ -36,16 +46,13 @@ def _call(name: str, span=None) -> Evaluate:
     return Evaluate(Call(name, (), dt.handle), span)
 
 
-def _is_producer(s) -> bool:
-    return isinstance(s, Copy) and s.src.buffer.scope == GLOBAL and is_shared(s.dst.buffer.scope)
-
-
-def _stages(loop: For, body: list) -> list[int]:
-    given = loop.annotations.get("stage")
-    if given is not None:
-        return list(given)
-    last = loop.annotations["num_stages"] - 1
-    return [0 if _is_producer(s) else last for s in body]
+def _schedule(loop: For) -> tuple[list, list]:
+    order = loop.annotations.get("pipeline_order")
+    stages = loop.annotations.get("pipeline_stage")
+    if order is None or stages is None:
+        raise TileError("internal error: pipeline_loops needs the schedule that infer_pipeline "
+                        "records on each T.Pipelined loop", loop.span)
+    return list(order), list(stages)
 
 
 class _Versioned(Mutator):
@@ -99,54 +106,62 @@ class _Pipeliner:
 
     def pipeline(self, loop: For):
         body = list(stmts_of(loop.body))
-        stages = _stages(loop, body)
+        order, stages = _schedule(loop)
         num = loop.annotations["num_stages"]
         last = max(stages)
-        producers = [s for s, st in zip(body, stages) if st < last]
-        if not producers:
+        ahead = {i for i, st in enumerate(stages) if st < last}
+        if not ahead:
             return dataclasses.replace(loop, kind="serial")
-        for p in producers:
-            if not _is_producer(p):
-                raise TileError("T.Pipelined: only copies from global into shared memory can "
-                                "run in an earlier stage on this target", p.span)
         depth = max(num, last + 1)
-        for p in producers:
-            b = p.dst.buffer
-            if id(b) not in self.versions:
-                self.versions[id(b)] = Buffer(b.name, (depth,) + tuple(b.shape), b.dtype,
-                                              b.scope, b.span)
-        consumers = [s for s, st in zip(body, stages) if st == last]
+        for i in sorted(ahead):
+            if isinstance(body[i], Copy):
+                if not is_async_copy(body[i]):
+                    raise TileError("T.Pipelined: only copies from global into shared memory "
+                                    "can run in an earlier stage on this target", body[i].span)
+                b = body[i].dst.buffer
+                if id(b) not in self.versions:
+                    self.versions[id(b)] = Buffer(b.name, (depth,) + tuple(b.shape), b.dtype,
+                                                  b.scope, b.span)
+        issue = sorted(range(len(body)), key=lambda i: order[i])
         k, n, span = loop.var, loop.extent, loop.span
         start = loop.start
 
-        def produce(iteration, in_loop: bool) -> list:
+        def produce(indices, iteration, in_loop: bool) -> list:
             version = _mod(iteration - start, depth)
             out = []
-            for p in producers:
-                moved = substitute(p, {id(k): iteration})
+            for i in indices:
+                moved = substitute(body[i], {id(k): iteration})
                 moved = _Versioned(self.versions, version).visit(moved)
-                # In the loop the schedule itself orders these copies (see the module
-                # docstring), so insert_barriers leaves them out of its hazard analysis.
-                marks = {"async": True, "scheduled": True} if in_loop else {"async": True}
-                out.append(dataclasses.replace(moved, annotations={**moved.annotations,
-                                                                   **marks}))
+                if isinstance(moved, Copy):
+                    # In the loop the schedule itself orders these copies (see the module
+                    # docstring), so insert_barriers leaves them out of its hazard analysis.
+                    marks = {"async": True, "scheduled": True} if in_loop else {"async": True}
+                    moved = dataclasses.replace(moved, annotations={**moved.annotations,
+                                                                    **marks})
+                out.append(moved)
             return out
 
+        early = [i for i in issue if i in ahead]
         prologue = []
         for s in range(depth - 1):
             it = start + s
-            prologue.append(IfThenElse(convert(s) < n, seq(produce(it, False)), None, span))
+            prologue.append(IfThenElse(convert(s) < n, seq(produce(early, it, False)), None,
+                                       span))
             prologue.append(_call("tc::cp_async_commit", span))
-        ahead = k + (depth - 1)
+        future = k + (depth - 1)
         # Iteration k's group is done once at most depth - 2 younger ones are in flight; the
         # barrier then publishes it to all threads and also ends every thread's reads of the
         # version consumed in iteration k - 1, which the copies issued next overwrite.
-        step = [_call(f"tc::cp_async_wait<{depth - 2}>", span),
-                sync_stmt(span),
-                IfThenElse(ahead < start + n, seq(produce(ahead, True)), None, span),
-                _call("tc::cp_async_commit", span)]
+        step = [_call(f"tc::cp_async_wait<{depth - 2}>", span), sync_stmt(span)]
         version = _mod(k - start, depth)
-        step += [_Versioned(self.versions, version).visit(c) for c in consumers]
+        # The statements that run ahead work on iteration k + depth - 1 and read nothing the
+        # last stage writes (infer_pipeline checks that), so they may go first: issued right
+        # after the barrier, their copies have the whole iteration to land. The recorded issue
+        # order still orders them among themselves and the last stage among itself.
+        step += [IfThenElse(future < start + n, seq(produce(early, future, True)), None, span),
+                 _call("tc::cp_async_commit", span)]
+        step += [_Versioned(self.versions, version).visit(body[i]) for i in issue
+                 if i not in ahead]
         new_loop = dataclasses.replace(loop, kind="serial", body=seq(step),
                                        annotations={"pipelined": depth})
         # Nothing may stay in flight past the loop (a later statement may reuse the bytes).

@@ -7,6 +7,7 @@ import os
 from .. import knobs
 from ..ir.verify import verify
 from .infer_layouts import infer_layouts
+from .infer_pipeline import infer_pipeline
 from .insert_barriers import insert_barriers
 from .pipeline_loops import pipeline_loops
 from .lower_tile_ops import lower_tile_ops
@@ -27,7 +28,8 @@ def cuda_sm80(func, smem_limit: int | None = None):
     """The mma.sync path (Ampere and later): layouts, shared arena, barriers, lowering."""
     verify(func)
     _dump(func, 0, "input")
-    steps = [("pipeline_loops", pipeline_loops),
+    steps = [("infer_pipeline", infer_pipeline),
+             ("pipeline_loops", pipeline_loops),
              ("infer_layouts", infer_layouts),
              ("plan_shared_memory", lambda f: plan_shared_memory(f, smem_limit)),
              ("insert_barriers", insert_barriers),

@@ -86,6 +86,13 @@ class CudaProgram:
         from ..codegen.cuda import emit_cuda, kernel_signature
         from ..passes import pipelines
         lowered = pipelines.cuda_sm80(func, _SMEM_LIMIT.get(arch))
+        limit = _SMEM_LIMIT.get(arch)
+        for k in lowered.kernels():
+            if limit is not None and k.attrs["smem_bytes"] > limit:
+                from ..errors import TileError
+                raise TileError(f"kernel needs {k.attrs['smem_bytes']} bytes of shared memory "
+                                f"with its scratch space; {arch} allows {limit} per block (use "
+                                "smaller tiles or fewer stages)", k.span)
         source, names = emit_cuda(lowered)
         pipelines.dump_source(func, source)
         compiled = cache.get_or_compile(

@@ -99,7 +99,7 @@ def _staged_copy(op, extents, ctx: ThreadContext):
     scratch = tmp.region()
     return seq([Allocate(ctx.flat(tmp), op.span), sync_stmt(op.span),
                 lower_copy(Copy(op.src, scratch, {}, op.span), ctx), sync_stmt(op.span),
-                lower_copy(Copy(scratch, op.dst, {}, op.span), ctx)])
+                lower_copy(Copy(scratch, op.dst, {}, op.span), ctx), sync_stmt(op.span)])
 
 
 def _vector_width(src: BufferRegion, dst: BufferRegion, extents, ctx) -> int:

@@ -14,7 +14,7 @@ from ..errors import TileError
 from ..ir import dtypes as dt
 from ..ir.buffer import FRAGMENT, SHARED, Buffer
 from ..ir.expr import BufferLoad, Call, binary, call, const
-from ..ir.stmt import Allocate, BufferStore, seq
+from ..ir.stmt import Allocate, BufferStore, IfThenElse, seq
 from .lowering import evaluate_table
 from ..passes.insert_barriers import sync_stmt
 
@@ -34,6 +34,14 @@ def _init(kind, d):
     if v == 0:
         return const(0, d)
     return const(dt.min_value(d) if v < 0 else dt.max_value(d), d)
+
+
+def _compact(t, masks):
+    """t with the bits in masks (single-bit masks) removed, higher bits moved down."""
+    for m in sorted(masks, reverse=True):
+        b = m.bit_length() - 1
+        t = (t & (m - 1)) | ((t >> (b + 1)) << b)
+    return t
 
 
 def reduce_plan(src_layout, dst_layout, dim: int, threads: int):
@@ -106,12 +114,19 @@ def lower_reduce(op, ctx):
             other = Call("tc::shfl_xor", (mine, const(mask)), acc_t)
             out.append(BufferStore(acc, (const(dl),), _combine(op.kind, mine, other), op.span))
     if warp_masks:
-        # One slot per thread and output register; the barrier after the reads keeps the
-        # next reduction (or the next loop iteration) from overwriting slots still in use.
-        ws = Buffer(f"{dst.name}_ws", (ctx.num_threads * nd,), acc_t, SHARED)
+        # After the shuffles every lane of a lane group holds the same partial, so one slot per
+        # group and output register suffices: the slot index is the thread index with the
+        # shuffled lane bits removed, and only the group's first lane writes it. The barrier
+        # after the reads keeps the next user of the scratch (or the next loop iteration)
+        # from overwriting slots still being read.
+        slots = ctx.num_threads >> len(lane_masks)
+        ws = Buffer(f"{dst.name}_ws", (slots * nd,), acc_t, SHARED)
         out.append(Allocate(ws))
-        for dl in range(nd):
-            out.append(BufferStore(ws, (ctx.tx * nd + dl,), BufferLoad(acc, (const(dl),))))
+        lane_bits = sum(lane_masks)
+        writes = [BufferStore(ws, (_compact(ctx.tx, lane_masks) * nd + dl,),
+                              BufferLoad(acc, (const(dl),))) for dl in range(nd)]
+        out.append(IfThenElse((ctx.tx & lane_bits) == 0, seq(writes), None, op.span)
+                   if lane_bits else seq(writes))
         out.append(sync_stmt(op.span))
         for dl in range(nd):
             value = BufferLoad(acc, (const(dl),))
@@ -120,7 +135,8 @@ def lower_reduce(op, ctx):
                 for b, m in enumerate(warp_masks):
                     if c >> b & 1:
                         partner |= m
-                value = _combine(op.kind, value, BufferLoad(ws, ((ctx.tx ^ partner) * nd + dl,)))
+                slot = _compact(ctx.tx ^ partner, lane_masks) * nd + dl
+                value = _combine(op.kind, value, BufferLoad(ws, (slot,)))
             out.append(BufferStore(acc, (const(dl),), value, op.span))
         out.append(sync_stmt(op.span))
     for dl in range(nd):

@@ -1,0 +1,82 @@
+"""Thread-level emulator of lowered kernels, with a checker (shared-memory races, reads of
+memory never written, out-of-bounds accesses, cp.async data read before its wait, barriers
+not reached by the whole block).
+
+    lowered = tilecraft.emulator.lower(prim_func)          # the sm_80 pipeline, no nvcc
+    reports = tilecraft.emulator.run(lowered, [A, B, C])   # arrays written in place
+    for r in reports: print(r)
+
+`target="emulator"` on tilecraft.jit / tilecraft.compile does both on every call and raises
+EmulatorError when the checker finds anything.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import TileError
+from ..ir.buffer import Buffer
+from ..ir.expr import Var
+from .checker import Report, Reports, Site
+from .machine import Emulator
+
+SMEM_LIMIT = {"sm_80": 163 * 1024}
+
+
+class EmulatorError(TileError):
+    """The checker found problems; `.reports` lists them all."""
+
+    def __init__(self, reports):
+        self.reports = list(reports)
+        first = self.reports[0]
+        span = next((s.span for s in first.sites if s.span is not None), None)
+        more = len(self.reports) - 1
+        notes = tuple((str(r), None) for r in self.reports[1:6])
+        text = f"the emulator found {len(self.reports)} problem(s); first: {first}"
+        if more > 5:
+            notes += ((f"... and {more - 5} more", None),)
+        super().__init__(text, span, notes)
+
+
+def lower(func, arch: str = "sm_80"):
+    """The thread-level PrimFunc the CUDA backend would print, for this architecture."""
+    from ..passes.pipelines import cuda_sm80
+    return cuda_sm80(func, SMEM_LIMIT.get(arch, SMEM_LIMIT["sm_80"]))
+
+
+def run_lowered(lowered, arrays: dict, bindings: dict, check: bool = True) -> Reports:
+    """Emulate with arrays keyed by id(parameter buffer); non-contiguous arrays are run on a
+    contiguous copy that is written back."""
+    contiguous, copied = {}, []
+    for key, a in arrays.items():
+        if a.flags.c_contiguous:
+            contiguous[key] = a
+        else:
+            contiguous[key] = np.ascontiguousarray(a)
+            copied.append((a, contiguous[key]))
+    reports = Emulator(lowered, check=check).run(contiguous, bindings)
+    for original, copy in copied:
+        np.copyto(original, copy)
+    return reports
+
+
+def run(lowered, args, check: bool = True) -> Reports:
+    """Emulate a lowered PrimFunc on one argument per parameter (numpy arrays, written in
+    place, and scalars); symbolic sizes are taken from the arrays' shapes."""
+    params = lowered.params
+    if len(args) != len(params):
+        raise TileError(f"{lowered.name} takes {len(params)} argument(s), got {len(args)}")
+    arrays, bindings = {}, {}
+    for p, a in zip(params, args):
+        if isinstance(p, Buffer):
+            a = np.asarray(a) if not isinstance(a, np.ndarray) else a
+            arrays[id(p)] = a
+            for dim, have in zip(p.shape, a.shape):
+                if isinstance(dim, Var):
+                    bindings[id(dim)] = np.int64(have)
+        else:
+            bindings[id(p)] = np.dtype(p.dtype.numpy).type(a)
+    return run_lowered(lowered, arrays, bindings, check)
+
+
+__all__ = ["Emulator", "EmulatorError", "Report", "Reports", "Site", "lower", "run",
+           "run_lowered"]

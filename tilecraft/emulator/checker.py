@@ -1,0 +1,234 @@
+"""What the emulator finds wrong with a kernel, and the shared-memory bookkeeping that finds it.
+
+Shared memory is tracked per byte of the block's arena. Between two barriers (an epoch) each byte
+remembers the thread that last wrote it and the thread that read it (or "several"), with the
+access site (an op, the buffer it went through, the user's source line). A second thread touching
+a byte that another thread wrote in the same epoch, or writing a byte another thread read, is a
+race. Bytes with a cp.async in flight belong to the copy until the wait that covers its group:
+any access to them before that is reported. Bytes never written are reported when read.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+NONE = -1      # no thread
+SEVERAL = -2   # more than one thread (readers)
+SAME = -3      # more than one thread, all storing the same bytes (writers)
+
+
+@dataclass(frozen=True)
+class Site:
+    op: str          # "read", "write", "cp.async", "ldmatrix", ...
+    buffer: str
+    span: object     # errors.Span or None
+
+    def where(self) -> str:
+        if self.span is None:
+            return "an unknown line"
+        return f"{self.span.filename.rsplit('/', 1)[-1]}:{self.span.line}"
+
+
+@dataclass
+class Report:
+    """One finding. kind: race, async-before-wait, uninitialized, out-of-bounds, misaligned,
+    barrier-divergence, warp-divergence, async-not-waited. `sites` are the accesses involved
+    (for a race: the earlier one, then the later one); `lines` their user source lines."""
+    kind: str
+    message: str
+    buffer: str | None = None
+    threads: tuple = ()
+    sites: tuple = ()                 # Site objects of the accesses involved
+    block: tuple = ()
+    count: int = 1                    # how many times it was seen (deduplicated)
+
+    @property
+    def lines(self) -> tuple:
+        return tuple(s.span.line for s in self.sites if s.span is not None)
+
+    def __str__(self) -> str:
+        where = f" (block {self.block})" if self.block else ""
+        again = f" [seen {self.count} times]" if self.count > 1 else ""
+        return f"{self.kind}: {self.message}{where}{again}"
+
+
+class Reports:
+    """Findings of one emulation, deduplicated by (kind, buffer, sites)."""
+
+    def __init__(self, limit: int = 200):
+        self.items: list[Report] = []
+        self._seen: dict = {}
+        self.limit = limit
+        self.block: tuple = ()
+
+    def add(self, kind, message, buffer=None, threads=(), sites=()):
+        key = (kind, buffer, tuple((s.op, s.buffer, s.span) for s in sites))
+        if key in self._seen:
+            self._seen[key].count += 1
+            return
+        if len(self.items) >= self.limit:
+            return
+        r = Report(kind, message, buffer, tuple(int(t) for t in threads), tuple(sites),
+                   self.block)
+        self._seen[key] = r
+        self.items.append(r)
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def __len__(self):
+        return len(self.items)
+
+
+class SharedTracker:
+    """Race, uninitialized-read and cp.async bookkeeping over one block's shared arena."""
+
+    def __init__(self, nbytes: int, reports: Reports, enabled: bool = True):
+        self.enabled = enabled
+        self.reports = reports
+        self.sites: list[Site] = []
+        self._site_ids: dict = {}
+        self.writer = np.full(nbytes, NONE, np.int32)
+        self.writer_site = np.zeros(nbytes, np.int32)
+        self.reader = np.full(nbytes, NONE, np.int32)
+        self.reader_site = np.zeros(nbytes, np.int32)
+        self.pending = np.full(nbytes, NONE, np.int32)
+        self.pending_site = np.zeros(nbytes, np.int32)
+        self.written = np.zeros(nbytes, bool)
+        self.scratch = np.zeros(nbytes, np.uint8)
+
+    def site(self, op: str, buffer: str, span) -> int:
+        key = (op, buffer, span)
+        sid = self._site_ids.get(key)
+        if sid is None:
+            sid = self._site_ids[key] = len(self.sites)
+            self.sites.append(Site(op, buffer, span))
+        return sid
+
+    def barrier(self):
+        self.writer.fill(NONE)
+        self.reader.fill(NONE)
+
+    # --- accesses: addr and tid are flat arrays of equal length (one entry per byte) ------
+    def read(self, addr, tid, sid: int):
+        if not self.enabled or addr.size == 0:
+            return
+        here = self.sites[sid]
+        p = self.pending[addr]
+        bad = p >= 0
+        if bad.any():
+            i = int(np.argmax(bad))
+            other = self.sites[self.pending_site[addr[i]]]
+            self.reports.add(
+                "async-before-wait",
+                f"{here.buffer}: thread {tid[i]} {here.op} at {here.where()} reads shared bytes "
+                f"whose cp.async (issued by thread {p[i]} at {other.where()}) has not been "
+                "waited for", here.buffer, (p[i], tid[i]), (other, here))
+        fresh = ~self.written[addr] & ~bad
+        if fresh.any():
+            i = int(np.argmax(fresh))
+            self.reports.add(
+                "uninitialized",
+                f"{here.buffer}: thread {tid[i]} {here.op} at {here.where()} reads shared "
+                f"memory (arena byte {addr[i]}) that was never written", here.buffer,
+                (tid[i],), (here,))
+        w = self.writer[addr]
+        clash = (w >= 0) & (w != tid)
+        if clash.any():
+            i = int(np.argmax(clash))
+            other = self.sites[self.writer_site[addr[i]]]
+            self._race(other, w[i], "wrote", here, tid[i], "reads", addr[i])
+        self._mark(self.reader, self.reader_site, addr, tid, sid, SEVERAL)
+
+    def write(self, addr, tid, sid: int, data, memory):
+        """data: the bytes written (one per addr); memory: the arena before the write."""
+        if addr.size == 0:
+            return
+        if self.enabled:
+            self._check_write(addr, tid, sid, data, memory)
+        self.written[addr] = True
+
+    def async_issue(self, addr, tid, sid: int, data, memory):
+        """A cp.async starts: its bytes are in flight until the covering wait."""
+        if addr.size == 0:
+            return
+        if self.enabled:
+            self._check_write(addr, tid, sid, data, memory)
+        self.pending[addr] = tid
+        self.pending_site[addr] = sid
+
+    def async_complete(self, addr, tid):
+        """The wait covering a cp.async: its data lands, written by the issuing thread."""
+        if addr.size == 0:
+            return
+        sid = self.pending_site[addr]
+        self.pending[addr] = NONE
+        self.written[addr] = True
+        if self.enabled:
+            self.writer[addr] = tid
+            self.writer_site[addr] = sid
+
+    def outstanding(self) -> bool:
+        return bool((self.pending >= 0).any())
+
+    # --- helpers ----------------------------------------------------------------
+    def _check_write(self, addr, tid, sid, data, memory):
+        here = self.sites[sid]
+        p = self.pending[addr]
+        bad = p >= 0
+        if bad.any():
+            i = int(np.argmax(bad))
+            other = self.sites[self.pending_site[addr[i]]]
+            self._race(other, p[i], "has a cp.async in flight to", here, tid[i], "writes",
+                       addr[i])
+        r = self.reader[addr]
+        clash = (r == SEVERAL) | ((r >= 0) & (r != tid))
+        if clash.any():
+            i = int(np.argmax(clash))
+            other = self.sites[self.reader_site[addr[i]]]
+            who = "several threads" if r[i] == SEVERAL else f"thread {r[i]}"
+            self._race(other, r[i], "read", here, tid[i], "writes", addr[i], who)
+        # Another thread's write in this epoch races unless it stored the very same bytes
+        # (redundant stores of one value by every thread are a common, harmless idiom).
+        w = self.writer[addr]
+        foreign = (w == SAME) | ((w >= 0) & (w != tid))
+        same = memory[addr] == data
+        clash = foreign & ~same
+        if clash.any():
+            i = int(np.argmax(clash))
+            other = self.sites[self.writer_site[addr[i]]]
+            who = "several threads" if w[i] == SAME else f"thread {w[i]}"
+            self._race(other, w[i], "wrote", here, tid[i], "writes", addr[i], who)
+        # Threads of this very access that meet on one byte: a race unless the values agree.
+        self.writer[addr] = tid
+        self.writer_site[addr] = sid
+        self.scratch[addr] = data
+        differ = self.scratch[addr] != data
+        if differ.any():
+            i = int(np.argmax(differ))
+            self._race(here, self.writer[addr[i]], "writes", here, tid[i], "writes", addr[i])
+        shared = (self.writer[addr] != tid) | (foreign & same)
+        self.writer[addr[shared]] = SAME
+
+    def _mark(self, owner, owner_site, addr, tid, sid, several):
+        """owner[addr] = tid, or `several` where different threads meet on one byte."""
+        old = owner[addr]
+        want = np.where((old == NONE) | (old == tid), tid, several)
+        owner[addr] = want
+        owner_site[addr] = sid
+        clash = owner[addr] != want
+        if clash.any():
+            owner[addr[clash]] = several
+
+    def _race(self, a: Site, ta, verb_a, b: Site, tb, verb_b, byte, who_a=None):
+        who_a = who_a or f"thread {ta}"
+        threads = (int(tb),) if ta < 0 else (int(ta), int(tb))
+        self.reports.add(
+            "race",
+            f"{b.buffer}: {who_a} {verb_a} it at {a.where()} ({a.op} of {a.buffer}) and thread "
+            f"{tb} {verb_b} it at {b.where()} ({b.op}) with no barrier in between (arena byte "
+            f"{byte})", b.buffer, threads, (a, b))
+
+
+__all__ = ["Site", "Report", "Reports", "SharedTracker"]

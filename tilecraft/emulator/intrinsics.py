@@ -1,0 +1,228 @@
+"""The header library's functions (`tc::...`, codegen/include/tilecraft/README.md), executed for
+all threads of a block at once. Each handler gets the block machine and the evaluated
+arguments (pointers arrive as memory.Pointer) and returns the call's value, if any.
+
+Warp-collective functions (shuffles, ldmatrix, mma.sync) run per warp: [threads] arrays are
+reshaped to [warps, 32]. A collective executed by only part of a warp is reported.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..errors import TileError
+from ..ir import dtypes as dt
+from ..layout.mma import mma_a_fragment, mma_b_fragment, mma_c_fragment
+from .checker import Site
+from .memory import Bits, Pointer, as_bytes
+
+WARP = 32
+_LANE = np.arange(WARP)
+_G, _T = _LANE // 4, _LANE % 4
+
+
+def _table(frag):
+    """(rows, cols): [32, locals] positions of every lane's fragment elements."""
+    n = frag.locals_per_thread
+    pos = np.array([[[int(x.value) for x in frag.logical_of(lane, i)[:2]] for i in range(n)]
+                    for lane in range(WARP)], dtype=np.int64)
+    return pos[..., 0], pos[..., 1]
+
+
+_A_POS = _table(mma_a_fragment("float16"))
+_B_POS = _table(mma_b_fragment("float16"))
+_C_POS = _table(mma_c_fragment())
+
+
+# --- helpers ---------------------------------------------------------------------------
+def _pred_lanes(m, pred):
+    """The executing lanes narrowed to those whose predicate holds."""
+    p = np.broadcast_to(np.asarray(pred, dtype=bool), (m.T,))
+    return m.lanes[p[m.lanes]]
+
+
+def _whole_warps(m, what: str) -> bool:
+    """True when the executing lanes are whole warps; else the divergence is reported."""
+    if m.T % WARP:
+        raise TileError(f"{what}: the emulator needs a block of whole warps, got {m.T} "
+                        "threads", m.span)
+    if m.lanes.size == m.T:
+        return True
+    live = np.zeros(m.T, bool)
+    live[m.lanes] = True
+    per_warp = live.reshape(-1, WARP)
+    partial = per_warp.any(1) & ~per_warp.all(1)
+    if partial.any():
+        w = int(np.argmax(partial))
+        m.reports.add("warp-divergence",
+                      f"{what} is warp-collective but only some lanes of warp {w} execute it "
+                      f"at {Site(what, '', m.span).where()}", None,
+                      (w * WARP + int(np.argmax(per_warp[w])),), (Site(what, "", m.span),))
+    return False
+
+
+def _read_regs(m, ptr: Pointer, count: int, dtype) -> np.ndarray:
+    """count elements of dtype at ptr in every thread's registers: [threads, count]."""
+    nbytes = count * np.dtype(dtype).itemsize
+    raw = m.mem.read_bytes(ptr, nbytes, m.tx, "register read", m.span)
+    return raw.view(dtype).reshape(m.T, count)
+
+
+def _write_regs(m, ptr: Pointer, values: np.ndarray, lanes):
+    raw = np.ascontiguousarray(values).view(np.uint8).reshape(m.T, -1)
+    m.mem.write_bytes(ptr, raw, lanes, "register write", m.span)
+
+
+# --- barriers and cp.async -----------------------------------------------------------------
+def syncthreads(m):
+    m.barrier()
+
+
+def cp_async(m, nbytes, dst: Pointer, src: Pointer, pred):
+    lanes = m.lanes
+    reading = _pred_lanes(m, pred)
+    data = m.mem.read_bytes(src, nbytes, reading, "cp.async source", m.span)
+    m.copies.issue(dst, data, lanes, nbytes)
+
+
+# --- vector loads and stores ---------------------------------------------------------------
+def load(m, bits, ptr: Pointer, pred=True):
+    nbytes = bits // 8
+    lanes = _pred_lanes(m, pred)
+    raw = m.mem.read_bytes(ptr, nbytes, lanes, f"ld_{bits}", m.span)
+    if nbytes == 2:
+        return raw.view(np.uint16).reshape(m.T)
+    if nbytes == 4:
+        return raw.view(np.uint32).reshape(m.T)
+    return Bits(raw)
+
+
+def store(m, bits, ptr: Pointer, value, pred=True):
+    nbytes = bits // 8
+    lanes = _pred_lanes(m, pred)
+    m.mem.write_bytes(ptr, as_bytes(value, m.T, nbytes), lanes, f"st_{bits}", m.span)
+
+
+# --- warp-level ------------------------------------------------------------------------------
+def shfl_xor(m, value, lane_mask):
+    value = np.asarray(value)
+    if value.ndim == 0:
+        return value
+    mask = int(np.asarray(lane_mask).reshape(-1)[0])
+    src = m.tx ^ mask
+    if m.lanes.size != m.T:
+        live = np.zeros(m.T, bool)
+        live[m.lanes] = True
+        idle = live & ~live[np.minimum(src, m.T - 1)]
+        if idle.any():
+            t = int(np.argmax(idle))
+            m.reports.add("warp-divergence", f"shfl_xor: thread {t} reads lane {src[t] % WARP} "
+                          "of its warp, which does not execute the shuffle", None, (t,),
+                          (Site("shfl_xor", "", m.span),))
+    if (src >= m.T).any():
+        raise TileError(f"shfl_xor with mask {mask} leaves a block of {m.T} threads", m.span)
+    return np.broadcast_to(value, (m.T,))[src]
+
+
+def ldmatrix(m, num: int, trans: bool, regs: Pointer, row: Pointer):
+    _whole_warps(m, f"ldmatrix_x{num}")
+    lane = m.tx % WARP
+    readers = m.lanes[lane[m.lanes] < 8 * num]
+    rows = m.mem.read_bytes(row, 16, readers, "ldmatrix", m.span)
+    W = m.T // WARP
+    mats = rows.view(np.uint16).reshape(W, WARP, 8)[:, :8 * num].reshape(W, num, 8, 8)
+    if trans:
+        lo, hi = mats[:, :, 2 * _T, _G], mats[:, :, 2 * _T + 1, _G]
+    else:
+        lo, hi = mats[:, :, _G, 2 * _T], mats[:, :, _G, 2 * _T + 1]
+    words = lo.astype(np.uint32) | (hi.astype(np.uint32) << 16)      # [W, num, 32]
+    _write_regs(m, regs, words.transpose(0, 2, 1).reshape(m.T, num), m.lanes)
+
+
+def mma_m16n8k16(m, in_dtype, d: Pointer, a: Pointer, b: Pointer, c: Pointer):
+    _whole_warps(m, "mma.sync")
+    W = m.T // WARP
+    elem = dt.dtype(in_dtype).numpy
+    av = _read_regs(m, a, 4, np.uint32).view(np.uint16).view(elem).reshape(W, WARP, 8)
+    bv = _read_regs(m, b, 2, np.uint32).view(np.uint16).view(elem).reshape(W, WARP, 4)
+    cv = _read_regs(m, c, 4, np.float32).reshape(W, WARP, 4)
+    A = np.zeros((W, 16, 16), np.float32)
+    B = np.zeros((W, 16, 8), np.float32)
+    C = np.zeros((W, 16, 8), np.float32)
+    A[:, _A_POS[0], _A_POS[1]] = av.astype(np.float32)
+    B[:, _B_POS[0], _B_POS[1]] = bv.astype(np.float32)
+    C[:, _C_POS[0], _C_POS[1]] = cv
+    with np.errstate(all="ignore"):
+        D = (np.matmul(A.astype(np.float64), B.astype(np.float64)) + C).astype(np.float32)
+    _write_regs(m, d, D[:, _C_POS[0], _C_POS[1]].reshape(m.T, 4), m.lanes)
+
+
+# --- packing and atomics ---------------------------------------------------------------------
+def pack(m, elem_dtype, lo, hi):
+    elem = dt.dtype(elem_dtype).numpy
+    lo_bits = np.asarray(lo).astype(np.float32).astype(elem).view(np.uint16)
+    hi_bits = np.asarray(hi).astype(np.float32).astype(elem).view(np.uint16)
+    return lo_bits.astype(np.uint32) | (hi_bits.astype(np.uint32) << 16)
+
+
+_ATOMIC = {"add": np.add, "max": np.maximum, "min": np.minimum}
+
+
+def atomic(m, kind, ptr: Pointer, value):
+    from ..ir.buffer import is_shared
+    b = ptr.buffer
+    lanes, first = m.mem.byte_range(ptr, b.dtype.bits // 8, m.lanes, f"atomic_{kind}", m.span)
+    es = b.dtype.bits // 8
+    value = np.broadcast_to(np.asarray(value).astype(b.dtype.numpy), (m.T,))[lanes]
+    if is_shared(b.scope):
+        base = m.mem.offsets[id(b)]
+        view, idx = m.mem.shared_view(b), (first - base) // es
+        m.tracker.written[first[:, None] + np.arange(es)] = True
+    else:
+        view, idx = m.mem.global_array(b).reshape(-1), first // es
+    old = view[idx].copy()
+    _ATOMIC[kind].at(view, idx, value)
+    out = np.zeros(m.T, view.dtype)
+    out[lanes] = old
+    return out
+
+
+# --- dispatch ----------------------------------------------------------------------------------
+_VECTOR = re.compile(r"^(ld|st)_(global|shared)_(16|32|64|128)(_pred)?$")
+_LDMATRIX = re.compile(r"^ldmatrix_x([124])(_trans)?$")
+_CP_ASYNC = re.compile(r"^cp_async_(cg|ca)_(16|8|4)$")
+_WAIT = re.compile(r"^cp_async_wait<(\d+)>$")
+_MMA = {"mma_m16n8k16_f16_f32": "float16", "mma_m16n8k16_bf16_f32": "bfloat16"}
+
+
+def call(m, name: str, args: list):
+    """Run tc::<name>(*args) for the executing lanes."""
+    if name == "syncthreads":
+        return syncthreads(m)
+    if name == "cp_async_commit":
+        return m.copies.commit(m.lanes)
+    if name == "cp_async_wait_all":
+        return m.copies.wait(m.lanes, None)
+    hit = _WAIT.match(name)
+    if hit:
+        return m.copies.wait(m.lanes, int(hit.group(1)))
+    hit = _CP_ASYNC.match(name)
+    if hit:
+        return cp_async(m, int(hit.group(2)), *args)
+    hit = _VECTOR.match(name)
+    if hit:
+        op, bits = hit.group(1), int(hit.group(3))
+        return load(m, bits, *args) if op == "ld" else store(m, bits, *args)
+    hit = _LDMATRIX.match(name)
+    if hit:
+        return ldmatrix(m, int(hit.group(1)), bool(hit.group(2)), *args)
+    if name in _MMA:
+        return mma_m16n8k16(m, _MMA[name], *args)
+    if name == "shfl_xor":
+        return shfl_xor(m, *args)
+    if name in ("pack_half2", "pack_bf162"):
+        return pack(m, "float16" if name == "pack_half2" else "bfloat16", *args)
+    if name.startswith("atomic_") and name[7:] in _ATOMIC:
+        return atomic(m, name[7:], *args)
+    raise TileError(f"the emulator has no implementation of tc::{name}", m.span)

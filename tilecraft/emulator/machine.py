@@ -1,0 +1,229 @@
+"""Runs a lowered (thread-level) PrimFunc on numpy, block by block.
+
+All threads of a block execute each statement together (lock-step), vectorized: the thread
+index is np.arange(threads), so every expression evaluates to one value per thread. A branch
+whose condition differs between threads runs with a mask of the threads that take it (those
+are `lanes`); loops must have the same trip count in every thread that runs them. Barriers end
+an epoch of the race checker; one reached by only part of the block is reported.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from ..errors import TileError
+from ..interp.values import Evaluator, to_dtype
+from ..ir.stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt
+from . import intrinsics
+from .checker import Reports, SharedTracker, Site
+from .copies import AsyncCopies
+from .memory import BlockMemory, Pointer
+
+
+class ThreadEvaluator(Evaluator):
+    """The interpreter's expression evaluator, with loads and calls that reach the emulated
+    memory spaces and the header library's functions."""
+
+    def eval_BufferLoad(self, e, mask):
+        m = self.m
+        idx = [self.eval(i, mask) for i in e.indices]
+        return m.mem.load(e.buffer, idx, m.lanes_of(mask), m.span)
+
+    def eval_Call(self, e, mask):
+        m = self.m
+        if e.name == "address_of":
+            load = e.args[0]
+            idx = [self.eval(i, mask) for i in load.indices]
+            flat, ok = m.mem.flat_index(load.buffer, idx)
+            return Pointer(load.buffer, flat, ok)
+        if e.name.startswith("tc::"):
+            args = [a if isinstance(a, str) else self.eval(a, mask) for a in e.args]
+            saved = m.lanes
+            m.lanes = m.lanes_of(mask)
+            try:
+                return intrinsics.call(m, e.name[4:], args)
+            finally:
+                m.lanes = saved
+        if e.name == "call_extern":
+            raise TileError("the emulator cannot run T.call_extern", e.span)
+        return super().eval_Call(e, mask)
+
+
+class BlockMachine:
+    """The state of the block being run and the statement executor."""
+
+    def __init__(self, emulator, kernel: Kernel, coords: tuple):
+        self.env = emulator.env
+        self.reports = emulator.reports
+        self.T = kernel.num_threads
+        self.tx = np.arange(self.T, dtype=np.int64)
+        smem = int(kernel.attrs.get("smem_bytes", 0))
+        self.tracker = SharedTracker(smem, self.reports, emulator.check)
+        self.mem = BlockMemory(emulator.func, emulator.globals, self.T, smem, self.reports,
+                               self.tracker)
+        self.copies = AsyncCopies(self)
+        self.mask = None
+        self.lanes = self.tx
+        self.span = kernel.span
+        self.ev = ThreadEvaluator(self)
+        for var, i in zip(kernel.block_vars, coords):
+            self.env[id(var)] = np.int64(i)
+        if kernel.thread_var is None:
+            raise TileError("the emulator runs lowered kernels; this one has no thread index "
+                            "(run the sm_80 pipeline first)", kernel.span)
+        self.env[id(kernel.thread_var)] = self.tx
+
+    def run(self, body):
+        with np.errstate(all="ignore"):
+            self.exec(body)
+        self.copies.finish()
+
+    def lanes_of(self, mask):
+        if mask is None or mask is self.mask:
+            return self.lanes
+        mask = np.asarray(mask, dtype=bool)
+        if mask.ndim == 0:
+            return self.lanes if mask else self.lanes[:0]
+        return np.nonzero(np.broadcast_to(mask, (self.T,)))[0]
+
+    def uniform(self, e) -> int:
+        """A value every executing thread agrees on (loop bounds)."""
+        v = np.asarray(self.ev.eval(e, self.mask))
+        if v.ndim == 0:
+            return int(v)
+        v = np.broadcast_to(v, (self.T,))[self.lanes]
+        if v.size and (v != v[0]).any():
+            raise TileError("the emulator needs loop bounds that are the same in every thread "
+                            f"(they range over {int(v.min())}..{int(v.max())} here)", self.span)
+        return int(v[0]) if v.size else 0
+
+    def barrier(self):
+        if self.mask is not None:
+            idle = np.nonzero(~self.mask)[0]
+            site = Site("syncthreads", "", self.span)
+            self.reports.add(
+                "barrier-divergence",
+                f"syncthreads at {site.where()} is reached by {self.lanes.size} of {self.T} "
+                f"threads (thread {idle[0]} never arrives): the block deadlocks or "
+                "synchronizes wrongly", None, (int(self.lanes[0]) if self.lanes.size else 0,
+                                               int(idle[0])), (site,))
+        self.tracker.barrier()
+
+    # --- statements --------------------------------------------------------------
+    def exec(self, s):
+        outer = self.span
+        if s.span is not None:
+            self.span = s.span
+        try:
+            getattr(self, "exec_" + type(s).__name__)(s)
+        finally:
+            self.span = outer
+
+    def exec_SeqStmt(self, s: SeqStmt):
+        for x in s.stmts:
+            self.exec(x)
+
+    def exec_For(self, s: For):
+        if s.kind == "parallel":
+            raise TileError("internal: a T.Parallel loop reached the emulator", s.span)
+        start, extent = self.uniform(s.start), self.uniform(s.extent)
+        for i in range(start, start + extent):
+            self.env[id(s.var)] = np.int64(i)
+            self.exec(s.body)
+
+    def exec_IfThenElse(self, s: IfThenElse):
+        c = np.asarray(self.ev.eval(s.cond, self.mask), dtype=bool)
+        if c.ndim == 0:
+            branch = s.then_body if c else s.else_body
+            if branch is not None:
+                self.exec(branch)
+            return
+        c = np.broadcast_to(c, (self.T,))
+        self._masked(s.then_body, c)
+        if s.else_body is not None:
+            self._masked(s.else_body, ~c)
+
+    def _masked(self, body, cond):
+        live = cond if self.mask is None else (self.mask & cond)
+        if not live.any():
+            return
+        saved = self.mask, self.lanes
+        if live.all():
+            self.mask, self.lanes = None, self.tx
+        else:
+            self.mask, self.lanes = live, np.nonzero(live)[0]
+        try:
+            self.exec(body)
+        finally:
+            self.mask, self.lanes = saved
+
+    def exec_BufferStore(self, s: BufferStore):
+        value = to_dtype(self.ev.eval(s.value, self.mask), s.buffer.dtype)
+        idx = [self.ev.eval(i, self.mask) for i in s.indices]
+        self.mem.store(s.buffer, idx, value, self.lanes, self.span)
+
+    def exec_Evaluate(self, s: Evaluate):
+        self.ev.eval(s.value, self.mask)
+
+    def exec_Allocate(self, s: Allocate):
+        self.mem.allocate(s.buffer, s.span)
+
+    def exec_Kernel(self, s: Kernel):
+        raise TileError("internal: a kernel launch nested in another kernel", s.span)
+
+
+def _rasterize(panel: int, order: str, gx: int, gy: int, bx: int, by: int) -> tuple:
+    """tc::rasterize_row / rasterize_col (raster.h), serpentine."""
+    if panel <= 0:
+        return bx, by
+    linear = by * gx + bx
+    if order == "row":
+        p, o = divmod(linear, panel * gx)
+        h = min(panel, gy - p * panel)
+        x, y = o // h, p * panel + o % h
+        return (gx - 1 - x if p % 2 else x), y
+    p, o = divmod(linear, panel * gy)
+    w = min(panel, gx - p * panel)
+    y, x = o // w, p * panel + o % w
+    return x, (gy - 1 - y if p % 2 else y)
+
+
+class Emulator:
+    """Runs a lowered PrimFunc: `Emulator(lowered).run(globals, bindings)` -> Reports.
+
+    globals: id(parameter buffer) -> C-contiguous numpy array (written in place);
+    bindings: id(scalar parameter or symbolic size) -> value. check=False skips the race /
+    uninitialized / cp.async bookkeeping (bounds are always checked)."""
+
+    def __init__(self, func, check: bool = True, report_limit: int = 200):
+        self.func = func
+        self.check = check
+        self.reports = Reports(report_limit)
+        self.env: dict = {}
+        self.globals: dict = {}
+
+    def run(self, globals_: dict, bindings: dict) -> Reports:
+        self.globals = dict(globals_)
+        self.env.update(bindings)
+        body = self.func.body
+        for s in (body.stmts if isinstance(body, SeqStmt) else (body,)):
+            if not isinstance(s, Kernel):
+                raise TileError(f"the emulator runs kernel launches only, not "
+                                f"{type(s).__name__} outside a kernel", s.span)
+            self.run_kernel(s)
+        return self.reports
+
+    def run_kernel(self, k: Kernel):
+        ev = Evaluator(self)
+        grid = [int(np.asarray(ev.eval(g))) for g in k.grid] + [1, 1]
+        gx, gy, gz = grid[:3]
+        swizzle = k.attrs.get("use_swizzle")
+        for bz, by, bx in itertools.product(range(gz), range(gy), range(gx)):
+            coords = (bx, by, bz)
+            if swizzle is not None and len(k.block_vars) >= 2:
+                coords = _rasterize(swizzle[0], swizzle[1], gx, gy, bx, by) + (bz,)
+            coords = coords[:len(k.block_vars)]
+            self.reports.block = coords
+            BlockMachine(self, k, coords).run(k.body)
+        self.reports.block = ()
