@@ -24,6 +24,8 @@ CONFIGS = [
     dict(block_M=128, block_N=256, block_K=64, threads=256, num_stages=3),
     dict(block_M=256, block_N=128, block_K=32, threads=256, num_stages=4),
     dict(block_M=128, block_N=128, block_K=64, threads=256, num_stages=0),
+    dict(block_M=128, block_N=128, block_K=64, threads=128, num_stages=3),
+    dict(block_M=128, block_N=128, block_K=32, threads=128, num_stages=4),
 ]
 
 

@@ -1,0 +1,79 @@
+"""MLA decode fp16 (examples/mla_decode.py) beside the torch reference (einsum + softmax), in
+one process on one GPU: batch 64, 128 heads, one KV head, dim 512 + rope 64 (ANCHORS.md).
+
+    python bench/bench_mla.py [--out bench/results] [--tag ...]
+"""
+import argparse
+import datetime
+import json
+import os
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+sys.path.insert(0, HERE)
+from mla_decode import flash_mla_decode  # noqa: E402
+from bench_gemm import gpu_facts  # noqa: E402
+from tilecraft.profiler import cuda_median_ms  # noqa: E402
+
+B, H, D, PE = 64, 128, 512, 64
+CONFIGS = [dict(block_N=64, block_H=64, num_stages=2, threads=256),
+           dict(block_N=64, block_H=64, num_stages=1, threads=256)]
+
+
+def torch_mla(q, q_pe, kv, k_pe):
+    """The reference the anchors time: scores by einsum, softmax in fp32, output by einsum."""
+    scale = (D + PE) ** -0.5
+    kv0, kpe0 = kv[:, :, 0], k_pe[:, :, 0]
+    scores = (torch.einsum("bhd,bsd->bhs", q, kv0) + torch.einsum("bhd,bsd->bhs", q_pe, kpe0))
+    p = torch.softmax(scores.float() * scale, dim=-1).to(q.dtype)
+    return torch.einsum("bhs,bsd->bhd", p, kv0)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    parser.add_argument("--tag", default="mla_decode_sm80_path")
+    parser.add_argument("--kv", default="1024,4096,8192")
+    args = parser.parse_args()
+    rows = []
+    for S in (int(x) for x in args.kv.split(",")):
+        flop = 2.0 * B * H * S * (D + PE) + 2.0 * B * H * S * D
+        q = torch.randn(B, H, D, device="cuda", dtype=torch.float16)
+        q_pe = torch.randn(B, H, PE, device="cuda", dtype=torch.float16)
+        kv = torch.randn(B, S, 1, D, device="cuda", dtype=torch.float16)
+        k_pe = torch.randn(B, S, 1, PE, device="cuda", dtype=torch.float16)
+        ref = torch_mla(q.float(), q_pe.float(), kv.float(), k_pe.float())
+        torch_ms = cuda_median_ms(lambda: torch_mla(q, q_pe, kv, k_pe), 3, 10, False)
+        for cfg in CONFIGS:
+            kernel = flash_mla_decode(B, H, 1, S, D, PE, **cfg)
+            out = kernel(q, q_pe, kv, k_pe)
+            err = float((out.float() - ref).norm() / ref.norm())
+            ms = cuda_median_ms(lambda: kernel(q, q_pe, kv, k_pe), 3, 10, False)
+            row = {"kv": S, "config": cfg, "ms": ms, "tflops": flop / ms / 1e9,
+                   "torch_ms": torch_ms, "torch_tflops": flop / torch_ms / 1e9,
+                   "vs_torch": torch_ms / ms, "rel_error": err, "registers": kernel.n_regs,
+                   "spills": kernel.n_spills, "shared_memory": kernel.shared_memory}
+            rows.append(row)
+            print(f"KV {S} {cfg}: {row['tflops']:.0f} TFLOP/s vs torch {row['torch_tflops']:.0f} "
+                  f"({row['vs_torch']:.2f}x) err {err:.1e} regs {kernel.n_regs} "
+                  f"spills {kernel.n_spills}", flush=True)
+    facts = gpu_facts()
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    os.makedirs(args.out, exist_ok=True)
+    base = os.path.join(args.out, f"{stamp}_{args.tag}")
+    with open(base + ".json", "w") as f:
+        json.dump({"facts": facts, "rows": rows}, f, indent=1)
+    with open(base + ".md", "w") as f:
+        f.write(f"# {args.tag} ({stamp})\n\n{facts}\n\n| KV | config | TFLOP/s | torch TFLOP/s "
+                "| ratio | rel err | regs | spills |\n|---|---|---|---|---|---|---|---|\n")
+        for r in rows:
+            f.write(f"| {r['kv']} | {r['config']} | {r['tflops']:.0f} | {r['torch_tflops']:.0f} "
+                    f"| {r['vs_torch']:.2f} | {r['rel_error']:.1e} | {r['registers']} | "
+                    f"{r['spills']} |\n")
+
+
+if __name__ == "__main__":
+    main()
