@@ -102,7 +102,7 @@ class _Inserter:
             return [s]
         if isinstance(s, For) and s.kind != "parallel":
             return [self.loop(s, state)]
-        if isinstance(s, IfThenElse) and _is_tile_level(s):
+        if isinstance(s, IfThenElse):  # outside T.Parallel: the same branch for every thread
             prefix = []
             cond_reads, _ = shared_accesses(s.cond)
             if state.conflicts(cond_reads, set()):
@@ -156,11 +156,6 @@ def _first_sync_index(stmts) -> int:
 
 def _count_syncs(stmts) -> int:
     return sum(1 for s in stmts if is_sync(s))
-
-
-def _is_tile_level(s: IfThenElse) -> bool:
-    """An `if` outside T.Parallel: its condition is the same for every thread of the block."""
-    return True
 
 
 def _overlap_table(offsets: dict) -> dict:

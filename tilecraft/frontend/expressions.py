@@ -1,0 +1,204 @@
+"""Evaluating the expressions of a prim_func body.
+
+Python evaluates what is known at compile time; operators on device values build IR through
+the Expr overloads; `and` / `or` / `not` / conditional expressions on device values become IR
+(Python's own would ask the device value for a truth value). Every construct is evaluated with
+its source span current, so IR and errors point at the user's text.
+"""
+from __future__ import annotations
+
+import ast
+import operator
+import os
+
+from ..errors import TileError, TileInternalError, span_scope
+from ..ir import expr as ex
+from ..ir.buffer import Buffer, LOCAL_VAR
+from ..ir.expr import BufferLoad, Expr
+
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+           ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+           ast.Pow: operator.pow, ast.BitAnd: operator.and_, ast.BitOr: operator.or_,
+           ast.BitXor: operator.xor, ast.LShift: operator.lshift, ast.RShift: operator.rshift,
+           ast.MatMult: operator.matmul}
+_CMPOPS = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+           ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Is: operator.is_,
+           ast.IsNot: operator.is_not, ast.In: lambda a, b: a in b,
+           ast.NotIn: lambda a, b: a not in b}
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _is_int_zero(x) -> bool:
+    """x is the integer constant 0 (a Python int or an int-typed IR constant)."""
+    if isinstance(x, ex.Const):
+        return x.dtype.is_int and x.value == 0
+    return isinstance(x, int) and not isinstance(x, bool) and x == 0
+
+
+class _Return(Exception):
+    def __init__(self, value, span=None):
+        self.value = value
+        self.span = span
+
+
+class ExpressionEvaluator:
+    """Mixed into the Parser, which provides span(), scope and source."""
+
+    def wrap(self, e: Exception, span) -> TileError:
+        """A Python exception raised while evaluating user code, as a TileError."""
+        tb = e.__traceback__
+        # Raised by C code called right in the catching frame (a builtin such as open() or
+        # int() that the user's code called): the user's mistake, not tilecraft's.
+        direct = tb is not None and tb.tb_next is None
+        last = None
+        while tb is not None:
+            last = tb.tb_frame.f_code.co_filename
+            tb = tb.tb_next
+        internal = not direct and last is not None and \
+            os.path.abspath(last).startswith(_PACKAGE_DIR) and not isinstance(e, TypeError)
+        if internal:
+            return TileInternalError("the frontend", e, span)
+        return TileError(f"{type(e).__name__}: {e}", span)
+
+    # --- expressions ----------------------------------------------------------
+    def expr(self, node):
+        handler = getattr(self, "expr_" + type(node).__name__, None)
+        if handler is None:
+            return self.expr_python(node)
+        return handler(node)
+
+    def expr_python(self, node):
+        """Constructs without device meaning (comprehensions, f-strings, lambdas): Python."""
+        code = compile(ast.fix_missing_locations(ast.Expression(node)), self.source.filename,
+                       "eval")
+        with span_scope(self.span(node)):
+            return eval(code, self.scope.namespace())  # noqa: S307 - the user's own code
+
+    def expr_Constant(self, node):
+        return node.value
+
+    def expr_Name(self, node):
+        value = self.scope.lookup(node.id, self.span(node))
+        if isinstance(value, Buffer) and value.scope == LOCAL_VAR:
+            return BufferLoad(value, (ex.convert(0),), self.span(node))  # a scalar variable
+        return value
+
+    def expr_raw(self, node):
+        """Like expr, but a name bound to a T.alloc_var buffer gives the buffer itself."""
+        if isinstance(node, ast.Name):
+            return self.scope.lookup(node.id, self.span(node))
+        return self.expr(node)
+
+    def expr_Attribute(self, node):
+        value = self.expr(node.value)
+        try:
+            return getattr(value, node.attr)
+        except AttributeError:
+            owner = getattr(value, "__name__", type(value).__name__)
+            if owner == "tilecraft.language":
+                owner = "T"
+            raise TileError(f"{owner} has no attribute '{node.attr}'", self.span(node)) from None
+
+    def expr_Subscript(self, node):
+        value = self.expr_raw(node.value)
+        key = self.expr(node.slice)
+        with span_scope(self.span(node)):
+            return value[key]
+
+    def expr_Slice(self, node):
+        part = lambda n: None if n is None else self.expr(n)  # noqa: E731
+        return slice(part(node.lower), part(node.upper), part(node.step))
+
+    def expr_Tuple(self, node):
+        return tuple(self.expr(e) for e in node.elts)
+
+    def expr_List(self, node):
+        return [self.expr(e) for e in node.elts]
+
+    def expr_Dict(self, node):
+        return {self.expr(k): self.expr(v) for k, v in zip(node.keys, node.values)}
+
+    def expr_BinOp(self, node):
+        a, b = self.expr(node.left), self.expr(node.right)
+        span = self.span(node)
+        with span_scope(span):
+            if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)) and _is_int_zero(b) and \
+                    isinstance(a, Expr) and a.dtype.is_int:
+                raise TileError(f"integer division by zero in `{ast.unparse(node)}`", span)
+            try:
+                return _BINOPS[type(node.op)](a, b)
+            except ZeroDivisionError:
+                raise TileError(f"division by zero in `{ast.unparse(node)}` (the divisor is "
+                                "0 at compile time)", span) from None
+
+    def expr_UnaryOp(self, node):
+        v = self.expr(node.operand)
+        with span_scope(self.span(node)):
+            if isinstance(node.op, ast.Not):
+                return ex.unary("not", v) if isinstance(v, Expr) else not v
+            return {ast.USub: operator.neg, ast.UAdd: operator.pos,
+                    ast.Invert: operator.invert}[type(node.op)](v)
+
+    def expr_BoolOp(self, node):
+        op = "and" if isinstance(node.op, ast.And) else "or"
+        result = self.expr(node.values[0])
+        for v in node.values[1:]:
+            if not isinstance(result, Expr):
+                if (op == "and" and not result) or (op == "or" and result):
+                    return result
+                result = self.expr(v)
+                continue
+            with span_scope(self.span(node)):
+                result = ex.logical(op, result, self.expr(v))
+        return result
+
+    def expr_Compare(self, node):
+        left = self.expr(node.left)
+        result = None
+        for op, right_node in zip(node.ops, node.comparators):
+            right = self.expr(right_node)
+            with span_scope(self.span(node)):
+                part = _CMPOPS[type(op)](left, right)
+                if result is None:
+                    result = part
+                elif isinstance(result, Expr) or isinstance(part, Expr):
+                    result = ex.logical("and", result, part)
+                else:
+                    result = result and part
+            left = right
+        return result
+
+    def expr_IfExp(self, node):
+        cond = self.expr(node.test)
+        if isinstance(cond, Expr):
+            with span_scope(self.span(node)):
+                return ex.select(cond, self.expr(node.body), self.expr(node.orelse))
+        return self.expr(node.body) if cond else self.expr(node.orelse)
+
+    def expr_Call(self, node):
+        func = self.expr(node.func)
+        args = []
+        for a in node.args:
+            if isinstance(a, ast.Starred):
+                args.extend(self.expr(a.value))
+            else:
+                args.append(self.expr(a))
+        kwargs = {}
+        for k in node.keywords:
+            if k.arg is None:
+                kwargs.update(self.expr(k.value))
+            else:
+                kwargs[k.arg] = self.expr(k.value)
+        span = self.span(node)
+        with span_scope(span):
+            if func is range:
+                from ..language.loops import serial
+                return serial(*args, **kwargs)
+            try:
+                return func(*args, **kwargs)
+            except TileError as e:
+                raise e.with_span(span)
+            except _Return:
+                raise
+            except Exception as e:  # noqa: BLE001
+                raise self.wrap(e, span) from None
