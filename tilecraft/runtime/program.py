@@ -19,7 +19,7 @@ import numpy as np
 from .. import __version__, knobs
 from ..ir.buffer import Buffer
 from . import cache
-from .toolchain import compile_cubin, nvcc_version
+from .toolchain import compile_cubin
 
 # Per-block shared memory the compiler may plan for each architecture.
 _SMEM_LIMIT = {"sm_80": 163 * 1024, "sm_86": 99 * 1024, "sm_89": 99 * 1024,
@@ -49,6 +49,15 @@ def compiler_fingerprint() -> str:
     return _fingerprint[0]
 
 
+def _nvcc_identity() -> str:
+    """Which nvcc would build the program: its path, size and time stamp (a stat, where asking
+    nvcc for its version would start a process on every cache lookup)."""
+    from .toolchain import find_nvcc
+    path = find_nvcc()
+    st = os.stat(path)
+    return f"{os.path.realpath(path)}:{st.st_size}:{st.st_mtime_ns}"
+
+
 def _positions(func, signature) -> list:
     """Where each kernel argument comes from: ("tensor"|"scalar", param index) or
     ("size", (param index, dim))."""
@@ -70,7 +79,7 @@ class CudaProgram:
         dumping = bool(knobs.dump_ir_dir())
         key = cache.cache_key(func.script(), arch, flags,
                               {"tilecraft": __version__, "compiler": compiler_fingerprint(),
-                               "nvcc": nvcc_version(), "kind": "program"})
+                               "nvcc": _nvcc_identity(), "kind": "program"})
         plan = None if dumping or knobs.cache_disabled() else _load(key)
         if plan is None:
             plan = self._build(func, arch, flags, dumping)

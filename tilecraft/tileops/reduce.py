@@ -13,7 +13,7 @@ import numpy as np
 from ..errors import TileError
 from ..ir import dtypes as dt
 from ..ir.buffer import FRAGMENT, SHARED, Buffer
-from ..ir.expr import BufferLoad, Call, binary, call, const
+from ..ir.expr import BufferLoad, Call, binary, call, cast, const
 from ..ir.stmt import Allocate, BufferStore, IfThenElse, seq
 from .lowering import evaluate_table
 from ..passes.insert_barriers import sync_stmt
@@ -25,6 +25,17 @@ _COMBINE = {"sum": "+", "abssum": "+", "max": "max", "absmax": "max", "min": "mi
 def _combine(kind, a, b):
     op = _COMBINE[kind]
     return binary(op, a, b) if op != "+" else a + b
+
+
+def _tree(kind, terms, d):
+    """The fold of terms as a balanced tree: a dependency chain of log2(n) operations instead of
+    n, which is what bounds a thread's reduction latency."""
+    if not terms:
+        return _init(kind, d)
+    while len(terms) > 1:
+        paired = [_combine(kind, terms[i], terms[i + 1]) for i in range(0, len(terms) - 1, 2)]
+        terms = paired + ([terms[-1]] if len(terms) % 2 else [])
+    return terms[0]
 
 
 def _init(kind, d):
@@ -98,16 +109,15 @@ def lower_reduce(op, ctx):
     acc = Buffer(f"{dst.name}_red", (nd,), acc_t, "local")
     out = [Allocate(acc)]
     for dl, regs in enumerate(folds):
-        value = _init(op.kind, acc_t)
+        terms = []
         for sl in regs:
             x = BufferLoad(s_reg, (const(sl),))
             if x.dtype is not acc_t:
-                from ..ir.expr import cast
                 x = cast(x, acc_t)
             if op.kind in ("abssum", "absmax"):
                 x = call("abs", [x])
-            value = _combine(op.kind, value, x)
-        out.append(BufferStore(acc, (const(dl),), value, op.span))
+            terms.append(x)
+        out.append(BufferStore(acc, (const(dl),), _tree(op.kind, terms, acc_t), op.span))
     for mask in lane_masks:
         for dl in range(nd):
             mine = BufferLoad(acc, (const(dl),))

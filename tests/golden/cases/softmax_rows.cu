@@ -28,14 +28,14 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(half_t* __restric
   }
   float row_max_red[8];
   // golden_corpus.py:54
-  row_max_red[0] = tc::max(__int_as_float(0xff800000), x[0]);
-  row_max_red[1] = tc::max(__int_as_float(0xff800000), x[1]);
-  row_max_red[2] = tc::max(__int_as_float(0xff800000), x[2]);
-  row_max_red[3] = tc::max(__int_as_float(0xff800000), x[3]);
-  row_max_red[4] = tc::max(__int_as_float(0xff800000), x[4]);
-  row_max_red[5] = tc::max(__int_as_float(0xff800000), x[5]);
-  row_max_red[6] = tc::max(__int_as_float(0xff800000), x[6]);
-  row_max_red[7] = tc::max(__int_as_float(0xff800000), x[7]);
+  row_max_red[0] = x[0];
+  row_max_red[1] = x[1];
+  row_max_red[2] = x[2];
+  row_max_red[3] = x[3];
+  row_max_red[4] = x[4];
+  row_max_red[5] = x[5];
+  row_max_red[6] = x[6];
+  row_max_red[7] = x[7];
   row_max_red[0] = tc::max(row_max_red[0], tc::shfl_xor(row_max_red[0], 1));
   row_max_red[1] = tc::max(row_max_red[1], tc::shfl_xor(row_max_red[1], 1));
   row_max_red[2] = tc::max(row_max_red[2], tc::shfl_xor(row_max_red[2], 1));
@@ -113,14 +113,14 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(half_t* __restric
   }
   float row_sum_red[8];
   // golden_corpus.py:57
-  row_sum_red[0] = 0.0f + x[0];
-  row_sum_red[1] = 0.0f + x[1];
-  row_sum_red[2] = 0.0f + x[2];
-  row_sum_red[3] = 0.0f + x[3];
-  row_sum_red[4] = 0.0f + x[4];
-  row_sum_red[5] = 0.0f + x[5];
-  row_sum_red[6] = 0.0f + x[6];
-  row_sum_red[7] = 0.0f + x[7];
+  row_sum_red[0] = x[0];
+  row_sum_red[1] = x[1];
+  row_sum_red[2] = x[2];
+  row_sum_red[3] = x[3];
+  row_sum_red[4] = x[4];
+  row_sum_red[5] = x[5];
+  row_sum_red[6] = x[6];
+  row_sum_red[7] = x[7];
   row_sum_red[0] = row_sum_red[0] + tc::shfl_xor(row_sum_red[0], 1);
   row_sum_red[1] = row_sum_red[1] + tc::shfl_xor(row_sum_red[1], 1);
   row_sum_red[2] = row_sum_red[2] + tc::shfl_xor(row_sum_red[2], 1);
