@@ -126,17 +126,24 @@ def test_gemm_shared_operands_are_swizzled(bk, a_mode):
     assert layouts.origin[id(b["A_s"])] is gemm and layouts.origin[id(b["B_s"])] is gemm
 
 
-def test_shared_tile_outside_a_gemm_stays_row_major():
+def test_shared_tile_outside_a_gemm_is_swizzled_and_one_dimensional_stays_row_major():
     @T.prim_func
-    def main(X: T.Tensor((32, 64), "float16"), Y: T.Tensor((32, 64), "float16")):
+    def main(X: T.Tensor((32, 64), "float16"), Y: T.Tensor((32, 64), "float16"),
+             V: T.Tensor((48,), "int32")):
         with T.Kernel(1, threads=128) as bx:
             s = T.alloc_shared((32, 64), "float16")
+            w = T.alloc_shared((48,), "int32")
             T.copy(X, s)
             T.copy(s, Y)
+            T.copy(V, w)
+            T.copy(w, V)
     kernel, layouts = infer(main)
     s = layouts.buffer(buffers(kernel)["s"])
-    assert s.mode == "linear"
-    assert s.forward([3, 5])[0].value == 3 * 64 + 5
+    # 64 fp16 columns are 128 bytes: the widest XOR swizzle, a bijection onto 32 * 64 slots.
+    assert s.mode == "128B" and s.is_bijective() and s.size == 32 * 64
+    assert s.forward([3, 5])[0].value != 3 * 64 + 5  # row 3 moves its chunks
+    w = layouts.buffer(buffers(kernel)["w"])
+    assert w.forward([7])[0].value == 7
 
 
 def test_parallel_loop_over_accumulator_takes_its_layout():

@@ -84,9 +84,12 @@ def _as_list(x):
 
 
 def _shared_default(b: Buffer):
+    """A 2-d tile nobody constrains is swizzled too: fragments written into it (an
+    accumulator's epilogue) then spread over the banks, and 16-byte chunks stay whole for the
+    vectorized copies in and out."""
     shape = b.static_shape()
-    if len(shape) == 2:
-        return lay.make_linear_layout(shape[0], shape[1], b.dtype.bits)
+    if len(shape) == 2 and b.dtype.bits >= 8:
+        return lay.make_swizzled_layout(shape[0], shape[1], b.dtype.bits)
     return lay.linear_layout(shape)
 
 

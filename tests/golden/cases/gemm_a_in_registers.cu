@@ -35,7 +35,7 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(half_t* __restric
     // golden_corpus.py:79
     #pragma unroll
     for (int l_1 = 0; l_1 < 2; ++l_1) {
-      tc::st_shared_128((&A_s[l_1 * 1024 + tx / 4 * 32 + tx % 4 * 8]), tc::ld_global_128((&A[((by * 64 + l_1 * 32 + tx / 4)) * 64 + k * 32 + tx % 4 * 8])));
+      tc::st_shared_128((&A_s[l_1 * 1024 + tx / 4 * 32 + (tx % 4 ^ tx / 4 % 8 / 2) * 8]), tc::ld_global_128((&A[((by * 64 + l_1 * 32 + tx / 4)) * 64 + k * 32 + tx % 4 * 8])));
     }
     // golden_corpus.py:80
     #pragma unroll
@@ -46,7 +46,7 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(half_t* __restric
     tc::syncthreads();
     #pragma unroll
     for (int l_3 = 0; l_3 < 16; ++l_3) {
-      A_f[l_3] = A_s[tx / 32 * 512 + tx % 32 / 4 * 32 + l_3 % 8 / 2 % 2 * 256 + l_3 / 8 * 16 + tx % 32 % 4 * 2 + l_3 % 8 % 2 + l_3 % 8 / 2 / 2 * 8];
+      A_f[l_3] = A_s[tx / 32 * 512 + tx % 32 / 4 * 32 + l_3 % 8 / 2 % 2 * 256 + (l_3 / 8 * 2 + l_3 % 8 / 2 / 2 ^ tx % 32 / 4 / 2) * 8 + tx % 32 % 4 * 2 + l_3 % 8 % 2];
     }
     unsigned int C_f_a[4];
     unsigned int C_f_b[16];
