@@ -1,0 +1,133 @@
+"""plan_shared_memory (liveness-based reuse, alignment) and insert_barriers (a barrier exactly
+where a shared-memory hazard exists), on small tile-level programs."""
+import tilecraft.language as T
+from tilecraft.ir.buffer import is_shared
+from tilecraft.ir.stmt import Allocate, For, IfThenElse, stmts_of
+from tilecraft.ir.visitor import walk
+from tilecraft.passes.infer_layouts import infer_layouts
+from tilecraft.passes.insert_barriers import insert_barriers, is_sync
+from tilecraft.passes.plan_shared_memory import plan_shared_memory
+
+
+def planned(func):
+    func = plan_shared_memory(infer_layouts(func))
+    shared = {n.buffer.name: n.buffer for n in walk(func.body)
+              if isinstance(n, Allocate) and is_shared(n.buffer.scope)}
+    offsets = {name: func.attrs["smem_offsets"][id(b)] for name, b in shared.items()}
+    return func, offsets
+
+
+def kernel_body(func):
+    return list(stmts_of(func.kernels()[0].body))
+
+
+def overlap(a, b) -> bool:
+    (sa, na), (sb, nb) = a, b
+    return sa < sb + nb and sb < sa + na
+
+
+def two_phase():
+    """Tile `first` is dead before `second` is born; `both` lives across."""
+    @T.prim_func
+    def main(X: T.Tensor((64, 64), "float16"), Y: T.Tensor((64, 64), "float16")):
+        with T.Kernel(1, threads=128) as bx:
+            first = T.alloc_shared((64, 64), "float16")
+            both = T.alloc_shared((64, 64), "float16")
+            second = T.alloc_shared((64, 64), "float16")
+            T.copy(X, first)
+            T.copy(first, both)
+            T.copy(both, second)
+            T.copy(second, Y)
+    return main
+
+
+def test_dead_tiles_share_bytes_and_live_ones_do_not():
+    func, off = planned(two_phase())
+    assert overlap(off["first"], off["second"])  # first is dead before second is born
+    assert not overlap(off["first"], off["both"])
+    assert not overlap(off["second"], off["both"])
+    assert func.kernels()[0].attrs["smem_bytes"] == 2 * 64 * 64 * 2
+
+
+def test_swizzled_tiles_are_aligned_to_their_atom():
+    func, off = planned(two_phase())
+    for start, _ in off.values():
+        assert start % 1024 == 0  # 64 fp16 columns: 128-byte swizzle, 1024-byte atoms
+
+
+def test_a_tile_used_in_a_loop_lives_for_the_whole_loop():
+    @T.prim_func
+    def main(X: T.Tensor((4, 64, 64), "float16"), Y: T.Tensor((64, 64), "float16")):
+        with T.Kernel(1, threads=128) as bx:
+            acc = T.alloc_fragment((64, 64), "float32")
+            tile = T.alloc_shared((64, 64), "float16")
+            late = T.alloc_shared((64, 64), "float16")
+            T.clear(acc)
+            for k in T.serial(4):
+                T.copy(X[k, :, :], tile)
+                T.copy(tile, acc)
+                T.copy(acc, late)  # late is used only at the end of each iteration
+            T.copy(late, Y)
+    _, off = planned(main)
+    assert not overlap(off["tile"], off["late"])
+
+
+def barriers(func):
+    func = insert_barriers(plan_shared_memory(infer_layouts(func)))
+    return kernel_body(func)
+
+
+def test_a_barrier_between_a_shared_write_and_its_read_only():
+    @T.prim_func
+    def main(X: T.Tensor((64, 64), "float16"), Y: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            s = T.alloc_shared((64, 64), "float16")
+            f = T.alloc_fragment((64, 64), "float32")
+            g = T.alloc_fragment((64, 64), "float32")
+            T.copy(X, s)
+            T.copy(s, f)
+            T.copy(f, g)  # registers only: no barrier
+            T.copy(g, Y)
+    body = [s for s in barriers(main) if not isinstance(s, Allocate)]
+    kinds = ["sync" if is_sync(s) else type(s).__name__ for s in body]
+    assert kinds == ["Copy", "sync", "Copy", "Copy", "Copy"]
+
+
+def test_a_loop_that_refills_a_tile_gets_a_barrier_at_its_top():
+    @T.prim_func
+    def main(X: T.Tensor((4, 64, 64), "float16"), Y: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            s = T.alloc_shared((64, 64), "float16")
+            acc = T.alloc_fragment((64, 64), "float32")
+            T.clear(acc)
+            for k in T.serial(4):
+                T.copy(X[k, :, :], s)
+                for i, j in T.Parallel(64, 64):
+                    acc[i, j] += s[i, j]
+            T.copy(acc, Y)
+    loop = next(s for s in barriers(main) if isinstance(s, For))
+    inner = list(stmts_of(loop.body))
+    # The next iteration's copy must wait for this iteration's readers (WAR), and the reads
+    # for the copy (RAW): two barriers, one before each.
+    assert [is_sync(s) for s in inner] == [True, False, True, False]
+
+
+def test_reused_bytes_are_separated_by_a_barrier():
+    body = barriers(two_phase())
+    body = [s for s in body if not isinstance(s, Allocate)]
+    kinds = ["sync" if is_sync(s) else "op" for s in body]
+    # Each copy reads what the previous one wrote (a barrier each); the barrier before the copy
+    # into `second` also retires the reads of `first`, whose bytes `second` reuses.
+    assert kinds == ["op", "sync", "op", "sync", "op", "sync", "op"]
+
+
+def test_a_branch_on_shared_data_waits_for_its_writer():
+    @T.prim_func
+    def main(X: T.Tensor((64,), "int32"), Y: T.Tensor((64,), "int32")):
+        with T.Kernel(1, threads=128) as bx:
+            flags = T.alloc_shared((64,), "int32")
+            T.copy(X, flags)
+            if flags[3] > 0:
+                T.copy(flags, Y)
+    body = [s for s in barriers(main) if not isinstance(s, Allocate)]
+    assert is_sync(body[1]) and isinstance(body[2], IfThenElse)
