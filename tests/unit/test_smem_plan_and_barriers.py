@@ -131,3 +131,22 @@ def test_a_branch_on_shared_data_waits_for_its_writer():
                 T.copy(flags, Y)
     body = [s for s in barriers(main) if not isinstance(s, Allocate)]
     assert is_sync(body[1]) and isinstance(body[2], IfThenElse)
+
+
+def test_the_only_hazard_is_the_reuse_of_bytes():
+    @T.prim_func
+    def main(X: T.Tensor((64, 64), "float16"), Y: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            first = T.alloc_shared((64, 64), "float16")
+            second = T.alloc_shared((64, 64), "float16")
+            f = T.alloc_fragment((64, 64), "float32")
+            T.copy(X, first)
+            T.copy(first, f)
+            T.copy(X, second)  # a different tile, but on first's bytes
+            T.copy(second, f)
+            T.copy(f, Y)
+    _, off = planned(main)
+    assert overlap(off["first"], off["second"])
+    body = [s for s in barriers(main) if not isinstance(s, Allocate)]
+    kinds = ["sync" if is_sync(s) else "op" for s in body]
+    assert kinds == ["op", "sync", "op", "sync", "op", "sync", "op", "op"]
