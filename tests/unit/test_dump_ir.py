@@ -14,23 +14,7 @@ PASSES_DIR = Path(pipelines.__file__).resolve().parent
 needs_nvcc = pytest.mark.skipif(not has_nvcc(), reason="nvcc is not installed")
 
 
-def gemm_relu():
-    @T.prim_func
-    def main(A: T.Tensor((64, 64), "float16"), B: T.Tensor((64, 64), "float16"),
-             C: T.Tensor((64, 64), "float16")):
-        with T.Kernel(1, 1, threads=128) as (bx, by):
-            A_s = T.alloc_shared((64, 32), "float16")
-            B_s = T.alloc_shared((32, 64), "float16")
-            C_f = T.alloc_fragment((64, 64), "float32")
-            T.clear(C_f)
-            for k in T.Pipelined(2, num_stages=2):
-                T.copy(A[by * 64, k * 32], A_s)
-                T.copy(B[k * 32, bx * 64], B_s)
-                T.gemm(A_s, B_s, C_f)
-            for i, j in T.Parallel(64, 64):
-                C_f[i, j] = T.max(C_f[i, j], 0.0)
-            T.copy(C_f, C[by * 64, bx * 64])
-    return main
+from test_lowering import gemm_epilogue as gemm_relu  # noqa: E402  (one GEMM + ReLU kernel)
 
 
 @pytest.fixture
