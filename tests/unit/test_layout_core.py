@@ -179,6 +179,19 @@ def test_reduce_partition_and_failure():
         reduce_fragment(Fragment((4, 4), lambda i, j: ((i * j) % 4 + 4 * i, 0), threads=16), 1)
 
 
+def test_reduce_of_a_partial_partition_counts_only_the_holders():
+    """32 elements dealt to 64 threads leave threads 32..63 empty; the reduction's replicas are
+    the holders, so it spans 32 threads and each of its slots maps back to its own thread."""
+    frag = make_partition((4, 8), 64)
+    assert frag.num_threads == 64
+    red = reduce_fragment(frag, 1)
+    assert red.replicate == 8 and red.num_threads == 32 and red.check()
+    for t in range(red.num_threads):
+        for l in range(red.locals_per_thread):
+            idx = [int(x.value) for x in red.logical_of(t, l)]
+            assert int(red.thread_of(idx, int(red.rep_of(t, l).value)).value) == t
+
+
 def test_render():
     text = render_fragment(make_partition((2, 4), 4, 2))
     assert "T0:0" in text and "T3:1" in text

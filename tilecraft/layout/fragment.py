@@ -334,6 +334,10 @@ def reduce_fragment(frag: Fragment, dim: int) -> Fragment:
     j_radix = _checked_radix(held, "positions along the reduced dim")
     l_radix = _checked_radix(np.unique(locals_[:, held[0]]).tolist(), "local slots")
     src_r, slice_r = frag.replicate, len(held)
+    # The threads that hold something; a partition of a small tile over a larger block leaves
+    # the last threads empty, and the result (whose replicas are the holders) must not count
+    # them, or its inverse, wrapping around, would hand them elements they do not hold.
+    held_threads = int(frag.table()[..., 0].max()) + 1 - frag.thread_offset
 
     new_shape = frag.shape[:dim] + frag.shape[dim + 1:] or (1,)
     new_vars = placeholders(len(frag.shape) - 1) if frag.ndim > 1 else []
@@ -365,7 +369,7 @@ def reduce_fragment(frag: Fragment, dim: int) -> Fragment:
             return kept + [rep]
     return frag._derive(new_shape, new_vars, [thread, local], inv, replicate=src_r * slice_r,
                         rep_var=rho, thread_offset=frag.thread_offset,
-                        declared_threads=frag.num_threads)
+                        declared_threads=held_threads)
 
 
 def _pow2_divisor(n: int, limit: int) -> int:
