@@ -1,0 +1,42 @@
+"""`tilecraft recommend` prints a ranked table (run as a subprocess)."""
+import os
+import subprocess
+import sys
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+
+
+def _run(*args):
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(ROOT))
+    return subprocess.run([sys.executable, "-m", "tilecraft.cli", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_recommend_prints_a_table():
+    p = _run("recommend", "examples/gemm.py:matmul", "--shape", "8192,8192,8192",
+             "--target", "h100", "--top", "3", "--space", "block_M=64,128",
+             "--space", "block_N=128,256", "--space", "block_K=32,64")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert "configurations" in lines[0] and "legal" in lines[0]
+    header = lines[1].split()
+    for col in ("block_M", "block_N", "block_K", "TFLOP/s", "bound", "waves", "regs"):
+        assert col in header
+    rows = [l for l in lines[3:] if l.strip()[:1].isdigit()]
+    assert len(rows) == 3 and rows[0].split()[0] == "1"
+    assert any(l.startswith("best:") for l in lines)
+
+
+def test_recommend_module_form_and_fixed_arguments():
+    p = _run("recommend", "examples.flash_attention:flash_attention", "--shape",
+             "1,2,512,64,true", "--top", "2", "--set", "threads=128",
+             "--space", "block_M=64,128", "--space", "block_N=64", "--space", "num_stages=1,2")
+    assert p.returncode == 0, p.stderr
+    assert "flash_attention(1, 2, 512, 64, True)" in p.stdout
+
+
+def test_recommend_reports_bad_input():
+    p = _run("recommend", "examples/gemm.py:nothing", "--shape", "64,64,64")
+    assert p.returncode != 0 and "nothing" in p.stderr
+    p = _run("recommend", "examples/gemm.py:matmul", "--shape", "64,64,64", "--target", "x")
+    assert p.returncode != 0 and "unknown target" in p.stderr

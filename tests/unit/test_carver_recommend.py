@@ -1,0 +1,131 @@
+"""Recommendation: legality against the target's resources, and ranking sanity."""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+
+import flash_attention  # noqa: E402
+import gemm  # noqa: E402
+
+import tilecraft  # noqa: E402
+import tilecraft.language as T  # noqa: E402
+from tilecraft.carver import TARGETS, default_space, estimate, get_target, recommend  # noqa: E402
+from tilecraft.carver.recommend import evaluate, format_table  # noqa: E402
+
+
+@tilecraft.jit(out_idx=[-1])
+def vector_add(N, block=1024, threads=256):
+    @T.prim_func
+    def main(A: T.Tensor((N,), T.float32), B: T.Tensor((N,), T.float32),
+             C: T.Tensor((N,), T.float32)):
+        with T.Kernel(T.ceildiv(N, block), threads=threads) as bx:
+            a = T.alloc_fragment((block,), "float32")
+            b = T.alloc_fragment((block,), "float32")
+            T.copy(A[bx * block], a)
+            T.copy(B[bx * block], b)
+            for i in T.Parallel(block):
+                a[i] = a[i] + b[i]
+            T.copy(a, C[bx * block])
+    return main
+
+
+def _check_fits(cands, target):
+    t = get_target(target)
+    for c in cands:
+        res = c.cost.resources
+        assert res.fits and res.blocks_per_sm >= 1
+        assert res.smem_per_block <= t.smem_per_block
+        assert res.regs_per_thread <= t.max_regs_per_thread
+        assert res.threads <= t.max_threads_per_block
+        assert res.blocks_per_sm * (res.smem_per_block + t.smem_reserved_per_block) <= \
+            t.smem_per_sm or res.smem_per_block == 0
+        assert res.blocks_per_sm * res.threads <= t.max_threads_per_sm
+        assert res.blocks_per_sm * res.threads * res.regs_per_thread <= t.regs_per_sm
+
+
+def test_targets_are_complete():
+    for t in TARGETS.values():
+        assert t.num_sms > 0 and t.hbm_bw > 0 and t.l2_bw > t.hbm_bw and t.smem_bw > t.l2_bw
+        assert t.tensor_flops["float16"] > t.cuda_rate() > t.sfu_ops > 0
+    assert TARGETS["h100"].hbm_bw == 3.0e12 and TARGETS["h100"].tensor_flops["float16"] == 783e12
+
+
+def test_default_space_uses_the_factorys_tunables():
+    space = default_space(gemm.matmul, (1024, 1024, 1024))
+    assert set(space) == {"block_M", "block_N", "block_K", "num_stages", "threads"}
+    assert "block_M" not in default_space(gemm.matmul, (1024, 1024, 1024), {"block_M": 64})
+
+
+@pytest.mark.parametrize("target", ["h100", "a100", "rtx4090"])
+def test_every_recommended_gemm_candidate_fits(target):
+    space = {"block_M": [64, 128, 256], "block_N": [64, 128, 256], "block_K": [32, 64, 128],
+             "num_stages": [2, 4], "threads": [128, 256]}
+    everything = []
+    rows = recommend(gemm.matmul, (4096, 4096, 4096), space, target=target, top=None,
+                     candidates_out=everything)
+    assert rows and len(rows) < len(everything)          # some are too big for the target
+    _check_fits(rows, target)
+    assert [r.rank for r in rows] == list(range(1, len(rows) + 1))
+    assert all(a.time <= b.time for a, b in zip(rows, rows[1:]))
+    assert all(c.reason for c in everything if not c.ok)
+    # The RTX 4090's 99 KB per block rejects what an H100 takes.
+    big = {"block_M": 128, "block_N": 256, "block_K": 128, "num_stages": 4, "threads": 256}
+    assert evaluate(gemm.matmul, (4096, 4096, 4096), big, "rtx4090").reason
+    row = rows[0].row()
+    for key in ("arith_intensity", "hbm_mb", "roofline_util", "occupancy", "bound",
+                "warp_partitions", "placement"):
+        assert key in row
+
+
+def test_every_recommended_attention_candidate_fits():
+    rows = recommend(flash_attention.flash_attention, (2, 4, 1024, 128, True), top=None,
+                     space={"block_M": [64, 128, 256], "block_N": [32, 64, 128, 256],
+                            "num_stages": [1, 2], "threads": [128, 256]})
+    assert rows
+    _check_fits(rows, "h100")
+    table = format_table([r.row() for r in rows[:3]])
+    assert "block_M" in table and "bound" in table and len(table.splitlines()) == 5
+
+
+def test_illegal_configurations_are_skipped_with_a_reason():
+    c = evaluate(gemm.matmul, (1024, 1024, 1024), {"block_M": 16, "block_N": 16,
+                                                   "threads": 128})
+    assert not c.ok and "TileError" in c.reason         # 4 warps cannot split a 16x16 tile
+    c = evaluate(gemm.matmul, (1024, 1024, 1024), {"block_M": 256, "block_N": 256,
+                                                   "threads": 128})
+    assert not c.ok and "registers" in c.reason
+    c = evaluate(gemm.matmul, (1024, 1024, 1024), {"block_K": 8})
+    assert not c.ok and "fragment" in c.reason
+
+
+def test_small_tiles_are_predicted_slower_on_8192_cube():
+    args = (8192, 8192, 8192)
+    small = evaluate(gemm.matmul, args, {"block_M": 16, "block_N": 16, "block_K": 32,
+                                         "threads": 32})
+    big = evaluate(gemm.matmul, args, {"block_M": 128, "block_N": 128, "block_K": 32,
+                                       "threads": 128})
+    assert small.ok and big.ok
+    assert small.time > 3 * big.time
+    assert small.cost.l2_bytes > 4 * big.cost.l2_bytes   # 8x less reuse per tile
+    best = recommend(gemm.matmul, args, {"block_M": [16, 32, 64, 128], "block_N": [16, 32, 64,
+                                         128], "threads": [32, 128]}, top=1)[0]
+    assert best.config["block_M"] >= 64 and best.config["block_N"] >= 64
+    assert best.cost.bound in ("smem", "tensor", "l2")
+
+
+def test_elementwise_kernel_is_hbm_bound():
+    c = estimate(vector_add.__wrapped__(1 << 26), "h100")
+    n = 1 << 26
+    assert c.hbm_read == 2 * 4 * n and c.hbm_write == 4 * n
+    assert c.cuda_ops == n and c.tensor_flops == 0
+    assert c.bound == "hbm"
+    assert c.arithmetic_intensity == pytest.approx(1 / 12)
+    rows = recommend(vector_add, (1 << 26,), {"block": [256, 1024, 4096], "threads": [128, 256]})
+    assert rows and all(r.cost.bound == "hbm" for r in rows)
+
+
+def test_faster_memory_target_predicts_faster_elementwise():
+    f = vector_add.__wrapped__(1 << 26)
+    assert estimate(f, "h200").time < estimate(f, "h100").time < estimate(f, "rtx4090").time

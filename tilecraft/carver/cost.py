@@ -1,0 +1,286 @@
+"""The roofline cost model (paper section 4.2) over a specialized kernel's FTG.
+
+For one launch, counts.py gives the bytes each memory level moves and the operations each
+compute unit performs. This module adds what the target can hold (shared memory, registers,
+threads: blocks per SM, occupancy, waves) and turns the counts into time:
+
+    t = max_i(bytes_i / BW_i, ops_j / P_j) + t_intrinsic
+
+over the levels i in (HBM, L2, shared) and the units j in (tensor cores, CUDA cores, SFUs).
+Refinements, each a single stated rule:
+- per-SM units (shared memory, tensor / CUDA cores, SFUs) lose the last wave's idle SMs: their
+  time is scaled by ceil(blocks / SMs) * SMs / blocks;
+- an SM sub-partition issues from its own warps, so fewer than 4 resident warps per SM use
+  only that many of its 4 tensor / CUDA-core / SFU pipes;
+- Little's law caps HBM and L2 bandwidth at (bytes a block keeps in flight x resident blocks x
+  active SMs) / latency;
+- memory and compute overlap only when a loop with global loads is software-pipelined
+  (num_stages >= 2) or at least two blocks share an SM; otherwise their times add;
+- t_intrinsic = launch overhead + waves x 2 x DRAM latency (each wave's first load and last
+  store are not hidden: pipeline prologue and epilogue) + a fixed latency for every tile op
+  executed inside a loop (target.phase_cycles: the dependent issue, barrier and drain between
+  the phases of an iteration), spread over the SMs and overlapped between the blocks resident
+  on one SM. This is what makes many thin iterations (block_K = 16, block_N = 16) cost more
+  than few thick ones at equal traffic and FLOPs.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..ir.buffer import FRAGMENT, LOCAL, is_shared
+from ..ir.ftg import FTG
+from ..ir.stmt import Allocate, Kernel, PrimFunc
+from ..ir.tileop import Copy, Gemm
+from ..ir.visitor import walk
+from .counts import LaunchCounts, _stages, count_launch
+from .targets import Target, get_target
+
+REG_OVERHEAD = 32      # addresses, loop counters, indices, predicates (estimate)
+REG_GRANULE = 8        # registers per thread are allocated in multiples of 8
+MEMORY_UNITS = ("hbm", "l2", "smem")
+COMPUTE_UNITS = ("tensor", "cuda", "sfu")
+
+
+@dataclass
+class Resources:
+    threads: int
+    smem_per_block: int
+    regs_per_thread: int
+    blocks_per_sm: int
+    occupancy_limit: str
+    fits: bool
+    problems: list = field(default_factory=list)
+    placement: list = field(default_factory=list)  # (buffer, scope, bytes per block, note)
+    warp_partitions: list = field(default_factory=list)  # (C buffer, policy, wm, wn)
+
+    @property
+    def warps_per_sm(self) -> int:
+        return self.blocks_per_sm * self.threads // 32
+
+
+@dataclass
+class Cost:
+    """Every term of the model for one launch (or a sum over a program's launches)."""
+    target: str
+    grid: tuple
+    num_blocks: int
+    resources: Resources
+    waves: int
+    hbm_bytes: float
+    hbm_read: float
+    hbm_write: float
+    l2_bytes: float
+    smem_bytes: float
+    tensor_flops: float
+    cuda_ops: float
+    sfu_ops: float
+    terms: dict          # unit -> seconds (memory levels and compute units)
+    t_roofline: float
+    t_intrinsic: float
+    time: float
+    bound: str           # the unit whose term is largest
+    overlapped: bool
+    effective_bw: dict   # level -> bytes/s after the Little's-law cap
+    counts: list = field(default_factory=list)  # LaunchCounts per launch
+
+    @property
+    def flops(self) -> float:
+        """Floating-point work: tensor-core FLOPs plus CUDA-core lane ops (an FMA as 2)."""
+        return self.tensor_flops + self.cuda_ops
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        return self.flops / self.hbm_bytes if self.hbm_bytes else math.inf
+
+    @property
+    def tflops(self) -> float:
+        return self.flops / self.time / 1e12
+
+    @property
+    def utilization(self) -> dict:
+        """How busy each unit is over the predicted time (its term / time)."""
+        return {k: v / self.time for k, v in self.terms.items()}
+
+    @property
+    def roofline_util(self) -> float:
+        """The binding unit's share of the predicted time: 1.0 means the prediction sits on
+        the roof, lower means wave tails, latency or intrinsic overheads eat into it."""
+        return self.terms[self.bound] / self.time if self.time else 0.0
+
+
+# --- resources ------------------------------------------------------------------------
+
+def _allocated(kernel: Kernel) -> list:
+    return [n.buffer for n in walk(kernel.body) if isinstance(n, Allocate)]
+
+
+def _shared_stages(ftg: FTG) -> dict:
+    """id(shared buffer) -> versions of it the software pipeline keeps: num_stages of the
+    pipelined loop whose copy from global memory fills it."""
+    out = {}
+    for node in ftg.nodes:
+        s = node.stmt
+        if (isinstance(s, Copy) and is_shared(s.dst.buffer.scope) and node.loops
+                and s.src.buffer.scope == "global"):
+            n = max(_stages(l) for l in node.loops)
+            out[id(s.dst.buffer)] = max(out.get(id(s.dst.buffer), 1), n)
+    return out
+
+
+def _fragment_regs(b, layouts, threads: int) -> int:
+    words_per = max(1, b.dtype.bits) / 32
+    if layouts is not None and layouts.has(b):
+        per_thread = layouts.buffer(b).locals_per_thread
+    else:
+        shape = b.static_shape() or (1,)
+        per_thread = math.ceil(math.prod(shape) / threads)
+    return math.ceil(per_thread * words_per)
+
+
+def _warps_of(layouts, threads):
+    from ..tileops.gemm import warp_partition
+
+    def of(op: Gemm, m, n):
+        return warp_partition(op, m, n, threads)  # what infer_layouts records for the op
+    return of
+
+
+def resources(kernel: Kernel, ftg: FTG, target: Target, layouts=None,
+              smem_bytes: int | None = None) -> Resources:
+    """What one block needs and how many fit on an SM. smem_bytes: the planned arena (with
+    reuse between tiles whose lifetimes do not meet); without it, the sum of the tiles with
+    their pipeline versions."""
+    t = target
+    threads = kernel.num_threads
+    stages = _shared_stages(ftg)
+    smem, regs, placement, problems = 0, REG_OVERHEAD, [], []
+    for b in _allocated(kernel):
+        shape = b.static_shape()
+        nbytes = math.prod(shape) * b.dtype.bytes if shape is not None else 0
+        if is_shared(b.scope):
+            k = stages.get(id(b), 1)
+            smem += nbytes * k
+            placement.append((b.name, "shared", nbytes * k, f"x{k} stages" if k > 1 else ""))
+        elif b.scope in (FRAGMENT, LOCAL):
+            r = (_fragment_regs(b, layouts, threads) if b.scope == FRAGMENT
+                 else math.ceil(math.prod(shape or (1,)) * b.dtype.bits / 32))
+            regs += r
+            placement.append((b.name, "registers", nbytes, f"{r} regs/thread"))
+    partitions, staging = [], 0
+    warps_of = _warps_of(layouts, threads)
+    from ..passes.infer_layouts import _gemm_dims
+    for node in ftg.nodes:
+        if isinstance(node.stmt, Gemm):
+            op = node.stmt
+            m, n, _ = _gemm_dims(op)
+            wm, wn = warps_of(op, m, n)
+            partitions.append((op.C.buffer.name, op.policy.name, wm, wn))
+            staging = max(staging, (m // wm // 16) * 4 + (n // wn // 8) * 2)
+    regs = math.ceil((regs + staging) / REG_GRANULE) * REG_GRANULE
+    if smem_bytes is not None:
+        smem = smem_bytes
+    if threads > t.max_threads_per_block:
+        problems.append(f"{threads} threads > {t.max_threads_per_block} per block")
+    if smem > t.smem_per_block:
+        problems.append(f"shared memory {smem // 1024} KB > {t.smem_per_block // 1024} KB "
+                        "per block")
+    if regs > t.max_regs_per_thread:
+        problems.append(f"about {regs} registers per thread > {t.max_regs_per_thread}")
+    warps = math.ceil(threads / 32)
+    regs_block = warps * math.ceil(min(regs, t.max_regs_per_thread) * 32 / 256) * 256
+    limits = {"blocks": t.max_blocks_per_sm, "threads": t.max_threads_per_sm // threads,
+              "registers": t.regs_per_sm // regs_block,
+              "shared": (t.smem_per_sm // (smem + t.smem_reserved_per_block)) if smem else
+              t.max_blocks_per_sm}
+    limit = min(limits, key=lambda k: limits[k])
+    bps = limits[limit] if not problems else 0
+    if bps == 0 and not problems:
+        problems.append(f"no block fits on an SM ({limit})")
+    return Resources(threads, smem, regs, bps, limit, not problems, problems, placement,
+                     partitions)
+
+
+# --- time -----------------------------------------------------------------------------
+
+def estimate_launch(kernel: Kernel, target, layouts=None, smem_bytes=None) -> Cost:
+    t = get_target(target)
+    ftg = FTG(kernel)
+    res = resources(kernel, ftg, t, layouts, smem_bytes)
+    bps = max(1, res.blocks_per_sm)
+    lc: LaunchCounts = count_launch(kernel, ftg, _warps_of(layouts, res.threads),
+                                    t.num_sms * bps, t.l2_bytes)
+    blocks = lc.num_blocks
+    waves = math.ceil(blocks / (t.num_sms * bps))
+    active_sms = min(t.num_sms, blocks)
+    resident = min(bps, math.ceil(blocks / t.num_sms))
+    tail = math.ceil(blocks / t.num_sms) * t.num_sms / blocks
+    pipes = min(1.0, resident * res.threads / 32 / 4)
+    inflight = lc.inflight_per_block * resident * active_sms
+    bw = {"hbm": min(t.hbm_bw, inflight / t.dram_latency_s) if inflight else t.hbm_bw,
+          "l2": min(t.l2_bw, inflight / t.l2_latency_s) if inflight else t.l2_bw,
+          "smem": t.smem_bw}
+    hbm = lc.hbm_read + lc.hbm_write
+    terms = {"hbm": hbm / bw["hbm"], "l2": lc.l2_bytes / bw["l2"],
+             "smem": lc.smem_bytes / t.smem_bw * tail}
+    tc_rate = _tensor_rate(t, kernel)
+    terms["tensor"] = lc.tensor_flops / (tc_rate * pipes) * tail if lc.tensor_flops else 0.0
+    terms["cuda"] = lc.cuda_ops / (t.cuda_rate() * pipes) * tail
+    terms["sfu"] = lc.sfu_ops / (t.sfu_ops * pipes) * tail
+    overlapped = lc.pipelined or resident >= 2
+    mem = max(terms[k] for k in MEMORY_UNITS)
+    comp = max(terms[k] for k in COMPUTE_UNITS)
+    t_roof = max(mem, comp) if overlapped else mem + comp
+    t_loops = (lc.loop_phases / (active_sms * resident)) * t.phase_cycles / t.clock_hz
+    t_intr = t.launch_s + waves * 2 * t.dram_latency_s + t_loops
+    bound = max(terms, key=lambda k: terms[k])
+    return Cost(t.name, lc.grid, blocks, res, waves, hbm, lc.hbm_read, lc.hbm_write,
+                lc.l2_bytes, lc.smem_bytes, lc.tensor_flops, lc.cuda_ops, lc.sfu_ops, terms,
+                t_roof, t_intr, t_roof + t_intr, bound, overlapped, bw, [lc])
+
+
+def _tensor_rate(t: Target, kernel: Kernel) -> float:
+    for n in walk(kernel.body):
+        if isinstance(n, Gemm):
+            rate = t.tensor_rate(n.A.buffer.dtype.name)
+            if rate:
+                return rate
+    return t.tensor_rate("float16")
+
+
+def plan(func: PrimFunc) -> list:
+    """(kernel, LayoutMap, planned shared bytes) per launch: layouts inferred on the tile
+    program, the shared arena planned as the sm_80 pipeline does it (pipeline versions, reuse).
+    Raises TileError when the configuration does not build."""
+    from ..passes.infer_layouts import infer_layouts
+    from ..passes.infer_pipeline import infer_pipeline
+    from ..passes.pipeline_loops import pipeline_loops
+    from ..passes.plan_shared_memory import plan_shared_memory
+    kernels = func.kernels()
+    planned = plan_shared_memory(infer_layouts(pipeline_loops(infer_pipeline(func))))
+    # Fragments keep their identity through pipelining, so the planned program's layout maps
+    # serve the tile program's fragments; gemm warp splits are recomputed from the policy.
+    layouts = [k.attrs.get("layouts") for k in planned.kernels()]
+    smem = [k.attrs.get("smem_bytes") for k in planned.kernels()]
+    return list(zip(kernels, layouts, smem))
+
+
+def estimate(func, target="h100", planned: list | None = None) -> Cost:
+    """The model's prediction for a specialized PrimFunc (its launches run one after another)
+    or a single Kernel (layouts then estimated as elements / threads per fragment)."""
+    if isinstance(func, Kernel):
+        return estimate_launch(func, target)
+    planned = plan(func) if planned is None else planned
+    costs = [estimate_launch(k, target, lm, smem) for k, lm, smem in planned]
+    return costs[0] if len(costs) == 1 else _combine(costs)
+
+
+def _combine(costs: list) -> Cost:
+    main = max(costs, key=lambda c: c.time)
+    s = lambda f: sum(getattr(c, f) for c in costs)  # noqa: E731
+    terms = {k: sum(c.terms[k] for c in costs) for k in main.terms}
+    return Cost(main.target, main.grid, s("num_blocks"), main.resources, s("waves"),
+                s("hbm_bytes"), s("hbm_read"), s("hbm_write"), s("l2_bytes"), s("smem_bytes"),
+                s("tensor_flops"), s("cuda_ops"), s("sfu_ops"), terms, s("t_roofline"),
+                s("t_intrinsic"), s("time"), main.bound, all(c.overlapped for c in costs),
+                main.effective_bw, [lc for c in costs for lc in c.counts])
