@@ -184,3 +184,64 @@ def require_static(what: str, e, span) -> int:
     if v is None:
         raise TileError(f"{what} must be known at compile time for the CUDA backend", span)
     return v
+
+
+class _FoldProvable(Mutator):
+    """Replaces integer comparisons that the variables' ranges decide by constants, and the
+    selects, logic and ifs that then become constant: a bounds mask on a tile that never
+    reaches the edge (k * 64 + j < 4096 for every k and j) disappears from the kernel."""
+
+    def __init__(self, var_bounds: dict):
+        self.vb = var_bounds
+
+    def visit_Binary(self, e):
+        from ..ir.expr import Binary, logical
+        a, b = self.visit(e.a), self.visit(e.b)
+        if e.op in ("and", "or"):
+            return logical(e.op, a, b, e.span)
+        if e.op in ("<", "<=", ">", ">=", "==", "!=") and a.dtype.is_int and b.dtype.is_int:
+            decided = _decide(e.op, bound_of(a, self.vb), bound_of(b, self.vb))
+            if decided is not None:
+                return const(decided, dt.boolean, e.span)
+        if a is e.a and b is e.b:
+            return e
+        return Binary(e.op, a, b, e.dtype, e.span)
+
+    def visit_Select(self, e):
+        cond = self.visit(e.cond)
+        if isinstance(cond, Const):
+            return self.visit(e.a if cond.value else e.b)
+        return select(cond, self.visit(e.a), self.visit(e.b), e.span)
+
+    def visit_IfThenElse(self, s):
+        cond = self.visit(s.cond)
+        if isinstance(cond, Const):
+            branch = s.then_body if cond.value else s.else_body
+            return self.visit(branch) if branch is not None else _nothing()
+        return IfThenElse(cond, self.visit(s.then_body),
+                          None if s.else_body is None else self.visit(s.else_body), s.span)
+
+
+def _nothing():
+    from ..ir.stmt import SeqStmt
+    return SeqStmt(())
+
+
+def _decide(op, a, b):
+    """The comparison a op b over ranges a = (lo, hi), b = (lo, hi), when every value agrees."""
+    (alo, ahi), (blo, bhi) = a, b
+    if op == "<":
+        return True if ahi < blo else False if alo >= bhi else None
+    if op == "<=":
+        return True if ahi <= blo else False if alo > bhi else None
+    if op == ">":
+        return True if alo > bhi else False if ahi <= blo else None
+    if op == ">=":
+        return True if alo >= bhi else False if ahi < blo else None
+    if op == "==":
+        return True if alo == ahi == blo == bhi else False if ahi < blo or bhi < alo else None
+    return False if alo == ahi == blo == bhi else True if ahi < blo or bhi < alo else None
+
+
+def fold_provable(node, ctx: ThreadContext):
+    return _FoldProvable(ctx.var_bounds).visit(node)

@@ -17,7 +17,7 @@ from ..ir.buffer import FRAGMENT
 from ..ir.expr import BufferLoad, Const, Var, const, logical
 from ..ir.stmt import BufferStore, For, IfThenElse, seq
 from ..ir.visitor import substitute, walk
-from .lowering import AccessRewriter, ThreadContext, evaluate_table, uses_var
+from .lowering import AccessRewriter, ThreadContext, evaluate_table, fold_provable, uses_var
 
 
 class _NeedsUnroll(Exception):
@@ -39,7 +39,7 @@ def lower_parallel(loop: For, ctx: ThreadContext) -> object:
     l = ctx.fresh("l", n)
     logical_idx = [ctx.simplify(x) for x in frag.logical_of(ctx.tx, l)]
     mapping = {id(v): ctx.simplify(idx + s) for v, idx, s in zip(loop_vars, logical_idx, starts)}
-    sub = substitute(body, mapping)
+    sub = fold_provable(substitute(body, mapping), ctx)
     if frag.replicate > 1:
         sub = _first_replica_writes(sub, frag, ctx, l)
     own = [mapping[id(v)] for v in loop_vars] if all(
