@@ -22,6 +22,14 @@
 //   mbarrier_arrive_expect_tx(bar, bytes) [sm_90]  one arrival, and expect `bytes` more
 //                                               transaction bytes (TMA) in this phase
 //   mbarrier_expect_tx(bar, bytes)        [sm_90]  expect transaction bytes, no arrival
+//
+// Register reallocation between warpgroups [sm_90a only, TC_HAS_SETMAXNREG]:
+//   setmaxnreg_inc<N>()  setmaxnreg.inc.sync.aligned.u32 N: raise this warpgroup's per-thread
+//                        register limit to N (blocks until enough registers are free)
+//   setmaxnreg_dec<N>()  setmaxnreg.dec.sync.aligned.u32 N: lower it to N, releasing the rest
+//   N in 24..256, a multiple of 8; all threads of the warpgroup execute it together. Takes
+//   effect only in a kernel with a register cap at entry (__launch_bounds__(threads, 1) or
+//   -maxrregcount), each role one branch of a single if/else (ptxas warns C7508 otherwise).
 // Phase convention: a freshly initialised barrier is in phase 0; waiting on parity 0
 // returns when phase 0 completes. Consumers of a ring of stages flip the parity each time
 // they wrap around.
@@ -30,6 +38,12 @@
 #include "memory.h"
 
 #define TC_HAS_SM90_SYNC (TC_CUDA_ARCH >= 900)
+// setmaxnreg exists only in sm_90a device passes (and is declared in the host pass).
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TC_HAS_SETMAXNREG 0
+#else
+#define TC_HAS_SETMAXNREG 1
+#endif
 
 namespace tc {
 
@@ -104,5 +118,17 @@ TC_DEVICE void mbarrier_expect_tx(uint64_t* bar, uint32_t bytes) {
   mbarrier_expect_tx(smem_addr(bar), bytes);
 }
 #endif  // TC_HAS_SM90_SYNC
+
+// ---------------------------------------------------------------- sm_90a only
+#if TC_HAS_SETMAXNREG
+template <int N> TC_DEVICE void setmaxnreg_inc() {
+  static_assert(N >= 24 && N <= 256 && N % 8 == 0, "setmaxnreg takes 24..256, a multiple of 8");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N> TC_DEVICE void setmaxnreg_dec() {
+  static_assert(N >= 24 && N <= 256 && N % 8 == 0, "setmaxnreg takes 24..256, a multiple of 8");
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+#endif  // TC_HAS_SETMAXNREG
 
 }  // namespace tc

@@ -11,3 +11,5 @@
 #include "sync.h"
 #include "mma.h"
 #include "raster.h"
+#include "tma.h"
+#include "wgmma.h"

@@ -1,0 +1,111 @@
+// tilecraft/tma.h -- bulk tensor copies (TMA) between global and shared memory, sm_90+.
+//
+// The tensor map (CUtensorMap, 128 bytes, 64-byte aligned) is encoded on the host by the
+// driver's cuTensorMapEncodeTiled and passed BY VALUE as a `const __grid_constant__
+// tc::TensorMap` kernel parameter; device code passes its address (a generic pointer into
+// the parameter space) to the functions below. Never copy the map into a local variable.
+//   struct TensorMap                     alignas(64) opaque 128 bytes (= CUtensorMap; no
+//                                        cuda.h needed in kernels)
+//   prefetch_tma_descriptor(map)         prefetch.tensormap: pull the map into the cache
+//                                        early (one thread, at kernel start)
+//
+// Loads (one thread issues; completion is counted on an mbarrier in bytes):
+//   tma_load_2d(smem_dst, map, mbar, c0, c1)
+//   tma_load_3d(smem_dst, map, mbar, c0, c1, c2)
+//       cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx::bytes:
+//       copy the box whose first element has coordinates (c0 = innermost / contiguous
+//       dimension, c1, c2) from global memory to smem_dst (128-byte aligned; the box layout
+//       and swizzle are those encoded in the map). Out-of-range elements are zero-filled
+//       (and still counted). Pair with tc::mbarrier_arrive_expect_tx(mbar, box bytes) in the
+//       same phase, then tc::mbarrier_wait_parity(mbar, phase).
+// Stores (shared -> global; smem written by ordinary stores needs
+// tc::fence_proxy_async_shared() in every writing thread and a barrier first):
+//   tma_store_2d(map, smem_src, c0, c1)
+//   tma_store_3d(map, smem_src, c0, c1, c2)
+//       cp.async.bulk.tensor.Nd.global.shared::cta.bulk_group: out-of-range elements are
+//       not written.
+//   tma_store_commit()                   cp.async.bulk.commit_group: close the group of
+//                                        stores issued by this thread
+//   tma_store_wait<N>()                  cp.async.bulk.wait_group.read N: wait until at most
+//                                        N groups still READ their shared memory (the source
+//                                        may then be overwritten)
+//   tma_store_wait_all<N>()              cp.async.bulk.wait_group N: wait until at most N
+//                                        groups are pending, writes to global complete
+// Overloads take 32-bit shared-window addresses (tc::smem_addr) for smem_dst / smem_src /
+// mbar. Feature macro: TC_HAS_TMA (device passes for sm_90 and newer, and the host pass).
+#pragma once
+
+#include "memory.h"
+
+#define TC_HAS_TMA (TC_CUDA_ARCH >= 900)
+
+namespace tc {
+
+// Same size and alignment as the driver's CUtensorMap.
+struct alignas(64) TensorMap {
+  unsigned long long data[16];
+};
+static_assert(sizeof(TensorMap) == 128, "CUtensorMap is 128 bytes");
+
+#if TC_HAS_TMA
+
+TC_DEVICE void prefetch_tma_descriptor(const void* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
+
+// ---------------------------------------------------------------- loads
+TC_DEVICE void tma_load_2d(uint32_t smem_dst, const void* map, uint32_t mbar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];\n"
+      ::"r"(smem_dst), "l"(map), "r"(mbar), "r"(c0), "r"(c1)
+      : "memory");
+}
+TC_DEVICE void tma_load_3d(uint32_t smem_dst, const void* map, uint32_t mbar, int c0, int c1,
+                           int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5}], [%2];\n"
+      ::"r"(smem_dst), "l"(map), "r"(mbar), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+TC_DEVICE void tma_load_2d(void* smem_dst, const void* map, uint64_t* mbar, int c0, int c1) {
+  tma_load_2d(smem_addr(smem_dst), map, smem_addr(mbar), c0, c1);
+}
+TC_DEVICE void tma_load_3d(void* smem_dst, const void* map, uint64_t* mbar, int c0, int c1,
+                           int c2) {
+  tma_load_3d(smem_addr(smem_dst), map, smem_addr(mbar), c0, c1, c2);
+}
+
+// ---------------------------------------------------------------- stores
+TC_DEVICE void tma_store_2d(const void* map, uint32_t smem_src, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n"
+      ::"l"(map), "r"(smem_src), "r"(c0), "r"(c1)
+      : "memory");
+}
+TC_DEVICE void tma_store_3d(const void* map, uint32_t smem_src, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n"
+      ::"l"(map), "r"(smem_src), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+TC_DEVICE void tma_store_2d(const void* map, const void* smem_src, int c0, int c1) {
+  tma_store_2d(map, smem_addr(smem_src), c0, c1);
+}
+TC_DEVICE void tma_store_3d(const void* map, const void* smem_src, int c0, int c1, int c2) {
+  tma_store_3d(map, smem_addr(smem_src), c0, c1, c2);
+}
+TC_DEVICE void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+template <int N> TC_DEVICE void tma_store_wait() {
+  static_assert(N >= 0, "cp.async.bulk.wait_group takes N >= 0");
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+template <int N> TC_DEVICE void tma_store_wait_all() {
+  static_assert(N >= 0, "cp.async.bulk.wait_group takes N >= 0");
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+#endif  // TC_HAS_TMA
+
+}  // namespace tc
