@@ -12,15 +12,16 @@ that names the call and carries the driver's own name and description of the err
 
 Names are the exported symbols: where cuda.h maps a name to a versioned symbol (for example
 cuCtxPopCurrent -> cuCtxPopCurrent_v2) the prototype must use the versioned one. The calls here
-have unversioned symbols. Tensor-map encoding (cuTensorMapEncodeTiled, for TMA) goes in the same
-table when TMA descriptors are added; its wrapper belongs in its own module.
+have unversioned symbols. Tensor-map encoding (cuTensorMapEncodeTiled, for TMA) is in the same
+table; its wrapper is tensor_map.py. Entry points in `_OPTIONAL` (newer than some drivers in
+use) are left off `functions()` when the library lacks them, instead of failing the whole load.
 """
 from __future__ import annotations
 
 import ctypes
 import sys
 import threading
-from ctypes import POINTER, c_char_p, c_int, c_uint, c_void_p
+from ctypes import POINTER, c_char_p, c_int, c_uint, c_uint64, c_void_p
 
 from ..errors import TileError
 
@@ -75,7 +76,15 @@ _PROTOTYPES = {
     "cuLaunchKernel": (_handle, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, _handle,
                        POINTER(c_void_p), POINTER(c_void_p)),
     "cuStreamSynchronize": (_handle,),
+    # (CUtensorMap* out, CUtensorMapDataType, cuuint32_t rank, void* globalAddress,
+    #  const cuuint64_t* globalDim, const cuuint64_t* globalStrides, const cuuint32_t* boxDim,
+    #  const cuuint32_t* elementStrides, CUtensorMapInterleave, CUtensorMapSwizzle,
+    #  CUtensorMapL2promotion, CUtensorMapFloatOOBfill); the enums are C ints.
+    "cuTensorMapEncodeTiled": (c_void_p, c_int, c_uint, c_void_p, POINTER(c_uint64),
+                               POINTER(c_uint64), POINTER(c_uint), POINTER(c_uint), c_int, c_int,
+                               c_int, c_int),
 }
+_OPTIONAL = frozenset({"cuTensorMapEncodeTiled"})  # CUDA 12.0 and newer drivers only
 
 
 class CudaDriverError(TileError):
@@ -92,6 +101,8 @@ class _Functions:
     def __init__(self, library: ctypes.CDLL):
         self.library = library
         for name, argtypes in _PROTOTYPES.items():
+            if name in _OPTIONAL and not hasattr(library, name):
+                continue
             function = getattr(library, name)
             function.argtypes = argtypes
             function.restype = c_int

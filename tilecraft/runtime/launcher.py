@@ -6,6 +6,10 @@ buffer (one 8-byte slot per parameter), the `void**` array pointing at the slots
 `struct.Struct` that packs all argument values into the buffer in one C call, and the
 prototyped cuLaunchKernel. A call then converts tensors to addresses, packs, and launches.
 
+A TMA tensor map (kind ("tensormap",), the 128 bytes tensor_map.encode_tiled returns) is a
+by-value `const __grid_constant__ tc::TensorMap` parameter: its storage in the buffer is 128
+bytes on a 64-byte boundary, and the same single pack copies the bytes there.
+
 Modules and functions belong to a CUDA context. Each launch asks the driver for the calling
 thread's current context (torch keeps its device's primary context current) and uses the
 function loaded in that context, loading the module there on first use; with one GPU that is
@@ -22,7 +26,8 @@ from ..errors import TileError
 from . import driver
 
 _SMALL_DYNAMIC_SMEM = 48 * 1024   # above this a kernel must opt in through a function attribute
-_SLOT = 8                         # bytes per argument slot: every parameter kind fits
+_SLOT = 8                         # bytes per argument slot: every kind but a tensor map fits
+_TENSORMAP_BYTES, _TENSORMAP_ALIGN = 128, 64  # CUtensorMap: passed by value, 64-byte aligned
 
 # struct codes of scalar parameter kinds (pointers are 64-bit addresses).
 _SCALAR_CODES = {
@@ -87,13 +92,16 @@ def _bits_of_bfloat16(value) -> int:
 
 
 def _parameter(spec) -> tuple:
-    """("ptr", dtype) or a scalar dtype name (bare or in a 1-tuple) -> (kind, dtype name)."""
+    """("ptr", dtype), ("tensormap",) or a scalar dtype name (bare or in a 1-tuple) ->
+    (kind, dtype name)."""
     from ..ir.dtypes import dtype
     if isinstance(spec, str):
         spec = (spec,)
     kind = spec[0]
     if kind == "ptr":
         return ("ptr", str(dtype(spec[1])) if len(spec) > 1 and spec[1] else "")
+    if kind == "tensormap":
+        return ("tensormap", "")
     try:
         name = str(dtype(kind))
     except ValueError as err:
@@ -101,6 +109,30 @@ def _parameter(spec) -> tuple:
     if name not in _SLOT_CODES:
         raise TileError(f"kernel parameters of type {name} are not supported; pass a pointer")
     return (name, name)
+
+
+def _argument_buffer(params) -> tuple:
+    """(pack_into, buffer, argv) for parameter kinds: an 8-byte slot each, but 128 bytes on a
+    64-byte boundary for a tensor map. Without tensor maps the slots are simply consecutive. With
+    them the buffer is over-allocated so that the slots can start 64-byte aligned, and the leading
+    pad is part of the struct, so packing starts at offset 0 either way."""
+    fields, offsets, offset, align_all = [], [], 0, _SLOT
+    for kind, _ in params:
+        if kind == "tensormap":
+            code, size, align = f"{_TENSORMAP_BYTES}s", _TENSORMAP_BYTES, _TENSORMAP_ALIGN
+        else:
+            code, size, align = _SLOT_CODES[kind], _SLOT, _SLOT
+        pad = (-offset) % align
+        offsets.append(offset + pad)
+        fields.append(f"{pad}x{code}{size - struct.calcsize(code)}x")
+        offset += pad + size
+        align_all = max(align_all, align)
+    buffer = (ctypes.c_uint64 * (max(offset, _SLOT) // _SLOT + (align_all - _SLOT) // _SLOT))()
+    base = ctypes.addressof(buffer)
+    lead = (-base) % align_all  # 0 without tensor maps: the array is 8-byte aligned
+    pack = struct.Struct(f"<{lead}x" + "".join(fields)).pack_into
+    argv = (ctypes.c_void_p * max(len(offsets), 1))(*[base + lead + o for o in offsets])
+    return pack, buffer, argv
 
 
 class CudaModule:
@@ -157,12 +189,11 @@ class CudaKernel:
         self._pointer_slots = tuple(i for i, (kind, _) in enumerate(self.params) if kind == "ptr")
         self._bfloat16_slots = tuple(i for i, (kind, _) in enumerate(self.params)
                                      if kind == "bfloat16")
-        codes = [_SLOT_CODES[kind] for kind, _ in self.params]
-        self._pack = struct.Struct("<" + "".join(
-            code + f"{_SLOT - struct.calcsize(code)}x" for code in codes)).pack_into
-        self._buffer = (ctypes.c_uint64 * max(count, 1))()
-        base = ctypes.addressof(self._buffer)
-        self._argv = (ctypes.c_void_p * max(count, 1))(*[base + _SLOT * i for i in range(count)])
+        self._tensormap_slots = tuple(i for i, (kind, _) in enumerate(self.params)
+                                      if kind == "tensormap")
+        self._pack, self._buffer, self._argv = _argument_buffer(self.params)
+        if self._tensormap_slots:
+            self.launch = self._launch_checking_maps  # the length check, only for such kernels
         self._count = count
         self._functions: dict = {}  # context -> CUfunction (as c_void_p), attributes set
         self._lock = threading.Lock()
@@ -170,6 +201,17 @@ class CudaKernel:
         self._context_ref = ctypes.pointer(self._context)
         self._get_context = driver.unprototyped("cuCtxGetCurrent")
         self._launch = driver.unprototyped("cuLaunchKernel")
+
+    def _launch_checking_maps(self, args, grid=None, stream=None) -> None:
+        for i in self._tensormap_slots:
+            if i < len(args) and not (type(args[i]) in (bytes, bytearray)
+                                      and len(args[i]) == _TENSORMAP_BYTES):
+                raise TileError(f"kernel '{self.name}': argument {i} is a tensor map and takes "
+                                f"the {_TENSORMAP_BYTES} bytes of tensor_map.encode_tiled, got "
+                                f"{type(args[i]).__name__}"
+                                + (f" of {len(args[i])} bytes" if hasattr(args[i], "__len__")
+                                   else ""))
+        CudaKernel.launch(self, args, grid, stream)
 
     def function(self) -> int:
         """The CUfunction in the current context, loaded and configured on first use."""
@@ -246,7 +288,7 @@ class CudaKernel:
     def _argument_error(self, values, err) -> TileError:
         for index, ((kind, _), value) in enumerate(zip(self.params, values)):
             try:
-                struct.pack("<" + _SLOT_CODES[kind], value)
+                struct.pack("<" + _SLOT_CODES.get(kind, f"{_TENSORMAP_BYTES}s"), value)
             except struct.error:
                 return TileError(f"kernel '{self.name}': argument {index} ({kind}) cannot take "
                                  f"{value!r}: {err}")
