@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import functools
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -30,6 +29,7 @@ class JITKernel:
         check_pass_configs(pass_configs)
         self.backend, self.arch = targets.resolve(target)
         self.program = None
+        self._arch_checked: set = set()  # devices whose architecture matches self.arch
         if self.backend == "cuda":
             from .runtime.program import CudaProgram
             configs = check_pass_configs(pass_configs)
@@ -114,12 +114,15 @@ class JITKernel:
                 raise TileError(f"argument {name} is on {t.device} but other arguments are on "
                                 f"{device}")
             device = t.device
-        from .runtime.device import current_arch
-        here = current_arch()
-        if here != self.arch:
-            raise TileError(f"kernel {self.func.name} was compiled for {self.arch}, but the "
-                            f"current GPU is {here}")
         device = device or torch.device("cuda", torch.cuda.current_device())
+        if device.index not in self._arch_checked:
+            # Asked of the driver once per device, not on every call.
+            from .runtime.device import current_arch
+            here = current_arch(device.index)
+            if here != self.arch:
+                raise TileError(f"kernel {self.func.name} was compiled for {self.arch}, but "
+                                f"{device} is {here}")
+            self._arch_checked.add(device.index)
         outputs = []
         for i, shape in zip(self.out_idx, shapes):
             p = self.params[i]
@@ -261,7 +264,7 @@ def _check_tensor(p: Buffer, a: np.ndarray, sizes: dict):
 
 
 def _output_shape(p: Buffer, sizes: dict) -> tuple:
-    from .interp.values import Evaluator
+    from .interp.values import evaluate
     shape = []
     for d in p.shape:
         if isinstance(d, int):
@@ -272,8 +275,7 @@ def _output_shape(p: Buffer, sizes: dict) -> tuple:
                                 "given by any input")
             shape.append(sizes[id(d)])
         elif isinstance(d, Expr):
-            known = SimpleNamespace(env={k: np.int64(v) for k, v in sizes.items()})
-            shape.append(int(Evaluator(known).eval(d)))
+            shape.append(int(evaluate(d, {k: np.int64(v) for k, v in sizes.items()})))
     return tuple(shape)
 
 

@@ -8,6 +8,7 @@ IR dtype, as the GPU does: fp16 math is computed in fp32 and rounded back.
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -192,6 +193,12 @@ class Evaluator:
         if array.size == 0:
             return np.zeros(np.broadcast(*idx).shape, array.dtype)
         return np.where(inside, array[safe], np.zeros((), array.dtype)).astype(array.dtype)
+
+
+def evaluate(expr, env: dict):
+    """expr evaluated with its variables bound by env (id(var) -> number or numpy array);
+    for compile-time enumeration of layouts and for sizes bound at launch."""
+    return np.asarray(Evaluator(SimpleNamespace(env=env)).eval(expr))
 
 
 def in_bounds(idx, shape):

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import dtypes as dt
 from .dtypes import DType
 from .expr import BufferLoad, Const, Expr, convert
 from ..errors import Span, TileError, current_span
@@ -163,10 +162,3 @@ def region_of(x, span=None) -> BufferRegion:
         return BufferRegion(x.buffer, tuple((i, convert(1)) for i in x.indices), x.span or span)
     raise TileError(f"expected a buffer, a buffer slice or a buffer element, got "
                     f"{type(x).__name__}", span)
-
-
-def scalar_dtype_check(d) -> DType:
-    d = dt.dtype(d)
-    if d.is_handle:
-        raise TileError("a buffer cannot hold pointers")
-    return d

@@ -51,7 +51,7 @@ class LayoutMap:
             self.buffers[id(b)] = layout
             self.origin[id(b)] = by
             return True
-        if old is layout or _same(old, layout):
+        if same_layout(old, layout):
             return False
         first = self.origin[id(b)]
         raise TileError(
@@ -60,7 +60,10 @@ class LayoutMap:
             notes=((f"{b.name}'s layout was chosen here", getattr(first, "span", None)),))
 
 
-def _same(a, b) -> bool:
+def same_layout(a, b) -> bool:
+    """The two layouts map every index alike (the same object, or equal by enumeration)."""
+    if a is b:
+        return True
     if type(a) is not type(b) or tuple(a.shape) != tuple(b.shape):
         return False
     if getattr(a, "replicate", 1) != getattr(b, "replicate", 1):

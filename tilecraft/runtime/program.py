@@ -12,11 +12,11 @@ import os
 import pickle
 import tempfile
 import threading
-from types import SimpleNamespace
 
 import numpy as np
 
 from .. import __version__, knobs
+from ..interp.values import evaluate
 from ..ir.buffer import Buffer
 from . import cache
 from .toolchain import compile_cubin
@@ -151,19 +151,11 @@ class CudaProgram:
         env = {}
         for var, (kind, pos) in zip((b[0] for b in self.binds), (b[1] for b in self.binds)):
             env[id(var)] = np.int64(shapes[pos[0]][pos[1]] if kind == "size" else values[pos])
-        known = SimpleNamespace(env=env)
         for kernel, (_, grid, _, _) in zip(self._kernels, self.launches):
-            dims = [_evaluate(g, known) for g in grid]
+            dims = [g if isinstance(g, int) else int(evaluate(g, env)) for g in grid]
             if any(d <= 0 for d in dims):
                 continue  # an empty grid launches nothing
             kernel.launch(args, tuple(dims) + (1,) * (3 - len(dims)), stream)
-
-
-def _evaluate(e, known) -> int:
-    from ..interp.values import Evaluator
-    if isinstance(e, int):
-        return e
-    return int(Evaluator(known).eval(e))
 
 
 def _path(key: str) -> str:

@@ -21,6 +21,7 @@ from ..ir.tileop import Atomic
 from .. import layout as lay
 from .lowering import ThreadContext, in_bounds_condition
 from .parallel import lower_parallel
+from ..passes.infer_layouts import same_layout
 
 
 def _tile_extents(region: BufferRegion) -> list[int]:
@@ -67,7 +68,7 @@ def lower_copy(op, ctx: ThreadContext):
 
     loop = _synthetic_loop(extents, body, op.span)
     if src.buffer.scope == FRAGMENT and dst.buffer.scope == FRAGMENT and \
-            not _same_layout(ctx.layouts.buffer(src.buffer), ctx.layouts.buffer(dst.buffer)):
+            not same_layout(ctx.layouts.buffer(src.buffer), ctx.layouts.buffer(dst.buffer)):
         return _staged_copy(op, extents, ctx)
     if frag is not None:
         layout = ctx.layouts.buffer(frag)
@@ -79,11 +80,6 @@ def lower_copy(op, ctx: ThreadContext):
     if vector > 1:
         return _vector_copy(op, extents, vector, ctx)
     return _lower_with_layout(loop, lay.make_partition(tuple(extents), ctx.num_threads), ctx)
-
-
-def _same_layout(a, b) -> bool:
-    from ..passes.infer_layouts import _same
-    return a is b or _same(a, b)
 
 
 def _staged_copy(op, extents, ctx: ThreadContext):

@@ -9,7 +9,6 @@ and out-of-bounds writes do nothing, as in the language.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -87,8 +86,8 @@ def flat_offset_table(layout) -> np.ndarray:
 
 def evaluate_table(expr, env: dict) -> np.ndarray:
     """expr evaluated on numpy arrays bound to its variables (env: id(var) -> array)."""
-    from ..interp.values import Evaluator
-    return np.asarray(Evaluator(SimpleNamespace(env=env)).eval(expr))
+    from ..interp.values import evaluate
+    return evaluate(expr, env)
 
 
 def uses_var(e, var: Var) -> bool:

@@ -13,7 +13,7 @@ import numpy as np
 from ..errors import TileError
 from ..ir import dtypes as dt
 from ..ir.buffer import FRAGMENT, SHARED, Buffer
-from ..ir.expr import BufferLoad, Call, binary, call, cast, const
+from ..ir.expr import BufferLoad, Call, Var, binary, call, cast, const
 from ..ir.stmt import Allocate, BufferStore, IfThenElse, seq
 from .lowering import evaluate_table
 from ..passes.insert_barriers import sync_stmt
@@ -59,18 +59,14 @@ def reduce_plan(src_layout, dst_layout, dim: int, threads: int):
     """(folds, lane_masks, warp_masks): folds[dl] lists the source registers each thread folds
     into output register dl; masks are the thread-index bits that share an output element."""
     n = src_layout.locals_per_thread
-    from ..ir.expr import Var
     t, l = Var("t"), Var("l")
     env = {id(t): np.arange(threads)[:, None], id(l): np.arange(n)[None, :]}
     logical = [np.broadcast_to(evaluate_table(x, env), (threads, n))
                for x in src_layout.logical_of(t, l)[:src_layout.ndim]]
     kept = [x for d, x in enumerate(logical) if d != dim]
-    from ..ir.expr import Var as V
-    kvars = [V(f"k{d}") for d in range(len(kept))]
+    kvars = [Var(f"k{d}") for d in range(len(kept))]
     kenv = {id(v): arr for v, arr in zip(kvars, kept)}
     dst_local = np.broadcast_to(evaluate_table(dst_layout.local_of(kvars), kenv), (threads, n))
-    active = np.zeros((threads, n), bool)
-    active[:src_layout.num_threads] = True
     folds = [[] for _ in range(dst_layout.locals_per_thread)]
     for sl in range(n):
         column = dst_local[:src_layout.num_threads, sl]
@@ -82,14 +78,14 @@ def reduce_plan(src_layout, dst_layout, dim: int, threads: int):
     # (t ^ t0); every replica then runs the same butterfly with its own partners.
     table = src_layout.table()[..., 0, 0]  # thread of replica 0, per element
     table = np.moveaxis(table, dim, -1).reshape(-1, table.shape[dim])
-    groups = {k: {int(x) for x in row} for k, row in enumerate(table)}
+    groups = [{int(x) for x in row} for row in table]
     bits = 0
-    for members in groups.values():
+    for members in groups:
         first = min(members)
         for m in members:
             bits |= m ^ first
     masks = [1 << b for b in range(threads.bit_length()) if bits >> b & 1]
-    for members in groups.values():
+    for members in groups:
         if len(members) != 1 << len(masks):
             raise TileError("internal: a reduction's threads do not form a butterfly group")
     return folds, [m for m in masks if m < 32], [m for m in masks if m >= 32]
