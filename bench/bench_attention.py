@@ -38,7 +38,7 @@ def sdpa_ms(q, k, v, causal, backend):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
-    parser.add_argument("--tag", default="mha_fwd_sm80_path")
+    parser.add_argument("--tag", default="mha_fwd")
     args = parser.parse_args()
     rows = []
     for B, H, S, D, causal in SHAPES:
@@ -59,7 +59,8 @@ def main():
                    "tflops": flop / ms / 1e9, "flash_tflops": flop / flash / 1e9,
                    "cudnn_tflops": flop / cudnn / 1e9, "vs_flash": flash / ms,
                    "vs_cudnn": cudnn / ms, "rel_error": err, "registers": kernel.n_regs,
-                   "spills": kernel.n_spills}
+                   "spills": kernel.n_spills,
+                   "wgmma": "wgmma_m64n" in kernel.get_kernel_source()}
             rows.append(row)
             print(f"S{S} causal={causal} {cfg}: {row['tflops']:.0f} TFLOP/s; flash "
                   f"{row['flash_tflops']:.0f} ({row['vs_flash']:.2f}x), cuDNN "

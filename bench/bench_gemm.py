@@ -1,7 +1,8 @@
 """GEMM fp16 (A row-major M x K, B row-major K x N, fp32 accumulation) beside torch.matmul,
 in one process on one GPU: median of CUDA-event timings over random inputs.
 
-    python bench/bench_gemm.py [--shapes 8192x8192x8192,...] [--out bench/results]
+    python bench/bench_gemm.py [--shapes 8192x8192x8192,...] [--configs hopper|sm80]
+                               [--pass-config tl.disable_wgmma=1] [--tag name] [--out dir]
 """
 import argparse
 import datetime
@@ -16,8 +17,18 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 import tilecraft  # noqa: E402
 from gemm import matmul  # noqa: E402
+from tilecraft.carver.recommend import underlying  # noqa: E402
 
-CONFIGS = [
+# Tile configurations tried per shape: the first set suits wgmma (whole warpgroups, 64-row
+# bands), the second the mma.sync path.
+HOPPER_CONFIGS = [
+    dict(block_M=128, block_N=256, block_K=64, threads=256, num_stages=3),
+    dict(block_M=128, block_N=256, block_K=64, threads=256, num_stages=4),
+    dict(block_M=128, block_N=128, block_K=64, threads=256, num_stages=4),
+    dict(block_M=256, block_N=128, block_K=64, threads=256, num_stages=3),
+    dict(block_M=128, block_N=256, block_K=32, threads=256, num_stages=5),
+]
+SM80_CONFIGS = [
     dict(block_M=128, block_N=128, block_K=32, threads=128, num_stages=3),
     dict(block_M=128, block_N=128, block_K=64, threads=256, num_stages=3),
     dict(block_M=128, block_N=256, block_K=32, threads=256, num_stages=3),
@@ -62,8 +73,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="8192x8192x8192")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
-    parser.add_argument("--tag", default="gemm_sm80_path")
+    parser.add_argument("--tag", default="gemm")
+    parser.add_argument("--configs", choices=["hopper", "sm80"], default="hopper")
+    parser.add_argument("--pass-config", action="append", default=[], metavar="KEY=VALUE",
+                        help="a pass config for every kernel, e.g. tl.disable_wgmma=1")
     args = parser.parse_args()
+    configs = HOPPER_CONFIGS if args.configs == "hopper" else SM80_CONFIGS
+    pass_configs = {k: bool(int(v)) for k, v in (x.split("=") for x in args.pass_config)}
     rows = []
     for text in args.shapes.split(","):
         M, N, K = (int(x) for x in text.split("x"))
@@ -73,9 +89,10 @@ def main():
         ref = a.float() @ b.float()
         torch_ms = median_ms(lambda: torch.matmul(a, b))
         best = None
-        for cfg in CONFIGS:
+        for cfg in configs:
             t0 = time.time()
-            kernel = matmul(M, N, K, swizzle_panel=8, **cfg)
+            func = underlying(matmul)(M, N, K, swizzle_panel=8, **cfg)
+            kernel = tilecraft.compile(func, out_idx=[-1], pass_configs=pass_configs)
             compile_s = time.time() - t0
             c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
             c = kernel(a, b)
@@ -85,9 +102,10 @@ def main():
                    "torch_ms": torch_ms, "torch_tflops": flop / torch_ms / 1e9,
                    "ratio_vs_torch": torch_ms / ms, "rel_error": err,
                    "registers": kernel.n_regs, "spills": kernel.n_spills,
-                   "compile_s": compile_s}
+                   "compile_s": compile_s, "pass_configs": pass_configs,
+                   "wgmma": "wgmma_m64n" in kernel.get_kernel_source()}
             rows.append(row)
-            print(f"{text} {cfg}: {row['tflops']:.0f} TFLOP/s vs torch {row['torch_tflops']:.0f} "
+            print(f"{text} {cfg} wgmma={row['wgmma']}: {row['tflops']:.0f} TFLOP/s vs torch {row['torch_tflops']:.0f} "
                   f"({row['ratio_vs_torch']:.2f}x) err {err:.1e} regs {kernel.n_regs}", flush=True)
             if best is None or ms < best["ms"]:
                 best = row

@@ -34,7 +34,7 @@ class JITKernel:
             from .runtime.program import CudaProgram
             configs = check_pass_configs(pass_configs)
             fast = bool(configs.get(PassConfigKey.TL_ENABLE_FAST_MATH))
-            self.program = CudaProgram(func, self.arch, fast_math=fast)
+            self.program = CudaProgram(func, self.arch, fast_math=fast, configs=configs)
         elif self.backend == "emulator":
             from .emulator import lower
             self.lowered = lower(func, self.arch)

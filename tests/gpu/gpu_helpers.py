@@ -1,6 +1,10 @@
 """Shared by the GPU tests: poisoned outputs and relative errors."""
 import torch
 
+import tilecraft
+import tilecraft.language as T
+import kernels
+
 
 def poisoned(*shape, dtype=None):
     """An output tensor full of NaN (or -1 for integers), so unwritten elements show."""
@@ -13,3 +17,23 @@ def poisoned(*shape, dtype=None):
 def rel_error(got, want) -> float:
     got, want = got.double(), want.double()
     return float((got - want).norm() / want.norm().clamp_min(1e-30))
+
+
+TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def run_gemm(M, N, K, dtype="float16", trans_A=False, trans_B=False, bm=64, bn=64, bk=32,
+             threads=128, a_in_registers=False, policy=T.GemmWarpPolicy.Square, num_stages=0, pass_configs=None):
+    func = kernels.gemm(M, N, K, bm, bn, bk, dtype, "float32", trans_A, trans_B, threads,
+                        a_in_registers, policy, num_stages)
+    kernel = tilecraft.compile(func, target="cuda", pass_configs=pass_configs)
+    t = TORCH[dtype]
+    a = torch.rand((K, M) if trans_A else (M, K), device="cuda").sub_(0.5).to(t)
+    b = torch.rand((N, K) if trans_B else (K, N), device="cuda").sub_(0.5).to(t)
+    c = poisoned(M, N, dtype=t)
+    kernel(a, b, c)
+    ref = (a.double().T if trans_A else a.double()) @ (b.double().T if trans_B else b.double())
+    assert not torch.isnan(c).any(), "unwritten output elements"
+    err = rel_error(c, ref)
+    assert err < (2e-2 if dtype == "bfloat16" else 5e-3), err
+    return kernel

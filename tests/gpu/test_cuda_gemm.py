@@ -5,27 +5,15 @@ torch = pytest.importorskip("torch")
 
 import tilecraft  # noqa: E402
 import tilecraft.language as T  # noqa: E402
-import kernels  # noqa: E402
-from gpu_helpers import poisoned, rel_error  # noqa: E402
+import gpu_helpers  # noqa: E402
 
-TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+# This file checks the mma.sync path, which sm_90a also keeps for the gemms WGMMA cannot take;
+# test_cuda_wgmma.py checks the same kernels where sm_90a picks wgmma.
+MMA_SYNC = {"tl.disable_wgmma": True}
 
 
-def run_gemm(M, N, K, dtype="float16", trans_A=False, trans_B=False, bm=64, bn=64, bk=32,
-             threads=128, a_in_registers=False, policy=T.GemmWarpPolicy.Square, num_stages=0):
-    func = kernels.gemm(M, N, K, bm, bn, bk, dtype, "float32", trans_A, trans_B, threads,
-                        a_in_registers, policy, num_stages)
-    kernel = tilecraft.compile(func, target="cuda")
-    t = TORCH[dtype]
-    a = torch.rand((K, M) if trans_A else (M, K), device="cuda").sub_(0.5).to(t)
-    b = torch.rand((N, K) if trans_B else (K, N), device="cuda").sub_(0.5).to(t)
-    c = poisoned(M, N, dtype=t)
-    kernel(a, b, c)
-    ref = (a.double().T if trans_A else a.double()) @ (b.double().T if trans_B else b.double())
-    assert not torch.isnan(c).any(), "unwritten output elements"
-    err = rel_error(c, ref)
-    assert err < (2e-2 if dtype == "bfloat16" else 5e-3), err
-    return kernel
+def run_gemm(*args, **kwargs):
+    return gpu_helpers.run_gemm(*args, pass_configs=MMA_SYNC, **kwargs)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

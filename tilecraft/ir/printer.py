@@ -192,6 +192,8 @@ class Printer:
                 opts["policy"] = f"T.GemmWarpPolicy.{s.policy.name}"
             if s.k_pack != 1:
                 opts["k_pack"] = s.k_pack
+            if s.instruction:
+                opts["instruction"] = repr(s.instruction)
             return (f"T.gemm({self.region(s.A)}, {self.region(s.B)}, {self.region(s.C)}"
                     f"{self.kwargs(opts, raw=True)})")
         if isinstance(s, top.Reduce):

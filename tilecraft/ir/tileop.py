@@ -55,6 +55,8 @@ class Gemm(TileOp):
     clear_accum: bool = False
     k_pack: int = 1
     wg_wait: int = 0
+    # Which tensor-core instruction lowers it ("mma" or "wgmma"); infer_instructions decides.
+    instruction: str = ""
     span: Span | None = field(default=None, compare=False)
     op_name = "gemm"
 

@@ -166,7 +166,7 @@ def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=top.GemmWarpPolic
     if not isinstance(k_pack, int) or k_pack < 1:
         raise TileError(f"{what}: k_pack must be a positive int, got {k_pack!r}", current_span())
     bld.emit(top.Gemm(a, bb, c, bool(transpose_A), bool(transpose_B), policy, bool(clear_accum),
-                      k_pack, wg_wait, current_span()), what)
+                      k_pack, wg_wait, span=current_span()), what)
 
 
 def _reduce(kind: str, buffer, out, dim: int, clear: bool):

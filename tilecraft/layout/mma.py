@@ -222,6 +222,40 @@ def gemm_b_fragment(block_k: int, block_n: int, warps_m: int, warps_n: int, dtyp
     return frag.permute((1, 0)) if transposed else frag
 
 
+def wgmma_c_fragment(block_m: int, block_n: int, groups_m: int, groups_n: int) -> Fragment:
+    """Accumulator of a block_m x block_n tile computed by groups_m x groups_n warpgroups with
+    wgmma.m64nNk16 (thread = 128 * (gm + groups_m * gn) + 32 * warp + lane). Warpgroup (gm, gn)
+    owns rows [gm * Mg, (gm + 1) * Mg) and columns [gn * Ng, ...), issuing Mg / 64 instructions
+    of N = Ng. In instruction i, warp w of the group holds rows i * 64 + 16 * w + (0..15) as
+    mma.m16n8 C atoms along N (PTX's wgmma D fragment): local = i * Ng / 2 + 4 * (col / 8) +
+    c_i. With Mg = 64 this is gemm_c_fragment over 4 * groups_m x groups_n warps."""
+    if block_m % (64 * groups_m) or block_n % (8 * groups_n):
+        raise LayoutError(f"a {block_m}x{block_n} tile does not split into {groups_m}x{groups_n} "
+                          "warpgroups of m64nNk16 instructions")
+    mg, ng = block_m // groups_m, block_n // groups_n
+    insts, atoms_n = mg // 64, ng // 8
+    per_inst = ng // 2
+    threads = 128 * groups_m * groups_n
+    slots = insts * per_inst
+    atom = _c_atom()
+
+    def forward(i, j):
+        gm, gn = _digit(i, mg, groups_m, block_m), _digit(j, ng, groups_n, block_n)
+        inst, warp = _digit(i, 64, insts, block_m), _digit(i, 16, 4, block_m)
+        lane, idx = atom.fwd(i, j, block_m, block_n)
+        local = inst * per_inst + _digit(j, 8, atoms_n, block_n) * 4 + idx
+        return (gm + gn * groups_m) * 128 + warp * WARP + lane, local
+
+    def logical(t, l):
+        group = _digit(t, 128, groups_m * groups_n, threads)
+        gm, gn = group % groups_m, group // groups_m
+        warp, lane = _digit(t, WARP, 4, threads), _digit(t, 1, WARP, threads)
+        inst, nb = _digit(l, per_inst, insts, slots), _digit(l, 4, atoms_n, slots)
+        r, c = atom.inv(lane, _digit(l, 1, 4, slots))
+        return [gm * mg + inst * 64 + warp * 16 + r, gn * ng + nb * 8 + c]
+    return Fragment((block_m, block_n), forward, threads=threads, logical_fn=logical)
+
+
 def split_warps(block_m: int, block_n: int, num_warps: int, policy: str = "square"):
     """(warps_m, warps_n) for a block's warps: "square" balances the per-warp sub-tile,
     "full_row" puts all warps on M, "full_col" all on N; every choice must divide the tile
@@ -240,6 +274,6 @@ def split_warps(block_m: int, block_n: int, num_warps: int, policy: str = "squar
 
 __all__ = [
     "WARP", "elements_per_register", "mma_shape", "mma_a_fragment", "mma_b_fragment",
-    "mma_c_fragment", "ldmatrix_fragment", "ldmatrix_row_providers", "stmatrix_fragment",
+    "mma_c_fragment", "wgmma_c_fragment", "ldmatrix_fragment", "ldmatrix_row_providers", "stmatrix_fragment",
     "stmatrix_row_providers", "gemm_c_fragment", "gemm_a_fragment", "gemm_b_fragment",
     "split_warps"]

@@ -22,6 +22,7 @@ from ..ir.visitor import walk
 from ..arith.linear import structural_key
 from .. import layout as lay
 from ..tileops.gemm import warp_partition
+from ..tileops.wgmma import wgmma_partition
 
 
 class LayoutMap:
@@ -137,9 +138,15 @@ class _Inference:
     def strict(self, op):
         if isinstance(op, Gemm):
             m, n, k = _gemm_dims(op)
-            wm, wn = warp_partition(op, m, n, self.T)
+            if op.instruction == "wgmma":
+                gm, gn = wgmma_partition(op, m, n, self.T)
+                wm, wn = 4 * gm, gn
+                c_layout = lay.wgmma_c_fragment(m, n, gm, gn)
+            else:
+                wm, wn = warp_partition(op, m, n, self.T)
+                c_layout = lay.gemm_c_fragment(m, n, wm, wn)
             self.map.gemm_warps[id(op)] = (wm, wn)
-            self.map.set(op.C.buffer, lay.gemm_c_fragment(m, n, wm, wn), op)
+            self.map.set(op.C.buffer, c_layout, op)
             if op.A.buffer.scope == FRAGMENT:
                 self.map.set(op.A.buffer, lay.gemm_a_fragment(
                     m, k, wm, wn, dtype=op.A.buffer.dtype.name, transposed=op.transpose_A), op)
@@ -147,7 +154,9 @@ class _Inference:
                 b = operand.buffer
                 if is_shared(b.scope):
                     shape = b.static_shape()
-                    tile = lay.make_swizzled_layout(shape[-2], shape[-1], b.dtype.bits)
+                    # The tensor cores' descriptors (wgmma) know only the swizzle modes.
+                    tile = lay.make_swizzled_layout(shape[-2], shape[-1], b.dtype.bits,
+                                                    allow_pad=op.instruction != "wgmma")
                     if len(shape) > 2:  # versions of a pipelined tile, one after another
                         alignment = tile.alignment
                         tile = tile.expand(shape[:-2])

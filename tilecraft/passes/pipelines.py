@@ -6,6 +6,8 @@ import os
 
 from .. import knobs
 from ..ir.verify import verify
+from .fence_async_proxy import fence_async_proxy
+from .infer_instructions import infer_instructions
 from .infer_layouts import infer_layouts
 from .infer_pipeline import infer_pipeline
 from .insert_barriers import insert_barriers
@@ -24,20 +26,28 @@ def _dump(func, index: int, name: str, text: str | None = None):
         f.write(text if text is not None else func.script())
 
 
-def cuda_sm80(func, smem_limit: int | None = None):
-    """The mma.sync path (Ampere and later): layouts, shared arena, barriers, lowering."""
+def cuda(func, arch: str = "sm_80", smem_limit: int | None = None, configs: dict | None = None):
+    """Layouts, shared arena, barriers, lowering. On sm_90a gemms that fit run on wgmma; older
+    GPUs (and the rest) take the mma.sync path."""
     verify(func)
     _dump(func, 0, "input")
-    steps = [("infer_pipeline", infer_pipeline),
+    steps = [("infer_instructions", lambda f: infer_instructions(f, arch, configs)),
+             ("infer_pipeline", infer_pipeline),
              ("pipeline_loops", pipeline_loops),
              ("infer_layouts", infer_layouts),
              ("plan_shared_memory", lambda f: plan_shared_memory(f, smem_limit)),
              ("insert_barriers", insert_barriers),
-             ("lower_tile_ops", lower_tile_ops)]
+             ("lower_tile_ops", lower_tile_ops),
+             ("fence_async_proxy", fence_async_proxy)]
     for i, (name, run) in enumerate(steps, start=1):
         func = run(func)
         _dump(func, i, name)
     return func
+
+
+def cuda_sm80(func, smem_limit: int | None = None):
+    """The mma.sync path (Ampere and later)."""
+    return cuda(func, "sm_80", smem_limit)
 
 
 def dump_source(func, source: str):

@@ -71,7 +71,8 @@ def _positions(func, signature) -> list:
 
 
 class CudaProgram:
-    def __init__(self, func, arch: str, *, fast_math: bool = False, debug: bool = False):
+    def __init__(self, func, arch: str, *, fast_math: bool = False, debug: bool = False,
+                 configs: dict | None = None):
         self.arch = arch
         flags = ("--use_fast_math",) if fast_math else ()
         if debug:
@@ -79,22 +80,24 @@ class CudaProgram:
         dumping = bool(knobs.dump_ir_dir())
         key = cache.cache_key(func.script(), arch, flags,
                               {"tilecraft": __version__, "compiler": compiler_fingerprint(),
-                               "nvcc": _nvcc_identity(), "kind": "program"})
+                               "nvcc": _nvcc_identity(), "kind": "program",
+                               "configs": sorted((str(k), repr(v)) for k, v in
+                                                 (configs or {}).items())})
         plan = None if dumping or knobs.cache_disabled() else _load(key)
         if plan is None:
-            plan = self._build(func, arch, flags, dumping)
+            plan = self._build(func, arch, flags, dumping, configs)
             if not dumping and not knobs.cache_disabled():
                 _store(key, plan)
         self.__dict__.update(plan)
         self._kernels = None
 
     @staticmethod
-    def _build(func, arch, flags, dumping) -> dict:
+    def _build(func, arch, flags, dumping, configs=None) -> dict:
         # The compiler proper is imported here, so a process that only loads cached
         # programs never pays for importing it.
         from ..codegen.cuda import emit_cuda, kernel_signature
         from ..passes import pipelines
-        lowered = pipelines.cuda_sm80(func, _SMEM_LIMIT.get(arch))
+        lowered = pipelines.cuda(func, arch, _SMEM_LIMIT.get(arch), configs)
         limit = _SMEM_LIMIT.get(arch)
         for k in lowered.kernels():
             if limit is not None and k.attrs["smem_bytes"] > limit:

@@ -48,6 +48,9 @@ def warp_coords(tx, wm: int, wn: int):
 def lower_gemm(op: Gemm, ctx) -> object:
     from ..passes.infer_layouts import _gemm_dims
     m, n, k = _gemm_dims(op)
+    if op.instruction == "wgmma":
+        from .wgmma import lower_wgmma
+        return lower_wgmma(op, ctx, m, n, k)
     wm, wn = ctx.layouts.gemm_warps[id(op)]
     a_dtype = op.A.buffer.dtype
     key = (a_dtype.name, op.C.buffer.dtype.name)

@@ -21,6 +21,8 @@
 //                              the compiler keeps accesses to them after the wait / before
 //                              the fence (call it on the accumulators after wgmma_wait_group
 //                              and before wgmma_fence when registers are touched in between)
+//   wgmma_fence_registers<K>(p)  the same for K consecutive floats of a register array, given
+//                              by the address of its first element (the compiler's form)
 // Shared-memory operands written by ordinary stores need tc::fence_proxy_async_shared() in
 // each writing thread, then a barrier, before the wgmma that reads them.
 //
@@ -142,6 +144,10 @@ template <int K> TC_DEVICE void wgmma_fence_operand(float (&r)[K]) {
   for (int i = 0; i < K; ++i) wgmma_fence_operand(r[i]);
 }
 template <int K> TC_DEVICE void wgmma_fence_operand(uint32_t (&r)[K]) {
+#pragma unroll
+  for (int i = 0; i < K; ++i) wgmma_fence_operand(r[i]);
+}
+template <int K> TC_DEVICE void wgmma_fence_registers(float* r) {
 #pragma unroll
   for (int i = 0; i < K; ++i) wgmma_fence_operand(r[i]);
 }

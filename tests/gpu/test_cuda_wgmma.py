@@ -1,0 +1,67 @@
+"""T.gemm on WGMMA (sm_90a): the compiler's wgmma lowering against torch, random inputs,
+poisoned outputs, float64 references; ragged sizes, every operand orientation, A in registers,
+one or several m64 instructions per warpgroup, warpgroups split along M or N, pipelined loops."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tilecraft.language as T  # noqa: E402
+from tilecraft.runtime.device import current_arch  # noqa: E402
+from gpu_helpers import run_gemm  # noqa: E402
+
+if current_arch() != "sm_90a":
+    pytest.skip("wgmma needs an sm_90 (Hopper) GPU", allow_module_level=True)
+
+
+def uses_wgmma(kernel) -> bool:
+    return "tc::wgmma_m64n" in kernel.get_kernel_source()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("trans_A,trans_B", [(False, False), (False, True), (True, False),
+                                             (True, True)])
+@pytest.mark.parametrize("shape", [(256, 256, 128), (200, 136, 72), (64, 320, 512)])
+def test_wgmma_orientations_and_ragged_sizes(dtype, trans_A, trans_B, shape):
+    kernel = run_gemm(*shape, dtype=dtype, trans_A=trans_A, trans_B=trans_B, bm=64, bn=64,
+                      bk=64, threads=128, num_stages=2)
+    assert uses_wgmma(kernel)
+
+
+@pytest.mark.parametrize("bm,bn,bk,threads", [
+    (128, 256, 64, 256),   # two warpgroups along M, N = 256 per instruction
+    (128, 128, 64, 128),   # one warpgroup issuing two m64 instructions
+    (64, 256, 64, 256),    # two warpgroups along N (N = 128 each)
+    (192, 128, 32, 384),   # three warpgroups, 64-byte swizzled A
+    (128, 64, 32, 128),    # narrow N, 64-byte swizzle
+    (256, 128, 64, 256)])  # two warpgroups, two instructions each
+@pytest.mark.parametrize("trans_B", [False, True])
+def test_wgmma_tile_configs(bm, bn, bk, threads, trans_B):
+    kernel = run_gemm(456, 520, 264, bm=bm, bn=bn, bk=bk, threads=threads, trans_B=trans_B,
+                      num_stages=3)
+    assert uses_wgmma(kernel)
+    assert kernel.n_spills == 0
+
+
+@pytest.mark.parametrize("trans_B", [False, True])
+def test_wgmma_with_a_in_registers(trans_B):
+    kernel = run_gemm(192, 128, 96, bm=64, bn=128, bk=32, threads=128, trans_B=trans_B,
+                      a_in_registers=True)
+    assert "_rs<" in kernel.get_kernel_source()
+
+
+@pytest.mark.parametrize("stages", [0, 2, 4])
+@pytest.mark.parametrize("shape", [(256, 256, 512), (96, 64, 40), (64, 64, 32)])
+def test_wgmma_pipelined_any_trip_count(stages, shape):
+    assert uses_wgmma(run_gemm(*shape, bm=64, bn=64, bk=32, threads=128, num_stages=stages))
+
+
+def test_gemm_that_wgmma_cannot_take_stays_on_mma_sync():
+    kernel = run_gemm(128, 128, 64, bm=32, bn=64, bk=32, threads=128)  # M < 64
+    source = kernel.get_kernel_source()
+    assert "mma_m16n8k16" in source and not uses_wgmma(kernel)
+
+
+def test_policy_full_col_splits_warpgroups_along_n():
+    kernel = run_gemm(256, 256, 128, bm=128, bn=128, bk=32, threads=256,
+                      policy=T.GemmWarpPolicy.FullCol)
+    assert "wgmma_m64n64k16" in kernel.get_kernel_source()
