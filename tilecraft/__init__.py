@@ -6,5 +6,6 @@ from .ir.tileop import GemmWarpPolicy
 from .jit import jit, compile, JITKernel  # noqa: A004
 from .interp import register_extern
 from .pass_config import PassConfigKey
+from .autotuner import autotune
 
 install_excepthook()

@@ -1,0 +1,138 @@
+"""Running candidates: the inputs they share, the check against a reference program, and the
+timer.
+
+Every candidate of one problem runs on the same random inputs (made once, from the first
+compiled candidate's parameters), so their times and their outputs compare like for like. The
+reference runs once, on copies, and each candidate's check runs on fresh copies too: a kernel
+that writes into an input cannot corrupt the next candidate's check.
+
+The default timer is the kernel's profiler: on the GPU the median of CUDA-event timings with
+the L2 flushed before each run (`warmup` runs first, then `rep` timed ones); on the
+interpreter the wall time of a few runs, which is enough to exercise tuning on a CPU. A
+`measure(kernel, inputs, *, warmup, rep, config)` callable returning milliseconds replaces it.
+"""
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+
+from .. import arrays
+from ..errors import TileError
+from ..ir.buffer import Buffer
+
+
+def device_name(backend: str) -> str:
+    """What the times were measured on: the GPU's name, "cpu" for the interpreter and the
+    emulator, or "no-gpu" when compiling for an arch on a machine without one."""
+    if backend != "cuda":
+        return "cpu"
+    from ..runtime.device import device_properties, has_cuda_device
+    if not has_cuda_device():
+        return "no-gpu"
+    try:
+        return device_properties().name
+    except TileError:
+        return "no-gpu"
+
+
+def device_arch() -> str | None:
+    """The current GPU's arch ("sm_90a", ...), or None without one."""
+    from ..runtime.device import current_arch, has_cuda_device
+    if not has_cuda_device():
+        return None
+    try:
+        return current_arch()
+    except TileError:
+        return None
+
+
+def make_inputs(kernel, supply_prog=None, supply_type=None, seed: int = 0) -> list:
+    """The inputs all candidates run on: supply_prog(params) when given, else random values
+    (TensorSupplyType, default Auto) of each input parameter's shape and dtype; on the GPU as
+    torch CUDA tensors, on the CPU as numpy arrays."""
+    if supply_prog is not None:
+        return list(supply_prog([kernel.params[i] for i in kernel.inputs]))
+    from ..profiler import TensorSupplyType, make_input
+    supply = TensorSupplyType(supply_type) if supply_type is not None else TensorSupplyType.Auto
+    rng = np.random.default_rng(seed)
+    values = []
+    for i in kernel.inputs:
+        p = kernel.params[i]
+        if not isinstance(p, Buffer):
+            raise TileError(f"autotune: cannot choose a value for the scalar parameter {p.name} "
+                            f"of {kernel.func.name}; pass supply_prog= to make the inputs")
+        values.append(make_input(p, supply, rng))
+    if kernel.backend == "cuda" and device_name("cuda") != "no-gpu":
+        return [arrays.from_numpy(v, True).cuda() for v in values]
+    return values
+
+
+def _copy(value):
+    if arrays.is_torch(value):
+        return value.clone()
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    return value
+
+
+def copies(inputs: list) -> list:
+    return [_copy(v) for v in inputs]
+
+
+def as_list(outputs) -> list:
+    return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+
+
+def reference_outputs(ref_prog, inputs: list) -> list:
+    """ref_prog's outputs on copies of the inputs (its own errors are the caller's to see)."""
+    return as_list(ref_prog(*copies(inputs)))
+
+
+def check(kernel, inputs: list, want: list, atol: float, rtol: float,
+          max_mismatched_ratio: float) -> None:
+    """Run the kernel on copies of the inputs and compare each output with the reference's;
+    AssertionError names the first output that differs."""
+    from ..profiler import compare
+    got = as_list(kernel(*copies(inputs)))
+    if len(got) != len(want):
+        raise AssertionError(f"the kernel returned {len(got)} output(s), the reference "
+                             f"{len(want)}")
+    names = [kernel.params[i].name for i in kernel.out_idx] or ["output"] * len(got)
+    for name, g, w in zip(names, got, want):
+        compare(name, g, w, atol, rtol, max_mismatched_ratio)
+
+
+def default_measure(kernel, inputs: list, *, warmup: int, rep: int, config=None) -> float:
+    """Milliseconds of one run of the kernel, by its profiler (see the module's text)."""
+    return kernel.get_profiler().do_bench(warmup=warmup, rep=rep, input_tensors=inputs)
+
+
+def time_reference(kernel, ref_prog, inputs: list, warmup: int, rep: int) -> float | None:
+    """The reference program's time by the same profiler, or None where it cannot run
+    (e.g. it takes or returns what the profiler cannot time)."""
+    try:
+        return float(kernel.get_profiler().do_bench(func=ref_prog, warmup=warmup, rep=rep,
+                                                    input_tensors=inputs))
+    except Exception:  # noqa: BLE001 - the reference's time is a courtesy, never a failure
+        return None
+
+
+def timed(measure, kernel, inputs: list, warmup: int, rep: int, config: dict) -> float:
+    """measure's answer as milliseconds, rejected unless a positive finite number."""
+    ms = measure(kernel, inputs, warmup=warmup, rep=rep, config=dict(config))
+    try:
+        ms = float(ms)
+    except (TypeError, ValueError):
+        raise ValueError(f"the timer returned {ms!r}, not a number of milliseconds") from None
+    if not math.isfinite(ms) or ms < 0:
+        raise ValueError(f"the timer returned {ms!r} ms")
+    return ms
+
+
+def torch_synchronize() -> None:
+    """Wait for queued GPU work, so a failed launch is charged to the candidate that made it."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.synchronize()
