@@ -65,3 +65,25 @@ def test_policy_full_col_splits_warpgroups_along_n():
     kernel = run_gemm(256, 256, 128, bm=128, bn=128, bk=32, threads=256,
                       policy=T.GemmWarpPolicy.FullCol)
     assert "wgmma_m64n64k16" in kernel.get_kernel_source()
+
+
+def is_warp_specialized(kernel) -> bool:
+    source = kernel.get_kernel_source()
+    return "tc::tma_load_" in source and "tc::is_producer_thread" in source
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("shape", [(512, 512, 1024), (200, 136, 72), (64, 64, 32), (96, 64, 40),
+                                   (320, 192, 200)])
+def test_warp_specialized_tma_pipeline_any_trip_count(stages, shape):
+    kernel = run_gemm(*shape, bm=128, bn=128, bk=64, threads=256, num_stages=stages)
+    assert is_warp_specialized(kernel)
+
+
+def test_warp_specialization_can_be_turned_off():
+    kernel = run_gemm(256, 256, 256, bm=128, bn=128, bk=64, threads=256, num_stages=3,
+                      pass_configs={"tl.disable_warp_specialized": True})
+    assert uses_wgmma(kernel) and not is_warp_specialized(kernel)
+    kernel = run_gemm(256, 256, 256, bm=128, bn=128, bk=64, threads=256, num_stages=3,
+                      pass_configs={"tl.disable_tma_lower": True})
+    assert not is_warp_specialized(kernel)

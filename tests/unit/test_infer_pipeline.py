@@ -244,8 +244,9 @@ def test_the_dump_shows_the_schedule(tmp_path, monkeypatch):
     monkeypatch.setenv("TILECRAFT_DUMP_IR", str(tmp_path))
     pipelines.cuda_sm80(mha(True))
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names[2] == "main.02.infer_pipeline.txt" and "pipeline_loops" in names[3]
-    text = (tmp_path / names[2]).read_text()
+    stages = [n.split(".")[2] for n in names]
+    assert stages.index("infer_pipeline") < stages.index("pipeline_loops")
+    text = (tmp_path / names[stages.index("infer_pipeline")]).read_text()
     assert ("pipeline_order=[2, 0, 1, 3, 4, 5, 6, 7, 8, 9, 10, 12, 11], "
             "pipeline_stage=[0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1])") in text
 

@@ -28,8 +28,11 @@ def chosen(func, arch="sm_90a", configs=None):
     return [n.instruction for n in walk(out) if isinstance(n, Gemm)]
 
 
-def lowered_text(func, arch="sm_90a"):
-    return pipelines.cuda(func, arch).script()
+NO_WS = {"tl.disable_warp_specialized": True}
+
+
+def lowered_text(func, arch="sm_90a", configs=None):
+    return pipelines.cuda(func, arch, None, configs).script()
 
 
 def test_sm90a_picks_wgmma_and_older_gpus_mma_sync():
@@ -93,7 +96,7 @@ def test_register_a_uses_the_rs_form_and_packs_words():
 
 
 def test_batches_are_fenced_committed_and_waited_and_barriers_fence_the_async_proxy():
-    text = lowered_text(gemm_func())
+    text = lowered_text(gemm_func(), configs=NO_WS)
     order = [text.index(s) for s in ("tc::wgmma_fence()", "tc::wgmma_m64n256k16",
                                      "tc::wgmma_commit_group()", "tc::wgmma_wait_group<0>()",
                                      "tc::wgmma_fence_registers<128>")]

@@ -47,7 +47,8 @@ __device__ __forceinline__ long long tc_floormod(long long a, long long b) {
 
 
 def kernel_signature(func: PrimFunc) -> list:
-    """[(kind, object)]: ("tensor", Buffer), ("scalar", Var), ("size", Var) in argument order."""
+    """[(kind, object)]: ("tensor", Buffer), ("scalar", Var), ("size", Var) in argument order,
+    then ("tensormap", TensorMapVar) for the TMA tensor maps the lowered kernels use."""
     args = [("tensor", p) for p in func.params if isinstance(p, Buffer)]
     args += [("scalar", p) for p in func.params if isinstance(p, Var)]
     seen = {id(p) for p in func.params}
@@ -56,7 +57,17 @@ def kernel_signature(func: PrimFunc) -> list:
             if isinstance(d, Var) and id(d) not in seen:
                 seen.add(id(d))
                 args.append(("size", d))
+    for k in func.kernels():
+        for m in k.attrs.get("tensor_maps", ()):
+            if id(m) not in seen:
+                seen.add(id(m))
+                args.append(("tensormap", m))
     return args
+
+
+def launch_threads(k: Kernel) -> int:
+    """Threads per block at launch: the kernel's own plus a warp-specialized producer's."""
+    return k.num_threads + k.attrs.get("producer_threads", 0)
 
 
 class CudaEmitter:
@@ -153,6 +164,8 @@ class CudaEmitter:
     def call(self, e: Call) -> str:
         if e.name == "address_of":
             load = e.args[0]
+            if isinstance(load, Var):  # a by-value kernel parameter (a TMA tensor map)
+                return f"(&{self.name(load)})"
             return f"(&{self.name(load.buffer)}[{self.flat_index(load.buffer, load.indices)}])"
         if e.name == "call_extern":
             return f"{e.args[0]}({', '.join(self.arg(a) for a in e.args[1:])})"
@@ -261,10 +274,17 @@ class CudaEmitter:
         params = []
         for kind, obj in kernel_signature(self.func):
             ctype = obj.dtype.c_type
+            if kind == "tensormap":
+                params.append(f"const __grid_constant__ tc::TensorMap {self.name(obj)}")
+                continue
             params.append(f"{ctype}* __restrict__ {self.name(obj)}" if kind == "tensor"
                           else f"{ctype} {self.name(obj)}")
         threads = k.num_threads
-        self.emit(0, f'extern "C" __global__ void __launch_bounds__({threads}) '
+        # A warp-specialized kernel shares its register file between roles (setmaxnreg), which
+        # ptxas honours only with a register count fixed at entry: one block per SM.
+        bounds = (f"{launch_threads(k)}, 1" if k.attrs.get("producer_threads")
+                  else f"{threads}")
+        self.emit(0, f'extern "C" __global__ void __launch_bounds__({bounds}) '
                      f"{name}({', '.join(params)}) {{")
         self.emit(1, "extern __shared__ __align__(1024) unsigned char tc_smem[];")
         tx = self.name(k.thread_var)

@@ -87,11 +87,25 @@ def _as_list(x):
     return x if isinstance(x, (list, tuple)) else [x]
 
 
-def _shared_default(b: Buffer):
+def _tile_layout(b: Buffer, allow_pad: bool = True):
+    """The swizzled layout of a shared tile (lay.make_swizzled_layout); a tile with leading
+    dimensions (the versions of a pipelined tile) stores them one after another."""
+    shape = b.static_shape()
+    tile = lay.make_swizzled_layout(shape[-2], shape[-1], b.dtype.bits, allow_pad=allow_pad)
+    if len(shape) > 2:
+        alignment = tile.alignment
+        tile = tile.expand(shape[:-2])
+        tile.alignment = alignment
+    return tile
+
+
+def _shared_default(b: Buffer, tma_tiles=()):
     """A 2-d tile nobody constrains is swizzled too: fragments written into it (an
     accumulator's epilogue) then spread over the banks, and 16-byte chunks stay whole for the
-    vectorized copies in and out."""
+    vectorized copies in and out. A tile TMA fills takes the layout its boxes write."""
     shape = b.static_shape()
+    if id(b) in tma_tiles:
+        return _tile_layout(b, allow_pad=False)
     if len(shape) == 2 and b.dtype.bits >= 8:
         return lay.make_swizzled_layout(shape[0], shape[1], b.dtype.bits)
     return lay.linear_layout(shape)
@@ -112,6 +126,7 @@ class _Inference:
         self.ops = _tile_ops(kernel.body)
         self.fragments = [b for b in _allocated(kernel.body) if b.scope == FRAGMENT]
         self.shared = [b for b in _allocated(kernel.body) if is_shared(b.scope)]
+        self.tma_tiles = kernel.attrs.get("tma_tiles", set())
 
     def run(self) -> LayoutMap:
         for op in self.ops:
@@ -131,7 +146,7 @@ class _Inference:
                 self.map.loops[id(op)] = lay.make_partition(_extents(op), self.T)
         for b in self.shared:
             if not self.map.has(b):
-                self.map.set(b, _shared_default(b), None)
+                self.map.set(b, _shared_default(b, self.tma_tiles), None)
         return self.map
 
     # --- strict -------------------------------------------------------------------
@@ -150,18 +165,12 @@ class _Inference:
             if op.A.buffer.scope == FRAGMENT:
                 self.map.set(op.A.buffer, lay.gemm_a_fragment(
                     m, k, wm, wn, dtype=op.A.buffer.dtype.name, transposed=op.transpose_A), op)
-            for operand, k_major in ((op.A, not op.transpose_A), (op.B, op.transpose_B)):
+            for operand in (op.A, op.B):
                 b = operand.buffer
                 if is_shared(b.scope):
-                    shape = b.static_shape()
                     # The tensor cores' descriptors (wgmma) know only the swizzle modes.
-                    tile = lay.make_swizzled_layout(shape[-2], shape[-1], b.dtype.bits,
-                                                    allow_pad=op.instruction != "wgmma")
-                    if len(shape) > 2:  # versions of a pipelined tile, one after another
-                        alignment = tile.alignment
-                        tile = tile.expand(shape[:-2])
-                        tile.alignment = alignment
-                    self.map.set(b, tile, op)
+                    self.map.set(b, _tile_layout(b, op.instruction != "wgmma" and
+                                                 id(b) not in self.tma_tiles), op)
         elif isinstance(op, AnnotateLayout):
             for b, given in op.layouts.items():
                 self.map.set(b, _annotated(b, given, self.T), op)

@@ -101,7 +101,7 @@ class _Inserter:
             state.writes.clear()
             return [s]
         if isinstance(s, For) and s.kind != "parallel":
-            return [self.loop(s, state)]
+            return self.loop(s, state)
         if isinstance(s, IfThenElse):  # outside T.Parallel: the same branch for every thread
             prefix = []
             cond_reads, _ = shared_accesses(s.cond)
@@ -128,7 +128,18 @@ class _Inserter:
         state.writes |= writes
         return out + [s]
 
-    def loop(self, s: For, state: _State):
+    def loop(self, s: For, state: _State) -> list:
+        prefix = []
+        with_entry = self.block(stmts_of(s.body), state.copy())
+        alone = self.block(stmts_of(s.body), _State())
+        if _first_sync_index(with_entry) < _first_sync_index(alone) or (
+                _count_syncs(with_entry) > _count_syncs(alone)):
+            # What was written before the loop and is touched inside it, before the body's own
+            # barriers, is published once before the loop, not by a barrier every iteration
+            # would execute.
+            prefix.append(sync_stmt(s.span))
+            state.reads.clear()
+            state.writes.clear()
         entry = state.copy()
         first = _State(entry.reads, entry.writes)
         body = self.block(stmts_of(s.body), first)
@@ -144,7 +155,7 @@ class _Inserter:
         # zero times.
         state.reads = first.reads | entry.reads
         state.writes = first.writes | entry.writes
-        return dataclasses.replace(s, body=seq(body))
+        return prefix + [dataclasses.replace(s, body=seq(body))]
 
 
 def _first_sync_index(stmts) -> int:

@@ -19,6 +19,7 @@ from ..tileops.copy import lower_atomic_tile, lower_copy, lower_fill
 from ..tileops.gemm import lower_gemm
 from ..tileops.lowering import AccessRewriter, ThreadContext
 from ..tileops.parallel import lower_parallel
+from ..tileops.tma import lower_tma_copy
 from ..tileops.reduce import lower_reduce
 from .infer_layouts import infer_layouts
 
@@ -40,6 +41,8 @@ class _KernelLowering:
         attrs = dict(self.kernel.attrs)
         if self.swizzle is not None:
             attrs["use_swizzle"] = self.swizzle
+        if self.ctx.tensor_maps:
+            attrs["tensor_maps"] = list(self.ctx.tensor_maps.values())
         return dataclasses.replace(self.kernel, body=body, thread_var=self.ctx.tx, attrs=attrs)
 
     def scalar_rewriter(self):
@@ -111,6 +114,8 @@ class _KernelLowering:
         if not isinstance(op, (top.AnnotateLayout, top.UseSwizzle)):
             op = self.operands_read(op)
         if isinstance(op, top.Copy):
+            if "tma_barrier" in op.annotations:
+                return lower_tma_copy(op, ctx)
             return lower_copy(op, ctx)
         if isinstance(op, top.Fill):
             return lower_fill(op, ctx)

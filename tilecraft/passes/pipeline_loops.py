@@ -46,7 +46,7 @@ def _call(name: str, span=None) -> Evaluate:
     return Evaluate(Call(name, (), dt.handle), span)
 
 
-def _schedule(loop: For) -> tuple[list, list]:
+def schedule_of(loop: For) -> tuple[list, list]:
     order = loop.annotations.get("pipeline_order")
     stages = loop.annotations.get("pipeline_stage")
     if order is None or stages is None:
@@ -55,7 +55,7 @@ def _schedule(loop: For) -> tuple[list, list]:
     return list(order), list(stages)
 
 
-class _Versioned(Mutator):
+class Versioned(Mutator):
     """Points every access of a versioned shared tile at version `index`."""
 
     def __init__(self, versions: dict, index):
@@ -106,7 +106,7 @@ class _Pipeliner:
 
     def pipeline(self, loop: For):
         body = list(stmts_of(loop.body))
-        order, stages = _schedule(loop)
+        order, stages = schedule_of(loop)
         num = loop.annotations["num_stages"]
         last = max(stages)
         ahead = {i for i, st in enumerate(stages) if st < last}
@@ -131,7 +131,7 @@ class _Pipeliner:
             out = []
             for i in indices:
                 moved = substitute(body[i], {id(k): iteration})
-                moved = _Versioned(self.versions, version).visit(moved)
+                moved = Versioned(self.versions, version).visit(moved)
                 if isinstance(moved, Copy):
                     # In the loop the schedule itself orders these copies (see the module
                     # docstring), so insert_barriers leaves them out of its hazard analysis.
@@ -160,7 +160,7 @@ class _Pipeliner:
         # order still orders them among themselves and the last stage among itself.
         step += [IfThenElse(future < start + n, seq(produce(early, future, True)), None, span),
                  _call("tc::cp_async_commit", span)]
-        step += [_Versioned(self.versions, version).visit(body[i]) for i in issue
+        step += [Versioned(self.versions, version).visit(body[i]) for i in issue
                  if i not in ahead]
         new_loop = dataclasses.replace(loop, kind="serial", body=seq(step),
                                        annotations={"pipelined": depth})
@@ -172,7 +172,7 @@ def _mod(e, m: int):
     return e % m
 
 
-class _Reallocate(Mutator):
+class Reallocate(Mutator):
     def __init__(self, versions):
         self.versions = versions
 
@@ -188,8 +188,8 @@ def pipeline_loops(func):
             p = _Pipeliner()
             body = p.stmt(s.body)
             if p.versions:
-                body = _Reallocate(p.versions).visit(body)
-                _check_unversioned(body, p.versions)
+                body = Reallocate(p.versions).visit(body)
+                check_unversioned(body, p.versions)
             return dataclasses.replace(s, body=body)
         if isinstance(s, SeqStmt):
             return seq([rebuild(x) for x in s.stmts])
@@ -198,7 +198,7 @@ def pipeline_loops(func):
     return dataclasses.replace(func, body=rebuild(func.body))
 
 
-def _check_unversioned(body, versions):
+def check_unversioned(body, versions):
     """A versioned tile used outside its pipelined loop would read a stale version."""
     for n in walk(body):
         buffer = getattr(n, "buffer", None)

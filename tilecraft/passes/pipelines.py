@@ -6,7 +6,7 @@ import os
 
 from .. import knobs
 from ..ir.verify import verify
-from .fence_async_proxy import fence_async_proxy
+from .finalize_barriers import finalize_barriers
 from .infer_instructions import infer_instructions
 from .infer_layouts import infer_layouts
 from .infer_pipeline import infer_pipeline
@@ -14,6 +14,7 @@ from .insert_barriers import insert_barriers
 from .pipeline_loops import pipeline_loops
 from .lower_tile_ops import lower_tile_ops
 from .plan_shared_memory import plan_shared_memory
+from .warp_specialize import warp_specialize
 
 
 def _dump(func, index: int, name: str, text: str | None = None):
@@ -33,12 +34,13 @@ def cuda(func, arch: str = "sm_80", smem_limit: int | None = None, configs: dict
     _dump(func, 0, "input")
     steps = [("infer_instructions", lambda f: infer_instructions(f, arch, configs)),
              ("infer_pipeline", infer_pipeline),
+             ("warp_specialize", lambda f: warp_specialize(f, arch, configs)),
              ("pipeline_loops", pipeline_loops),
              ("infer_layouts", infer_layouts),
              ("plan_shared_memory", lambda f: plan_shared_memory(f, smem_limit)),
              ("insert_barriers", insert_barriers),
              ("lower_tile_ops", lower_tile_ops),
-             ("fence_async_proxy", fence_async_proxy)]
+             ("finalize_barriers", finalize_barriers)]
     for i, (name, run) in enumerate(steps, start=1):
         func = run(func)
         _dump(func, i, name)

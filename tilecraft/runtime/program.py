@@ -66,8 +66,15 @@ def _positions(func, signature) -> list:
     for i, p in enumerate(func.params):
         for d, s in enumerate(p.shape if isinstance(p, Buffer) else ()):
             dims.setdefault(id(s), (i, d))
-    return [(kind, dims[id(obj)] if kind == "size" else index[id(obj)])
-            for kind, obj in signature]
+    out = []
+    for kind, obj in signature:
+        if kind == "size":
+            out.append((kind, dims[id(obj)]))
+        elif kind == "tensormap":  # encoded at each call from the tensor it describes
+            out.append((kind, (index[id(obj.buffer)], tuple(obj.box), obj.swizzle)))
+        else:
+            out.append((kind, index[id(obj)]))
+    return out
 
 
 class CudaProgram:
@@ -90,12 +97,13 @@ class CudaProgram:
                 _store(key, plan)
         self.__dict__.update(plan)
         self._kernels = None
+        self._maps: dict = {}
 
     @staticmethod
     def _build(func, arch, flags, dumping, configs=None) -> dict:
         # The compiler proper is imported here, so a process that only loads cached
         # programs never pays for importing it.
-        from ..codegen.cuda import emit_cuda, kernel_signature
+        from ..codegen.cuda import emit_cuda, kernel_signature, launch_threads
         from ..passes import pipelines
         lowered = pipelines.cuda(func, arch, _SMEM_LIMIT.get(arch), configs)
         limit = _SMEM_LIMIT.get(arch)
@@ -112,12 +120,14 @@ class CudaProgram:
             bypass=dumping)
         signature = kernel_signature(lowered)
         positions = _positions(lowered, signature)
-        binds = [(obj, pos) for (kind, obj), pos in zip(signature, positions) if kind != "tensor"]
-        launches = [(name, k.grid, k.threads, k.attrs["smem_bytes"])
+        binds = [(obj, pos) for (kind, obj), pos in zip(signature, positions)
+                 if kind in ("scalar", "size")]
+        launches = [(name, k.grid, launch_threads(k), k.attrs["smem_bytes"])
                     for name, k in zip(names, lowered.kernels())]
         return {"source": source, "cubin": compiled.cubin, "kernel_info": dict(compiled.kernels),
                 "positions": positions, "binds": binds, "launches": launches,
-                "param_kinds": [("ptr", obj.dtype.name) if kind == "tensor" else obj.dtype.name
+                "param_kinds": [("ptr", obj.dtype.name) if kind == "tensor" else
+                                ("tensormap",) if kind == "tensormap" else obj.dtype.name
                                 for kind, obj in signature]}
 
     # --- facts ------------------------------------------------------------------
@@ -141,6 +151,17 @@ class CudaProgram:
                                     dynamic_smem=smem)
                          for name, _, threads, smem in self.launches]
 
+    def _tensor_map(self, tensor, box, swizzle) -> bytes:
+        """The TMA tensor map of a tensor argument, encoded once per (address, shape)."""
+        key = (tensor.data_ptr(), tuple(tensor.shape), box, swizzle)
+        found = self._maps.get(key)
+        if found is None:
+            from .tensor_map import encode_tensor
+            if len(self._maps) >= 64:
+                self._maps.clear()
+            found = self._maps[key] = encode_tensor(tensor, box, swizzle)
+        return found
+
     def run(self, values: list, shapes: list, stream=None):
         """values[i]: the tensor or scalar for parameter i; shapes[i]: tensor i's shape."""
         if self._kernels is None:
@@ -149,6 +170,8 @@ class CudaProgram:
         for kind, pos in self.positions:
             if kind == "size":
                 args.append(int(shapes[pos[0]][pos[1]]))
+            elif kind == "tensormap":
+                args.append(self._tensor_map(values[pos[0]], pos[1], pos[2]))
             else:
                 args.append(values[pos])
         env = {}

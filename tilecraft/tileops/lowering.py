@@ -31,6 +31,7 @@ class ThreadContext:
     registers: dict = field(default_factory=dict)  # id(fragment) -> local Buffer
     flat_shared: dict = field(default_factory=dict)  # id(shared tile) -> flat Buffer
     allocations: list = field(default_factory=list)  # new Allocate statements to hoist
+    tensor_maps: dict = field(default_factory=dict)  # (buffer, box, swizzle) -> TensorMapVar
     counter: int = 0
 
     def fresh(self, name: str, extent: int | None = None) -> Var:

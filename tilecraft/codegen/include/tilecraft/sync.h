@@ -1,6 +1,10 @@
 // tilecraft/sync.h -- barriers, fences and mbarriers.
 //
 //   syncthreads()                        __syncthreads() (barrier 0, all threads of the block)
+//   barrier_all()                        the same, in a warp-specialized kernel (its other
+//                                        barriers are named ones over the consumer threads)
+//   is_producer_thread(n) / is_producer_leader(n) / is_block_leader()   threadIdx.x >= n /
+//                                        == n / == 0: the roles of a warp-specialized kernel
 //   syncwarp()                           __syncwarp() (all lanes)
 //   named_barrier_sync(id, nthreads)     bar.sync id, nthreads: wait until nthreads threads
 //                                        (a multiple of 32, counted per warp) have arrived at
@@ -48,6 +52,12 @@
 namespace tc {
 
 TC_DEVICE void syncthreads() { __syncthreads(); }
+// Warp-specialized kernels put one producer warpgroup after the `consumers` consumer threads;
+// block-wide barriers there are barrier_all (every thread), consumer-only ones named barriers.
+TC_DEVICE bool is_producer_thread(int consumers) { return threadIdx.x >= consumers; }
+TC_DEVICE bool is_producer_leader(int consumers) { return threadIdx.x == consumers; }
+TC_DEVICE bool is_block_leader() { return threadIdx.x == 0; }
+TC_DEVICE void barrier_all() { __syncthreads(); }
 TC_DEVICE void syncwarp() { __syncwarp(); }
 
 TC_DEVICE void named_barrier_sync(int id, int nthreads) {

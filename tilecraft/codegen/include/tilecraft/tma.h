@@ -12,6 +12,7 @@
 // Loads (one thread issues; completion is counted on an mbarrier in bytes):
 //   tma_load_2d(smem_dst, map, mbar, c0, c1)
 //   tma_load_3d(smem_dst, map, mbar, c0, c1, c2)
+//   tma_load_4d(smem_dst, map, mbar, c0, c1, c2, c3), tma_load_5d(..., c4)
 //       cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx::bytes:
 //       copy the box whose first element has coordinates (c0 = innermost / contiguous
 //       dimension, c1, c2) from global memory to smem_dst (128-byte aligned; the box layout
@@ -68,6 +69,30 @@ TC_DEVICE void tma_load_3d(uint32_t smem_dst, const void* map, uint32_t mbar, in
       " [%0], [%1, {%3, %4, %5}], [%2];\n"
       ::"r"(smem_dst), "l"(map), "r"(mbar), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
+}
+TC_DEVICE void tma_load_4d(uint32_t smem_dst, const void* map, uint32_t mbar, int c0, int c1,
+                           int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5, %6}], [%2];\n"
+      ::"r"(smem_dst), "l"(map), "r"(mbar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+TC_DEVICE void tma_load_5d(uint32_t smem_dst, const void* map, uint32_t mbar, int c0, int c1,
+                           int c2, int c3, int c4) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5, %6, %7}], [%2];\n"
+      ::"r"(smem_dst), "l"(map), "r"(mbar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+      : "memory");
+}
+TC_DEVICE void tma_load_4d(void* smem_dst, const void* map, uint64_t* mbar, int c0, int c1,
+                           int c2, int c3) {
+  tma_load_4d(smem_addr(smem_dst), map, smem_addr(mbar), c0, c1, c2, c3);
+}
+TC_DEVICE void tma_load_5d(void* smem_dst, const void* map, uint64_t* mbar, int c0, int c1,
+                           int c2, int c3, int c4) {
+  tma_load_5d(smem_addr(smem_dst), map, smem_addr(mbar), c0, c1, c2, c3, c4);
 }
 TC_DEVICE void tma_load_2d(void* smem_dst, const void* map, uint64_t* mbar, int c0, int c1) {
   tma_load_2d(smem_addr(smem_dst), map, smem_addr(mbar), c0, c1);

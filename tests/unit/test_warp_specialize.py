@@ -1,0 +1,85 @@
+"""Warp specialization with TMA on sm_90a, checked on the IR and the CUDA text (no GPU)."""
+import sys
+from pathlib import Path
+
+import pytest
+
+import tilecraft.language as T
+from tilecraft.codegen.cuda import emit_cuda, kernel_signature
+from tilecraft.passes import pipelines
+from tilecraft.passes.warp_specialize import consumer_registers
+from tilecraft.runtime.program import CudaProgram
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
+import kernels  # noqa: E402
+
+
+def gemm(M=1024, N=1024, K=512, bm=128, bn=256, bk=64, threads=256, stages=3, trans_B=False):
+    return kernels.gemm(M, N, K, bm, bn, bk, "float16", "float32", False, trans_B, threads,
+                        False, T.GemmWarpPolicy.Square, stages)
+
+
+def source(func, configs=None):
+    return emit_cuda(pipelines.cuda(func, "sm_90a", 227 * 1024, configs))[0]
+
+
+def test_producer_warpgroup_issues_tma_and_consumers_compute():
+    text = source(gemm())
+    assert "__launch_bounds__(384, 1)" in text
+    producer, consumer = text.split("} else {", 1)
+    assert "tc::is_producer_thread(256)" in producer and "tc::tma_load_2d" in producer
+    assert "tc::mbarrier_arrive_expect_tx" in producer and "wgmma" not in producer
+    assert "tc::wgmma_m64n256k16" in consumer and "tma_load" not in consumer
+    # registers move from the producer to the two consumer warpgroups
+    assert "tc::setmaxnreg_dec<40>" in producer and "tc::setmaxnreg_inc<232>" in consumer
+    # consumers never wait on a barrier the producer does not reach
+    assert "tc::syncthreads()" not in consumer
+
+
+def test_tensor_maps_are_kernel_parameters_with_the_tile_boxes():
+    lowered = pipelines.cuda(gemm(), "sm_90a", 227 * 1024)
+    maps = [obj for kind, obj in kernel_signature(lowered) if kind == "tensormap"]
+    boxes = {(m.buffer.name, m.box, m.swizzle) for m in maps}
+    # A tile 128 x 64 is one 128-byte-swizzled box; B tile 64 x 256 is four 64-column slabs.
+    assert boxes == {("A", (128, 64), "128B"), ("B", (64, 64), "128B")}
+    text = emit_cuda(lowered)[0]
+    assert "const __grid_constant__ tc::TensorMap A_tma" in text
+    assert text.count("tc::tma_load_2d(") == 5
+
+
+def test_the_launcher_encodes_maps_from_the_tensor_arguments():
+    program = CudaProgram(gemm(), "sm_90a")
+    assert ("tensormap",) in program.param_kinds
+    assert ("tensormap", (0, (128, 64), "128B")) in program.positions
+    assert program.launches[0][2] == 384
+
+
+def test_mbarrier_ring_phases():
+    text = source(gemm(stages=3))
+    assert "tc::mbarrier_wait_parity((&tma_empty[k % 3]), k / 3 % 2 ^ 1)" in text
+    assert "tc::mbarrier_wait_parity((&tma_full[k % 3]), k / 3 % 2)" in text
+    assert "tc::mbarrier_init((&tma_empty[0]), 256)" in text
+
+
+@pytest.mark.parametrize("configs", [{"tl.disable_warp_specialized": True},
+                                     {"tl.disable_tma_lower": True}])
+def test_pass_configs_turn_it_off(configs):
+    text = source(gemm(), configs)
+    assert "tma_load" not in text and "cp_async" in text
+
+
+def test_copies_tma_cannot_do_keep_the_cp_async_pipeline():
+    # K = 100 fp16: rows of A are 200 bytes apart, not a multiple of 16 as TMA requires
+    text = source(gemm(K=100))
+    assert "tma_load" not in text and "cp_async" in text
+
+
+def test_older_gpus_are_not_warp_specialized():
+    text = emit_cuda(pipelines.cuda(gemm(), "sm_80", 163 * 1024))[0]
+    assert "tma_load" not in text and "is_producer_thread" not in text
+
+
+def test_register_split():
+    assert consumer_registers(128) is None  # 256 threads: every thread may have 255 already
+    assert consumer_registers(256) == 232
+    assert consumer_registers(384) == 152

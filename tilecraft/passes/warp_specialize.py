@@ -1,0 +1,180 @@
+"""warp_specialize: a T.Pipelined loop fed by TMA, with a producer warpgroup (sm_90a).
+
+infer_pipeline has split the loop's body into statements run ahead (stage < last: the copies
+from global into shared memory) and the rest. When every statement ahead is a copy TMA can do
+(tileops/tma.py), the kernel is rewritten for T consumer threads plus one producer warpgroup
+of 128 threads appended after them (thread indices T .. T + 127, so every layout inferred for
+the T consumer threads stays valid):
+
+    allocations; full[D], empty[D] mbarriers in shared memory (D versions of each tile)
+    thread 0: init full[s] (1 arrival + the TMA bytes), empty[s] (T arrivals); barrier_all
+    if producer thread:                       setmaxnreg.dec (when registers are shared)
+        if the producer's first thread:
+            for k in loop: s = k % D, round r = k // D
+                wait empty[s] for parity (r & 1) ^ 1      (round 0 passes at once)
+                arrive on full[s] expecting the bytes of all copies; issue them into version s
+    else:                                     setmaxnreg.inc
+        the statements before the loop
+        for k in loop: wait full[s] for parity r & 1; the body on version s; arrive on empty[s]
+        the statements after the loop
+
+The producer runs up to D iterations ahead; each consumer thread releases a version only after
+its last read of it in program order (a wgmma batch is waited for inside T.gemm), so the
+producer never overwrites a tile being read. The loop's trip count is the same expression in
+both roles, so 0, 1 or fewer than D iterations need nothing special. Consumer-only barriers
+become named barriers over T threads (finalize_barriers). Turned off by the pass configs
+tl.disable_warp_specialized or tl.disable_tma_lower; loops that do not qualify keep the
+cp.async pipeline (pipeline_loops).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ..ir import dtypes as dt
+from ..ir.buffer import Buffer
+from ..ir.expr import BufferLoad, Call, const
+from ..ir.stmt import Allocate, Evaluate, For, IfThenElse, Kernel, SeqStmt, seq, stmts_of
+from ..ir.tileop import Copy
+from ..ir.visitor import walk
+from ..pass_config import PassConfigKey
+from ..tileops.tma import tma_plan
+from .pipeline_loops import Reallocate, Versioned, check_unversioned, schedule_of
+
+PRODUCER_THREADS = 128
+PRODUCER_REGISTERS = 40
+REGISTER_FILE = 65536
+
+
+def _call(name: str, *args, d=dt.handle, span=None) -> Evaluate:
+    return Evaluate(Call(name, tuple(args), d), span)
+
+
+def _cond(name: str, *args):
+    return Call(name, tuple(args), dt.dtype("bool"))
+
+
+def _address(buffer: Buffer, index):
+    return Call("address_of", (BufferLoad(buffer, (index,)),), dt.handle)
+
+
+def _plan_loop(loop: For):
+    """(ahead statement indices, the rest) when the loop qualifies, else None."""
+    if loop.kind != "pipelined" or loop.annotations.get("num_stages", 0) < 2 or \
+            "pipeline_order" not in loop.annotations:
+        return None
+    body = list(stmts_of(loop.body))
+    _, stages = schedule_of(loop)
+    last = max(stages)
+    ahead = [i for i, st in enumerate(stages) if st < last]
+    if not ahead or any(not isinstance(body[i], Copy) or tma_plan(body[i]) is None
+                        for i in ahead):
+        return None
+    return ahead
+
+
+def consumer_registers(threads: int) -> int | None:
+    """setmaxnreg for the consumers when the block's register file is what limits them (3+
+    warpgroups): what the producer gives back, spread over the consumer threads."""
+    if threads + PRODUCER_THREADS < 384:
+        return None
+    share = (REGISTER_FILE - PRODUCER_THREADS * PRODUCER_REGISTERS) // threads
+    return min(240, share // 8 * 8)
+
+
+class _Specializer:
+    def __init__(self, kernel: Kernel):
+        self.kernel = kernel
+        self.T = kernel.num_threads
+
+    def run(self):
+        stmts = list(stmts_of(self.kernel.body))
+        loops = [i for i, s in enumerate(stmts) if isinstance(s, For) and _plan_loop(s)]
+        nested = [n for n in walk(self.kernel.body) if isinstance(n, For) and
+                  n.kind == "pipelined" and not any(n is stmts[i] for i in loops)]
+        if len(loops) != 1 or len(self.kernel.threads) != 1 or \
+                any(_plan_loop(n) for n in nested):
+            return self.kernel
+        at = loops[0]
+        allocs = [s for s in stmts[:at] if isinstance(s, Allocate)]
+        before = [s for s in stmts[:at] if not isinstance(s, Allocate)]
+        after = stmts[at + 1:]
+        loop = stmts[at]
+        producer, consumer, versions, barriers = self.split(loop, _plan_loop(loop))
+        body = seq(allocs + barriers + [IfThenElse(
+            _cond("tc::is_producer_thread", const(self.T)), producer,
+            seq(self.grow() + before + [consumer] + after), loop.span)])
+        body = Reallocate(versions).visit(body)
+        check_unversioned(body, versions)
+        return dataclasses.replace(self.kernel, body=body, attrs={
+            **self.kernel.attrs, "producer_threads": PRODUCER_THREADS,
+            "tma_tiles": {id(v) for v in versions.values()}})
+
+    def grow(self):
+        regs = consumer_registers(self.T)
+        return [] if regs is None else [_call(f"tc::setmaxnreg_inc<{regs}>")]
+
+    def split(self, loop: For, ahead: list):
+        body = list(stmts_of(loop.body))
+        order, stages = schedule_of(loop)
+        num = loop.annotations["num_stages"]
+        depth = max(num, max(stages) + 1)
+        versions = {}
+        for i in ahead:
+            b = body[i].dst.buffer
+            versions.setdefault(id(b), Buffer(b.name, (depth,) + tuple(b.shape), b.dtype,
+                                              b.scope, b.span))
+        u64 = dt.dtype("uint64")
+        full = Buffer("tma_full", (depth,), u64, "shared", loop.span)
+        empty = Buffer("tma_empty", (depth,), u64, "shared", loop.span)
+        init = [_call("tc::mbarrier_init", _address(full, const(s)), const(1)) for s in
+                range(depth)]
+        init += [_call("tc::mbarrier_init", _address(empty, const(s)), const(self.T))
+                 for s in range(depth)]
+        init.append(_call("tc::fence_barrier_init"))
+        barriers = [Allocate(full, loop.span), Allocate(empty, loop.span),
+                    IfThenElse(_cond("tc::is_block_leader"), seq(init), None, loop.span),
+                    _call("tc::barrier_all", span=loop.span)]
+        issue = sorted(range(len(body)), key=lambda i: order[i])
+        k = loop.var
+        step = k - loop.start
+        stage, parity = step % depth, (step // depth) % 2
+        copies = []
+        total = 0
+        for i in issue:
+            if i not in ahead:
+                continue
+            copy = Versioned(versions, stage).visit(body[i])
+            total += tma_plan(body[i]).bytes
+            copies.append(dataclasses.replace(copy, annotations={
+                **copy.annotations, "tma_barrier": BufferLoad(full, (stage,)),
+                "scheduled": True}))
+        produce = [_call("tc::mbarrier_wait_parity", _address(empty, stage), parity ^ 1),
+                   _call("tc::mbarrier_arrive_expect_tx", _address(full, stage), const(total))]
+        produce_loop = dataclasses.replace(loop, kind="serial", body=seq(produce + copies),
+                                           annotations={})
+        shrink = [] if consumer_registers(self.T) is None else [
+            _call(f"tc::setmaxnreg_dec<{PRODUCER_REGISTERS}>")]
+        producer = seq(shrink + [IfThenElse(_cond("tc::is_producer_leader", const(self.T)),
+                                            produce_loop, None, loop.span)])
+        rest = [Versioned(versions, stage).visit(body[i]) for i in issue if i not in ahead]
+        consume = seq([_call("tc::mbarrier_wait_parity", _address(full, stage), parity)] + rest +
+                      [_call("tc::mbarrier_arrive", _address(empty, stage))])
+        consumer = dataclasses.replace(loop, kind="serial", body=consume,
+                                       annotations={"warp_specialized": depth})
+        return producer, consumer, versions, barriers
+
+
+def warp_specialize(func, arch: str | None = None, configs: dict | None = None):
+    configs = configs or {}
+    if arch != "sm_90a" or configs.get(PassConfigKey.TL_DISABLE_WARP_SPECIALIZED) or \
+            configs.get(PassConfigKey.TL_DISABLE_TMA_LOWER):
+        return func
+
+    def rebuild(s):
+        if isinstance(s, Kernel):
+            return _Specializer(s).run()
+        if isinstance(s, SeqStmt):
+            return seq([rebuild(x) for x in s.stmts])
+        return s
+    return dataclasses.replace(func, body=rebuild(func.body))
+

@@ -1,0 +1,130 @@
+"""T.copy from global into shared memory as TMA bulk tensor loads (sm_90).
+
+A copy qualifies when its global tensor has a static, contiguous shape whose row strides are
+multiples of 16 bytes (TMA's rule), the copied box is the whole destination tile (rows x cols,
+the tile's columns along the tensor's last dimension, every other dimension of the box one
+element except at most one of `rows`), and each box dimension fits TMA's 256-element limit.
+The tile's shared layout (layout.swizzle) then decides the boxes: a tile stored with a W-byte
+XOR swizzle is W-byte column slabs, `rows` tall, one after another, and each slab is exactly
+one TMA box of W bytes x rows with the swizzle mode of the same name; a tile with no swizzle
+mode is stored row-major and loaded as one box with no swizzle. The tensor map (one per tensor,
+box and swizzle) becomes a __grid_constant__ kernel parameter that the launcher encodes from
+the tensor at each call; TMA zero-fills what falls outside the tensor, so ragged edges need no
+code. Every load completes on the mbarrier the copy names, counted in bytes (the whole box,
+filled elements included).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..arith.linear import constant_value
+from ..ir import dtypes as dt
+from ..ir.buffer import GLOBAL, Buffer, is_shared
+from ..ir.expr import BufferLoad, Call, Var, const
+from ..ir.stmt import Evaluate, seq
+from ..layout.swizzle import SWIZZLE_MODES, swizzle_mode_for
+
+MAX_BOX = 256
+MAX_RANK = 5
+
+
+@dataclass(eq=False, repr=False)
+class TensorMapVar(Var):
+    """A kernel parameter holding the TMA tensor map of `buffer` with box `box` (outermost
+    dimension first) and swizzle `swizzle` ("none", "32B", "64B", "128B")."""
+    buffer: Buffer | None = None
+    box: tuple = ()
+    swizzle: str = "none"
+    span: object = field(default=None, compare=False)
+
+
+@dataclass
+class TmaPlan:
+    rank: int
+    box: tuple          # outermost first
+    swizzle: str
+    slab: int           # tile columns per box
+    slabs: int
+    bytes: int          # bytes one copy brings (all boxes)
+
+
+def _static(values) -> list | None:
+    out = [constant_value(v) if not isinstance(v, int) else v for v in values]
+    return None if any(v is None for v in out) else out
+
+
+def tma_plan(copy) -> TmaPlan | None:
+    """How a global -> shared copy runs as TMA loads, or None when it cannot."""
+    src, dst = copy.src, copy.dst
+    if src.buffer.scope != GLOBAL or not is_shared(dst.buffer.scope):
+        return None
+    if src.buffer.dtype is not dst.buffer.dtype or src.buffer.dtype.bits < 8:
+        return None
+    shape = _static(src.buffer.shape)
+    extents = _static_extents(src)
+    tile = dst.buffer.static_shape()
+    if shape is None or extents is None or len(tile) < 2 or not 2 <= len(shape) <= MAX_RANK:
+        return None
+    rows, cols = tile[-2], tile[-1]
+    dst_ext = _static_extents(dst)
+    if dst_ext is None or [e for e in dst_ext if e != 1] != [e for e in (rows, cols) if e != 1]:
+        return None
+    if any(constant_value(s) != 0 for s in dst.starts[-2:]):
+        return None
+    esize = src.buffer.dtype.bits // 8
+    if extents[-1] != cols or any(math.prod(shape[d + 1:]) * esize % 16
+                                  for d in range(len(shape) - 1)):
+        return None
+    outer = [d for d, e in enumerate(extents[:-1]) if e != 1]
+    if (rows == 1 and outer) or (rows > 1 and (len(outer) != 1 or extents[outer[0]] != rows)):
+        return None
+    mode = swizzle_mode_for(rows, cols, src.buffer.dtype.bits)
+    if mode is None:
+        if cols * esize % 16:
+            return None
+        slab, swizzle = cols, "none"
+    else:
+        slab, swizzle = SWIZZLE_MODES[mode][0] * 16 // esize, mode
+    box = [1] * len(shape)
+    box[-1] = slab
+    if outer:
+        box[outer[0]] = rows
+    if max(box) > MAX_BOX:
+        return None
+    return TmaPlan(len(shape), tuple(box), swizzle, slab, cols // slab, rows * cols * esize)
+
+
+def _static_extents(region):
+    extents = region.static_extents()
+    return None if extents is None else list(extents)
+
+
+def tensor_map(ctx, buffer: Buffer, plan: TmaPlan) -> TensorMapVar:
+    key = (id(buffer), plan.box, plan.swizzle)
+    found = ctx.tensor_maps.get(key)
+    if found is None:
+        found = TensorMapVar(f"{buffer.name}_tma", dt.handle, buffer=buffer, box=plan.box,
+                             swizzle=plan.swizzle)
+        ctx.tensor_maps[key] = found
+    return found
+
+
+def lower_tma_copy(op, ctx):
+    """The TMA loads of one copy (issued by the one thread that runs it)."""
+    plan = tma_plan(op)
+    barrier = op.annotations["tma_barrier"]
+    mbar = Call("address_of", (BufferLoad(ctx.flat(barrier.buffer), (
+        ctx.shared_offset(barrier.buffer, list(barrier.indices)),)),), dt.handle)
+    the_map = Call("address_of", (tensor_map(ctx, op.src.buffer, plan),), dt.handle)
+    starts = list(op.src.starts)
+    dst_starts = list(op.dst.starts)
+    loads = []
+    for j in range(plan.slabs):
+        offset = ctx.shared_offset(op.dst.buffer, dst_starts[:-2] + [const(0), const(j * plan.slab)])
+        smem = Call("address_of", (BufferLoad(ctx.flat(op.dst.buffer), (offset,)),), dt.handle)
+        coords = [ctx.simplify(s) for s in starts]
+        coords[-1] = ctx.simplify(coords[-1] + j * plan.slab)
+        loads.append(Evaluate(Call(f"tc::tma_load_{plan.rank}d",
+                                   (smem, the_map, mbar, *reversed(coords)), dt.handle), op.span))
+    return seq(loads)
