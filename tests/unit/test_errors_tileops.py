@@ -365,3 +365,17 @@ def test_max_value_of_unknown_dtype():
             with T.Kernel(1, threads=128) as bx:
                 A[bx] = T.max_value("float33")  # <- here
     expect(program, "T.max_value: unknown dtype 'float33'", "T.max_value(")
+
+
+
+def test_gemm_wg_wait_other_than_zero_is_rejected():
+    def program():
+        @T.prim_func
+        def main(A: T.Tensor((64, 64), "float16"), C: T.Tensor((64, 64), "float32")):
+            with T.Kernel(1, threads=128):
+                A_s = T.alloc_shared((64, 64), "float16")
+                C_f = T.alloc_fragment((64, 64), "float32")
+                T.copy(A, A_s)
+                T.gemm(A_s, A_s, C_f, wg_wait=1)  # <- here
+                T.copy(C_f, C)
+    expect(program, "T.gemm: wg_wait=1 is not supported", "T.gemm(")

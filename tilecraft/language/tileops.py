@@ -163,6 +163,10 @@ def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=top.GemmWarpPolic
     except ValueError:
         raise TileError(f"{what}: policy must be a T.GemmWarpPolicy, got {policy!r}",
                         current_span()) from None
+    if wg_wait != 0:
+        raise TileError(f"{what}: wg_wait={wg_wait!r} is not supported: each T.gemm waits for "
+                        "its own wgmma batch before C is read (leave wg_wait at 0)",
+                        current_span())
     if not isinstance(k_pack, int) or k_pack < 1:
         raise TileError(f"{what}: k_pack must be a positive int, got {k_pack!r}", current_span())
     bld.emit(top.Gemm(a, bb, c, bool(transpose_A), bool(transpose_B), policy, bool(clear_accum),
