@@ -269,6 +269,8 @@ def _output_shape(p: Buffer, sizes: dict) -> tuple:
     for d in p.shape:
         if isinstance(d, int):
             shape.append(d)
+        elif isinstance(d, Const):
+            shape.append(int(d.value))
         elif isinstance(d, Var):
             if id(d) not in sizes:
                 raise TileError(f"cannot allocate output {p.name}: its size {d.name} is not "

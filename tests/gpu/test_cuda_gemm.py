@@ -7,9 +7,10 @@ import tilecraft  # noqa: E402
 import tilecraft.language as T  # noqa: E402
 import gpu_helpers  # noqa: E402
 
-# This file checks the mma.sync path, which sm_90a also keeps for the gemms WGMMA cannot take;
-# test_cuda_wgmma.py checks the same kernels where sm_90a picks wgmma.
-MMA_SYNC = {"tl.disable_wgmma": True}
+# This file checks the mma.sync + cp.async path ([C]), which sm_90a also keeps for the gemms
+# WGMMA cannot take and the loops TMA cannot feed; test_cuda_wgmma.py checks the same kernels
+# where sm_90a picks wgmma and warp specialization.
+MMA_SYNC = {"tl.disable_wgmma": True, "tl.disable_warp_specialized": True}
 
 
 def run_gemm(*args, **kwargs):

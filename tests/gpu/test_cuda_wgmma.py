@@ -87,3 +87,10 @@ def test_warp_specialization_can_be_turned_off():
     kernel = run_gemm(256, 256, 256, bm=128, bn=128, bk=64, threads=256, num_stages=3,
                       pass_configs={"tl.disable_tma_lower": True})
     assert not is_warp_specialized(kernel)
+
+
+@pytest.mark.parametrize("shape", [(256, 256, 512), (200, 136, 72)])
+def test_warp_specialized_loop_feeding_mma_sync(shape):
+    kernel = run_gemm(*shape, bm=64, bn=64, bk=32, threads=128, num_stages=3,
+                      pass_configs={"tl.disable_wgmma": True})
+    assert is_warp_specialized(kernel) and not uses_wgmma(kernel)

@@ -122,7 +122,9 @@ class CudaProgram:
         positions = _positions(lowered, signature)
         binds = [(obj, pos) for (kind, obj), pos in zip(signature, positions)
                  if kind in ("scalar", "size")]
-        launches = [(name, k.grid, launch_threads(k), k.attrs["smem_bytes"])
+        # Constant grid extents are stored as ints: a launch then evaluates nothing.
+        launches = [(name, tuple(_int_or_expr(g) for g in k.grid), launch_threads(k),
+                     k.attrs["smem_bytes"])
                     for name, k in zip(names, lowered.kernels())]
         return {"source": source, "cubin": compiled.cubin, "kernel_info": dict(compiled.kernels),
                 "positions": positions, "binds": binds, "launches": launches,
@@ -182,6 +184,12 @@ class CudaProgram:
             if any(d <= 0 for d in dims):
                 continue  # an empty grid launches nothing
             kernel.launch(args, tuple(dims) + (1,) * (3 - len(dims)), stream)
+
+
+def _int_or_expr(e):
+    from ..arith.linear import constant_value
+    value = constant_value(e) if not isinstance(e, int) else e
+    return int(value) if value is not None else e
 
 
 def _path(key: str) -> str:
