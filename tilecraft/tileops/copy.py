@@ -75,11 +75,48 @@ def lower_copy(op, ctx: ThreadContext):
         if tuple(layout.shape) != tuple(extents):
             raise TileError(f"T.copy: copying part of fragment {frag.name} is not supported by "
                             "the CUDA backend yet; copy the whole fragment", op.span)
+        if frag is src.buffer and _pairs_store_together(op, layout, ctx):
+            return _paired_store(op, layout, ctx)
         return _lower_with_layout(loop, layout, ctx)
     vector = _vector_width(src, dst, extents, ctx)
     if vector > 1:
         return _vector_copy(op, extents, vector, ctx)
     return _lower_with_layout(loop, lay.make_partition(tuple(extents), ctx.num_threads), ctx)
+
+
+def _pairs_store_together(op, layout, ctx) -> bool:
+    """A fragment (an accumulator's epilogue) stored into 16-bit elements whose registers
+    2m, 2m + 1 hold column neighbours (j, j + 1) with j even, as every mma / wgmma
+    accumulator does: each pair leaves as one 32-bit store instead of two 16-bit ones."""
+    dst = op.dst
+    if dst.buffer.dtype.bits != 16 or getattr(layout, "replicate", 1) != 1 or \
+            layout.locals_per_thread % 2 or not _multiple_of(dst.ranges[-1][0], 2):
+        return False
+    if dst.buffer.scope == GLOBAL:
+        width = dst.buffer.shape[-1]
+        if not isinstance(width, int) or width % 2:
+            return False
+    elif not is_shared(dst.buffer.scope) or not _keeps_chunks(ctx.layouts.buffer(dst.buffer), 2):
+        return False
+    table = layout.table()[..., 0, :]
+    if table.shape[-2] % 2:
+        return False
+    even, odd = table[..., 0::2, :], table[..., 1::2, :]
+    return bool(np.all(even[..., 0] == odd[..., 0]) and np.all(odd[..., 1] == even[..., 1] + 1)
+                and np.all(even[..., 1] % 2 == 0))
+
+
+def _paired_store(op, layout, ctx: ThreadContext):
+    src, dst = op.src, op.dst
+    n = layout.locals_per_thread // 2
+    l2 = ctx.fresh("l", n)
+    coords = [ctx.simplify(x) for x in layout.logical_of(ctx.tx, l2 * 2)]
+    reg = ctx.register_array(src.buffer)
+    pack = "tc::pack_half2" if dst.buffer.dtype.name == "float16" else "tc::pack_bf162"
+    halves = [cast(BufferLoad(reg, (ctx.simplify(l2 * 2 + k),)), dt.float32) for k in (0, 1)]
+    value = Call(pack, tuple(halves), dt.dtype("uint32"))
+    store = _vector_store(dst.buffer, region_index(dst, coords), value, 32, ctx, op.span)
+    return For(l2, const(0), const(n), "unroll", store, {}, op.span)
 
 
 def _staged_copy(op, extents, ctx: ThreadContext):
