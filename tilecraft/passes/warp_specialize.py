@@ -7,7 +7,8 @@ of 128 threads appended after them (thread indices T .. T + 127, so every layout
 the T consumer threads stays valid):
 
     allocations; full[D], empty[D] mbarriers in shared memory (D versions of each tile)
-    thread 0: init full[s] (1 arrival + the TMA bytes), empty[s] (T arrivals); barrier_all
+    thread 0: init full[s] (1 arrival + the TMA bytes), empty[s] (one arrival per consumer
+              warp); barrier_all
     if producer thread:                       setmaxnreg.dec (when registers are shared)
         if the producer's first thread:
             for k in loop: s = k % D, round r = k // D
@@ -15,11 +16,12 @@ the T consumer threads stays valid):
                 arrive on full[s] expecting the bytes of all copies; issue them into version s
     else:                                     setmaxnreg.inc
         the statements before the loop
-        for k in loop: wait full[s] for parity r & 1; the body on version s; arrive on empty[s]
+        for k in loop: wait full[s] for parity r & 1; the body on version s; each warp arrives
+                       on empty[s]
         the statements after the loop
 
-The producer runs up to D iterations ahead; each consumer thread releases a version only after
-its last read of it in program order (a wgmma batch is waited for inside T.gemm), so the
+The producer runs up to D iterations ahead; each consumer warp releases a version only after
+all its lanes' last reads of it in program order (a wgmma batch is waited for inside T.gemm), so the
 producer never overwrites a tile being read. The loop's trip count is the same expression in
 both roles, so 0, 1 or fewer than D iterations need nothing special. Consumer-only barriers
 become named barriers over T threads (finalize_barriers). Turned off by the pass configs
@@ -128,7 +130,7 @@ class _Specializer:
         empty = Buffer("tma_empty", (depth,), u64, "shared", loop.span)
         init = [_call("tc::mbarrier_init", _address(full, const(s)), const(1)) for s in
                 range(depth)]
-        init += [_call("tc::mbarrier_init", _address(empty, const(s)), const(self.T))
+        init += [_call("tc::mbarrier_init", _address(empty, const(s)), const(self.T // 32))
                  for s in range(depth)]
         init.append(_call("tc::fence_barrier_init"))
         barriers = [Allocate(full, loop.span), Allocate(empty, loop.span),
@@ -158,7 +160,7 @@ class _Specializer:
                                             produce_loop, None, loop.span)])
         rest = [Versioned(versions, stage).visit(body[i]) for i in issue if i not in ahead]
         consume = seq([_call("tc::mbarrier_wait_parity", _address(full, stage), parity)] + rest +
-                      [_call("tc::mbarrier_arrive", _address(empty, stage))])
+                      [_call("tc::mbarrier_arrive_warp", _address(empty, stage))])
         consumer = dataclasses.replace(loop, kind="serial", body=consume,
                                        annotations={"warp_specialized": depth})
         return producer, consumer, versions, barriers

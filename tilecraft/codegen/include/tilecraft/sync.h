@@ -20,6 +20,8 @@
 // taking a 32-bit shared-window address):
 //   mbarrier_init(bar, count)                   expected arrivals per phase = count  (sm_80)
 //   mbarrier_arrive(bar)                        one arrival                           (sm_80)
+//   mbarrier_arrive_warp(bar)                   one arrival for the calling warp (lane 0,
+//                                               after __syncwarp)                     (sm_80)
 //   mbarrier_try_wait_parity(bar, parity) -> bool  true once the phase with the given parity
 //                                               (0 or 1) has completed     (sm_80: test_wait)
 //   mbarrier_wait_parity(bar, parity)           spin on try_wait_parity until it returns true
@@ -98,6 +100,13 @@ TC_DEVICE void mbarrier_wait_parity(uint32_t bar, uint32_t parity) {
 
 TC_DEVICE void mbarrier_init(uint64_t* bar, uint32_t count) { mbarrier_init(smem_addr(bar), count); }
 TC_DEVICE void mbarrier_arrive(uint64_t* bar) { mbarrier_arrive(smem_addr(bar)); }
+// One arrival per warp, once every lane is done with what the barrier guards (__syncwarp
+// orders the lanes' earlier accesses before lane 0's arrival): a barrier expecting one
+// arrival per warp costs 32 times fewer shared-memory atomics than one per thread.
+TC_DEVICE void mbarrier_arrive_warp(uint64_t* bar) {
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0) mbarrier_arrive(smem_addr(bar));
+}
 TC_DEVICE bool mbarrier_try_wait_parity(uint64_t* bar, uint32_t parity) {
   return mbarrier_try_wait_parity(smem_addr(bar), parity);
 }
