@@ -15,7 +15,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 sys.path.insert(0, HERE)
 from mla_decode import flash_mla_decode  # noqa: E402
-from bench_gemm import gpu_facts  # noqa: E402
+from bench_gemm import gpu_facts, warm_gpu  # noqa: E402
 from tilecraft.profiler import cuda_median_ms  # noqa: E402
 
 B, H, D, PE = 64, 128, 512, 64
@@ -35,10 +35,11 @@ def torch_mla(q, q_pe, kv, k_pe):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
-    parser.add_argument("--tag", default="mla_decode_sm80_path")
+    parser.add_argument("--tag", default="mla_decode")
     parser.add_argument("--kv", default="1024,4096,8192")
     args = parser.parse_args()
     rows = []
+    warm_gpu()
     for S in (int(x) for x in args.kv.split(",")):
         flop = 2.0 * B * H * S * (D + PE) + 2.0 * B * H * S * D
         q = torch.randn(B, H, D, device="cuda", dtype=torch.float16)
@@ -46,12 +47,13 @@ def main():
         kv = torch.randn(B, S, 1, D, device="cuda", dtype=torch.float16)
         k_pe = torch.randn(B, S, 1, PE, device="cuda", dtype=torch.float16)
         ref = torch_mla(q.float(), q_pe.float(), kv.float(), k_pe.float())
-        torch_ms = cuda_median_ms(lambda: torch_mla(q, q_pe, kv, k_pe), 3, 10, False)
         for cfg in CONFIGS:
+            # The peer is timed right before each candidate: clocks drift over a run.
+            torch_ms = cuda_median_ms(lambda: torch_mla(q, q_pe, kv, k_pe), 3, 10, False)
             kernel = flash_mla_decode(B, H, 1, S, D, PE, **cfg)
             out = kernel(q, q_pe, kv, k_pe)
             err = float((out.float() - ref).norm() / ref.norm())
-            ms = cuda_median_ms(lambda: kernel(q, q_pe, kv, k_pe), 3, 10, False)
+            ms = cuda_median_ms(lambda: kernel(q, q_pe, kv, k_pe), 5, 30, False)
             row = {"kv": S, "config": cfg, "ms": ms, "tflops": flop / ms / 1e9,
                    "torch_ms": torch_ms, "torch_tflops": flop / torch_ms / 1e9,
                    "vs_torch": torch_ms / ms, "rel_error": err, "registers": kernel.n_regs,
