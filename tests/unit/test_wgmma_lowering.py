@@ -134,3 +134,14 @@ def test_a_gemm_pinned_to_wgmma_that_cannot_use_it_names_the_reason():
     func = Pin().visit(gemm_func(bm=32, bn=64, threads=128))
     with pytest.raises(TileError, match="pinned to wgmma.*m64nNk16"):
         infer_instructions(func, "sm_90a")
+
+
+@pytest.mark.parametrize("N,paired", [(256, True), (255, False)])
+def test_accumulator_epilogue_stores_column_pairs_when_rows_are_even(N, paired):
+    from tilecraft.codegen.cuda import emit_cuda
+    func = kernels.gemm(256, N, 128, 128, 128, 64, "float16", "float32", False, False, 256,
+                        False, T.GemmWarpPolicy.Square, 2)
+    text = emit_cuda(pipelines.cuda(func, "sm_90a", 227 * 1024))[0]
+    assert ("tc::st_global_32(" in text and "tc::pack_half2(C_f[" in text) == paired
+    if not paired:  # an odd row length leaves pairs misaligned: one element at a time
+        assert "= tc::cvt<half_t>(C_f[" in text
