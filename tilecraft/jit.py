@@ -37,7 +37,7 @@ class JITKernel:
             self.program = CudaProgram(func, self.arch, fast_math=fast, configs=configs)
         elif self.backend == "emulator":
             from .emulator import lower
-            self.lowered = lower(func, self.arch)
+            self.lowered = lower(func, self.arch, check_pass_configs(pass_configs))
         self.reports = []  # the emulator checker's findings of the last call
 
     # --- calling --------------------------------------------------------------

@@ -22,7 +22,8 @@ def _gpu_available() -> bool:
 
 def resolve(target) -> tuple[str, str | None]:
     """(backend, arch) for a target name: "auto", "interp", "emulator", "cuda" or an arch like
-    "sm_90a". "emulator" compiles for sm_80 and runs the lowered kernel on the CPU emulator.
+    "sm_90a". "emulator" compiles for sm_80 and runs the lowered kernel on the CPU emulator;
+    "emulator:sm_90a" does the same with the Hopper pipeline (wgmma, TMA, warp specialization).
 
     "auto" is the current GPU when there is one (with torch to hand tensors over), else the
     interpreter; an arch compiles for that GPU without needing one (calling it does)."""
@@ -35,6 +36,12 @@ def resolve(target) -> tuple[str, str | None]:
         return "interp", None
     if name == "emulator":
         return "emulator", "sm_80"
+    if name.startswith("emulator:"):  # the compile pipeline of that GPU, run on the CPU
+        arch = name.split(":", 1)[1]
+        if arch not in ("sm_80", "sm_90a"):
+            raise TileError(f"target '{target}': the emulator runs the sm_80 and sm_90a "
+                            "pipelines ('emulator:sm_80', 'emulator:sm_90a')")
+        return "emulator", arch
     if name in ("auto", "cuda"):
         if _gpu_available():
             from .runtime.device import current_arch

@@ -12,6 +12,9 @@ import pytest
 import tilecraft
 from tilecraft.emulator import EmulatorError
 
+# The emulator target the cases compile for (test_emulator_sm90_examples runs them again on
+# "emulator:sm_90a").
+EMULATOR_TARGET = "emulator"
 FP16 = dict(rtol=1e-2, atol=1e-2)
 FP32 = dict(rtol=1e-4, atol=1e-4)
 
@@ -21,7 +24,7 @@ def compare(jitted, args, config, inputs):
     they agree and that the checker was silent; returns the interpreter's outputs."""
     func = jitted.__wrapped__(*args, **config)
     options = dict(out_idx=jitted.out_idx, pass_configs=jitted.options["pass_configs"])
-    emulated = tilecraft.compile(func, target="emulator", **options)
+    emulated = tilecraft.compile(func, target=EMULATOR_TARGET, **options)
     try:
         got = emulated(*inputs)
     except EmulatorError as e:

@@ -1,8 +1,12 @@
 """Thread-level emulator of lowered kernels, with a checker (shared-memory races, reads of
 memory never written, out-of-bounds accesses, cp.async data read before its wait, barriers
-not reached by the whole block).
+not reached by the whole block; on sm_90a also deadlocks on mbarriers and named barriers,
+TMA data used before its mbarrier phase, TMA loads over bytes still in use, and wgmma reading
+shared memory written without a proxy fence).
 
     lowered = tilecraft.emulator.lower(prim_func)          # the sm_80 pipeline, no nvcc
+    lowered = tilecraft.emulator.lower(prim_func, "sm_90a", {"tl.disable_warp_specialized":
+                                       True})              # wgmma, TMA, warp specialization
     reports = tilecraft.emulator.run(lowered, [A, B, C])   # arrays written in place
     for r in reports: print(r)
 
@@ -19,7 +23,8 @@ from ..ir.expr import Var
 from .checker import Report, Reports, Site
 from .machine import Emulator
 
-SMEM_LIMIT = {"sm_80": 163 * 1024}
+SMEM_LIMIT = {"sm_80": 163 * 1024, "sm_86": 99 * 1024, "sm_89": 99 * 1024,
+              "sm_90a": 227 * 1024}
 
 
 class EmulatorError(TileError):
@@ -37,10 +42,14 @@ class EmulatorError(TileError):
         super().__init__(text, span, notes)
 
 
-def lower(func, arch: str = "sm_80"):
-    """The thread-level PrimFunc the CUDA backend would print, for this architecture."""
-    from ..passes.pipelines import cuda_sm80
-    return cuda_sm80(func, SMEM_LIMIT.get(arch, SMEM_LIMIT["sm_80"]))
+def lower(func, arch: str = "sm_80", configs: dict | None = None):
+    """The thread-level PrimFunc the CUDA backend would print, for this architecture (sm_80,
+    sm_86, sm_89: the mma.sync path; sm_90a: wgmma, TMA and warp specialization, which the
+    pass configs may turn off)."""
+    from ..passes.pipelines import cuda
+    if arch not in SMEM_LIMIT:
+        raise TileError(f"the emulator runs sm_80, sm_86, sm_89 and sm_90a kernels, not {arch}")
+    return cuda(func, arch, SMEM_LIMIT[arch], configs)
 
 
 def run_lowered(lowered, arrays: dict, bindings: dict, check: bool = True) -> Reports:

@@ -6,6 +6,8 @@ access site (an op, the buffer it went through, the user's source line). A secon
 a byte that another thread wrote in the same epoch, or writing a byte another thread read, is a
 race. Bytes with a cp.async in flight belong to the copy until the wait that covers its group:
 any access to them before that is reported. Bytes never written are reported when read.
+In sm_90a kernels a hook (barriers.Barriers) also sees every access, for the orderings that
+mbarriers and the async proxy (TMA, wgmma) add.
 """
 from __future__ import annotations
 
@@ -33,8 +35,9 @@ class Site:
 @dataclass
 class Report:
     """One finding. kind: race, async-before-wait, uninitialized, out-of-bounds, misaligned,
-    barrier-divergence, warp-divergence, async-not-waited. `sites` are the accesses involved
-    (for a race: the earlier one, then the later one); `lines` their user source lines."""
+    barrier-divergence, warp-divergence, async-not-waited, deadlock, mbarrier (arrivals beyond
+    a phase), proxy-fence. `sites` are the accesses involved (for a race: the earlier one,
+    then the later one); `lines` their user source lines."""
     kind: str
     message: str
     buffer: str | None = None
@@ -97,6 +100,7 @@ class SharedTracker:
         self.pending_site = np.zeros(nbytes, np.int32)
         self.written = np.zeros(nbytes, bool)
         self.scratch = np.zeros(nbytes, np.uint8)
+        self.hooks = None   # sees every tracked access: on_access(addr, tid, site, write)
 
     def site(self, op: str, buffer: str, span) -> int:
         key = (op, buffer, span)
@@ -123,7 +127,7 @@ class SharedTracker:
             self.reports.add(
                 "async-before-wait",
                 f"{here.buffer}: thread {tid[i]} {here.op} at {here.where()} reads shared bytes "
-                f"whose cp.async (issued by thread {p[i]} at {other.where()}) has not been "
+                f"whose {other.op} (issued by thread {p[i]} at {other.where()}) has not been "
                 "waited for", here.buffer, (p[i], tid[i]), (other, here))
         fresh = ~self.written[addr] & ~bad
         if fresh.any():
@@ -140,6 +144,8 @@ class SharedTracker:
             other = self.sites[self.writer_site[addr[i]]]
             self._race(other, w[i], "wrote", here, tid[i], "reads", addr[i])
         self._mark(self.reader, self.reader_site, addr, tid, sid, SEVERAL)
+        if self.hooks is not None:
+            self.hooks.on_access(addr, tid, sid, False)
 
     def write(self, addr, tid, sid: int, data, memory):
         """data: the bytes written (one per addr); memory: the arena before the write."""
@@ -147,6 +153,8 @@ class SharedTracker:
             return
         if self.enabled:
             self._check_write(addr, tid, sid, data, memory)
+            if self.hooks is not None:
+                self.hooks.on_access(addr, tid, sid, True)
         self.written[addr] = True
 
     def async_issue(self, addr, tid, sid: int, data, memory):
@@ -168,6 +176,8 @@ class SharedTracker:
         if self.enabled:
             self.writer[addr] = tid
             self.writer_site[addr] = sid
+            if self.hooks is not None:
+                self.hooks.on_access(addr, tid, sid, True)
 
     def outstanding(self) -> bool:
         return bool((self.pending >= 0).any())

@@ -3,7 +3,9 @@ all threads of a block at once. Each handler gets the block machine and the eval
 arguments (pointers arrive as memory.Pointer) and returns the call's value, if any.
 
 Warp-collective functions (shuffles, ldmatrix, mma.sync) run per warp: [threads] arrays are
-reshaped to [warps, 32]. A collective executed by only part of a warp is reported.
+reshaped to [warps, 32]. A collective executed by only part of a warp is reported. The sm_90a
+functions (wgmma, TMA, mbarriers, named barriers, fences, role predicates) are in `sm90`,
+carried out by hopper.py and barriers.py.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from ..errors import TileError
 from ..ir import dtypes as dt
 from ..layout.mma import mma_a_fragment, mma_b_fragment, mma_c_fragment
 from .checker import Site
+from .hopper import make_smem_desc
 from .memory import Bits, Pointer, as_bytes
 
 WARP = 32
@@ -196,6 +199,87 @@ _WAIT = re.compile(r"^cp_async_wait<(\d+)>$")
 _MMA = {"mma_m16n8k16_f16_f32": "float16", "mma_m16n8k16_bf16_f32": "bfloat16"}
 
 
+# --- sm_90a ---------------------------------------------------------------------------------
+_TEMPLATE = re.compile(r"^(\w+)<(\d+)>$")
+
+
+def _must_pass(m, wait, what: str):
+    if wait is not None:
+        raise TileError(f"internal: {what} would block outside the emulator's agents", m.span)
+
+
+def sm90(m, name: str, args: list):
+    """tc::<name>(*args) of the sm_90a functions; NotImplemented for any other name."""
+    b, h = m.barriers, m.hopper
+    if name.startswith("wgmma_m64"):
+        return h.issue(name, args)
+    if name.startswith("tma_load_") and name[-1] == "d":
+        return h.tma_load(int(name[9:-1]), args[0], args[1], args[2], args[3:])
+    hit = _TEMPLATE.match(name)
+    base, n = (hit.group(1), int(hit.group(2))) if hit else (name, None)
+    if base == "wgmma_wait_group":
+        return h.wait(n)
+    if base in ("setmaxnreg_inc", "setmaxnreg_dec"):
+        h.warpgroups(name)
+        if not (24 <= n <= 256 and n % 8 == 0):
+            raise TileError(f"{name}: the register count must be 24..256, a multiple of 8",
+                            m.span)
+        return None
+    if base in ("wgmma_fence_registers", "wgmma_fence_operand", "fence_barrier_init",
+                "prefetch_tma_descriptor"):
+        return None     # compiler and cache hints: nothing to emulate
+    fn = _SM90.get(name)
+    return NotImplemented if fn is None else fn(m, b, h, *args)
+
+
+def _collective(check, what):
+    """A collective with nothing to emulate beyond who executes it."""
+    def run(m, b, h):
+        check(m, h, what)
+    return run
+
+
+def _advance(m, b, h, desc, nbytes):
+    out = np.asarray(desc).astype(np.uint64) + (np.asarray(nbytes).astype(np.uint64) >>
+                                                  np.uint64(4))
+    for old, new in zip(np.broadcast_to(desc, (m.T,))[m.lanes], np.broadcast_to(out, (m.T,))[
+            m.lanes]):
+        if int(old) in h.owners:
+            h.owners[int(new)] = h.owners[int(old)]
+    return out
+
+
+def _try_wait(m, b, h, ptr, parity):
+    ok, found = b.passed(ptr, parity)
+    b.observe(found, ok)
+    return ok
+
+
+_SM90 = {
+    "make_smem_desc": lambda m, b, h, *a: make_smem_desc(m, *a),
+    "smem_desc_advance": _advance,
+    "wgmma_fence": _collective(lambda m, h, what: h.warpgroups(what), "wgmma_fence"),
+    "wgmma_commit_group": lambda m, b, h: h.commit(),
+    "is_producer_thread": lambda m, b, h, n: m.tx >= np.asarray(n),
+    "is_producer_leader": lambda m, b, h, n: m.tx == np.asarray(n),
+    "is_block_leader": lambda m, b, h: m.tx == 0,
+    "barrier_all": lambda m, b, h: syncthreads(m),
+    "syncwarp": _collective(lambda m, h, what: _whole_warps(m, what), "syncwarp"),
+    "fence_proxy_async_shared": lambda m, b, h: b.fence_proxy(m.lanes),
+    "mbarrier_init": lambda m, b, h, ptr, count: b.init(ptr, count),
+    "mbarrier_arrive": lambda m, b, h, ptr: b.arrive(ptr),
+    "mbarrier_arrive_warp": lambda m, b, h, ptr: b.arrive(ptr, per_warp=True),
+    "mbarrier_arrive_expect_tx": lambda m, b, h, ptr, tx: b.arrive(ptr, tx=tx),
+    "mbarrier_expect_tx": lambda m, b, h, ptr, tx: b.expect_tx(ptr, tx),
+    "mbarrier_try_wait_parity": _try_wait,
+    "named_barrier_arrive": lambda m, b, h, i, n: b.named_arrive(i, n, wait=False),
+    "named_barrier_sync": lambda m, b, h, i, n: _must_pass(m, b.named_arrive(i, n),
+                                                           "named_barrier_sync"),
+    "mbarrier_wait_parity": lambda m, b, h, ptr, p: _must_pass(m, b.wait_request(ptr, p),
+                                                               "mbarrier_wait_parity"),
+}
+
+
 def call(m, name: str, args: list):
     """Run tc::<name>(*args) for the executing lanes."""
     if name == "syncthreads":
@@ -225,4 +309,7 @@ def call(m, name: str, args: list):
         return pack(m, "float16" if name == "pack_half2" else "bfloat16", *args)
     if name.startswith("atomic_") and name[7:] in _ATOMIC:
         return atomic(m, name[7:], *args)
+    out = sm90(m, name, args)
+    if out is not NotImplemented:
+        return out
     raise TileError(f"the emulator has no implementation of tc::{name}", m.span)

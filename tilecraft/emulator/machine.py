@@ -5,6 +5,10 @@ index is np.arange(threads), so every expression evaluates to one value per thre
 whose condition differs between threads runs with a mask of the threads that take it (those
 are `lanes`); loops must have the same trip count in every thread that runs them. Barriers end
 an epoch of the race checker; one reached by only part of the block is reported.
+
+A warp-specialized kernel (sm_90a) has a producer warpgroup after its consumer threads; a
+kernel that waits on mbarriers or named barriers runs as cooperative agents (agents.py) so
+that its roles progress independently, the rest of it still in lock-step.
 """
 from __future__ import annotations
 
@@ -14,10 +18,16 @@ import numpy as np
 
 from ..errors import TileError
 from ..interp.values import Evaluator, to_dtype
+from ..ir.expr import Call
 from ..ir.stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt
+from ..ir.visitor import walk
+from ..tileops.tma import TensorMapVar
 from . import intrinsics
+from .agents import Scheduler, blocking_statements
+from .barriers import Barriers
 from .checker import Reports, SharedTracker, Site
 from .copies import AsyncCopies
+from .hopper import WARPGROUP, Hopper
 from .memory import BlockMemory, Pointer
 
 
@@ -28,12 +38,16 @@ class ThreadEvaluator(Evaluator):
     def eval_BufferLoad(self, e, mask):
         m = self.m
         idx = [self.eval(i, mask) for i in e.indices]
+        if m.wgmma_busy and id(e.buffer) in m.wgmma_busy:
+            m.accumulator_in_flight(e.buffer, m.lanes_of(mask), "reads")
         return m.mem.load(e.buffer, idx, m.lanes_of(mask), m.span)
 
     def eval_Call(self, e, mask):
         m = self.m
         if e.name == "address_of":
             load = e.args[0]
+            if isinstance(load, TensorMapVar):  # a kernel parameter the TMA loads name
+                return load
             idx = [self.eval(i, mask) for i in load.indices]
             flat, ok = m.mem.flat_index(load.buffer, idx)
             return Pointer(load.buffer, flat, ok)
@@ -53,16 +67,24 @@ class ThreadEvaluator(Evaluator):
 class BlockMachine:
     """The state of the block being run and the statement executor."""
 
-    def __init__(self, emulator, kernel: Kernel, coords: tuple):
+    def __init__(self, emulator, kernel: Kernel, coords: tuple, plan: "KernelPlan"):
         self.env = emulator.env
         self.reports = emulator.reports
-        self.T = kernel.num_threads
+        self.plan = plan
+        self.consumers = kernel.num_threads
+        self.T = kernel.num_threads + int(kernel.attrs.get("producer_threads", 0))
         self.tx = np.arange(self.T, dtype=np.int64)
         smem = int(kernel.attrs.get("smem_bytes", 0))
         self.tracker = SharedTracker(smem, self.reports, emulator.check)
         self.mem = BlockMemory(emulator.func, emulator.globals, self.T, smem, self.reports,
                                self.tracker)
         self.copies = AsyncCopies(self)
+        self.wgmma_busy: dict = {}   # register arrays a wgmma in flight will write
+        self.hopper = Hopper(self)
+        self.barriers = Barriers(self, plan.tma, plan.wgmma)
+        if emulator.check and (plan.tma or plan.wgmma):
+            self.tracker.hooks = self.barriers
+        self.deadlocked = False
         self.mask = None
         self.lanes = self.tx
         self.span = kernel.span
@@ -76,8 +98,29 @@ class BlockMachine:
 
     def run(self, body):
         with np.errstate(all="ignore"):
-            self.exec(body)
+            if id(body) in self.plan.blocking:
+                self.deadlocked = not Scheduler(self, self.plan.blocking).run(body)
+            else:
+                self.exec(body)
+            if self.deadlocked:
+                return
+            self.hopper.finish()
         self.copies.finish()
+        self.barriers.finish()
+
+    def accumulator_in_flight(self, buffer, lanes, verb: str):
+        """A register array a wgmma in flight writes (its accumulator: no access until the
+        wait) or reads (its A operand: no write until the wait)."""
+        units, site, written = self.wgmma_busy[id(buffer)]
+        hit = units[lanes // WARPGROUP] > 0
+        if hit.any() and (written or verb == "writes"):
+            here = Site(verb.rstrip("s"), buffer.name, self.span)
+            t = int(lanes[np.argmax(hit)])
+            use = "writes" if written else "reads"
+            self.reports.add("async-before-wait", f"{buffer.name}: thread {t} {verb} it at "
+                             f"{here.where()} while the wgmma issued at {site.where()} that "
+                             f"{use} it has not been waited for (wgmma_wait_group)",
+                             buffer.name, (t,), (site, here))
 
     def lanes_of(self, mask):
         if mask is None or mask is self.mask:
@@ -109,6 +152,7 @@ class BlockMachine:
                 "synchronizes wrongly", None, (int(self.lanes[0]) if self.lanes.size else 0,
                                                int(idle[0])), (site,))
         self.tracker.barrier()
+        self.barriers.join(self.lanes)
 
     # --- statements --------------------------------------------------------------
     def exec(self, s):
@@ -161,6 +205,8 @@ class BlockMachine:
     def exec_BufferStore(self, s: BufferStore):
         value = to_dtype(self.ev.eval(s.value, self.mask), s.buffer.dtype)
         idx = [self.ev.eval(i, self.mask) for i in s.indices]
+        if self.wgmma_busy and id(s.buffer) in self.wgmma_busy:
+            self.accumulator_in_flight(s.buffer, self.lanes, "writes")
         self.mem.store(s.buffer, idx, value, self.lanes, self.span)
 
     def exec_Evaluate(self, s: Evaluate):
@@ -187,6 +233,16 @@ def _rasterize(panel: int, order: str, gx: int, gy: int, bx: int, by: int) -> tu
     w = min(panel, gx - p * panel)
     y, x = o // w, p * panel + o % w
     return x, (gy - 1 - y if p % 2 else y)
+
+
+class KernelPlan:
+    """What one kernel needs beyond the sm_80 model, found once per launch."""
+
+    def __init__(self, k: Kernel):
+        names = {n.name for n in walk(k.body) if isinstance(n, Call)}
+        self.tma = any(n.startswith("tc::tma_") for n in names)
+        self.wgmma = any(n.startswith("tc::wgmma_m64") for n in names)
+        self.blocking = blocking_statements(k.body)
 
 
 class Emulator:
@@ -219,11 +275,15 @@ class Emulator:
         grid = [int(np.asarray(ev.eval(g))) for g in k.grid] + [1, 1]
         gx, gy, gz = grid[:3]
         swizzle = k.attrs.get("use_swizzle")
+        plan = KernelPlan(k)
         for bz, by, bx in itertools.product(range(gz), range(gy), range(gx)):
             coords = (bx, by, bz)
             if swizzle is not None and len(k.block_vars) >= 2:
                 coords = _rasterize(swizzle[0], swizzle[1], gx, gy, bx, by) + (bz,)
             coords = coords[:len(k.block_vars)]
             self.reports.block = coords
-            BlockMachine(self, k, coords).run(k.body)
+            block = BlockMachine(self, k, coords, plan)
+            block.run(k.body)
+            if block.deadlocked:    # the GPU would hang here: the rest is not worth running
+                break
         self.reports.block = ()
