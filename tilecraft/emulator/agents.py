@@ -236,16 +236,8 @@ class Scheduler:
             yield from self._branch(*sides[0])
 
     def _branch(self, body, live):
-        m = self.m
-        saved = m.mask, m.lanes
-        if live.all():
-            m.mask, m.lanes = None, m.tx
-        else:
-            m.mask, m.lanes = live, np.nonzero(live)[0]
-        try:
+        with self.m.only(live):
             yield from self.exec(body)
-        finally:
-            m.mask, m.lanes = saved
 
     def _blocking_call(self, call: Call):
         m = self.m

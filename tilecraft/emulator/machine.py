@@ -12,6 +12,8 @@ that its roles progress independently, the rest of it still in lock-step.
 """
 from __future__ import annotations
 
+import contextlib
+
 import itertools
 
 import numpy as np
@@ -192,13 +194,19 @@ class BlockMachine:
         live = cond if self.mask is None else (self.mask & cond)
         if not live.any():
             return
+        with self.only(live):
+            self.exec(body)
+
+    @contextlib.contextmanager
+    def only(self, live):
+        """Run the enclosed statements on the threads `live` selects (a boolean mask)."""
         saved = self.mask, self.lanes
         if live.all():
             self.mask, self.lanes = None, self.tx
         else:
             self.mask, self.lanes = live, np.nonzero(live)[0]
         try:
-            self.exec(body)
+            yield
         finally:
             self.mask, self.lanes = saved
 
