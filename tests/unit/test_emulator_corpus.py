@@ -1,6 +1,7 @@
-"""Every GPU-test kernel, lowered for sm_80 and run on the thread-level emulator, computes what
-the tile-level interpreter computes, and the checker finds no race, unwritten read or
-out-of-bounds access in it. This is how CI, which has no GPU, guards the lowering."""
+"""Every GPU-test kernel, lowered for sm_80 and for sm_90a (wgmma, TMA and warp specialization
+where they apply) and run on the thread-level emulator, computes what the tile-level
+interpreter computes, and the checker finds no race, unwritten read, out-of-bounds access or
+deadlock in it. This is how CI, which has no GPU, guards the lowering."""
 import sys
 from pathlib import Path
 
@@ -16,14 +17,15 @@ import kernels  # noqa: E402
 CORPUS = dict(kernels.corpus())
 
 
+@pytest.mark.parametrize("target", ["emulator", "emulator:sm_90a"])
 @pytest.mark.parametrize("name", sorted(CORPUS))
-def test_lowered_kernel_matches_interpreter_and_is_race_free(name):
+def test_lowered_kernel_matches_interpreter_and_is_race_free(name, target):
     func = CORPUS[name]
     rng = np.random.default_rng(1)
     inputs = [make_input(p, TensorSupplyType.Uniform, rng) for p in func.params]
     on_emulator = [a.copy() for a in inputs]
     on_interp = [a.copy() for a in inputs]
-    emulated = tilecraft.compile(func, target="emulator")
+    emulated = tilecraft.compile(func, target=target)
     emulated(*on_emulator)
     tilecraft.compile(func, target="interp")(*on_interp)
     assert emulated.reports == []
