@@ -30,7 +30,7 @@ import tilecraft  # noqa: E402
 from gemm import matmul  # noqa: E402
 from tilecraft.autotuner.space import RECOMMENDED_FRACTION, keep_count, predict_one  # noqa: E402
 from tilecraft.autotuner.workers import CompileTimeout, deadline  # noqa: E402
-from tilecraft.carver.recommend import underlying  # noqa: E402
+from tilecraft.carver.recommend import preference, underlying  # noqa: E402
 from tilecraft.errors import TileError  # noqa: E402
 
 SHAPES = [(512, 1024, 8192), (512, 12288, 12288), (512, 28672, 8192), (2048, 12288, 49152),
@@ -116,11 +116,12 @@ def compile_all(shapes, configs, arch, workers) -> list:
 
 
 def model_order(rows: list) -> list:
-    """The legal rows as the autotuner ranks recommended candidates: fastest predicted first,
-    ties broken by less shared memory, then fewer registers; rows the model rejects last."""
+    """The legal rows as the autotuner ranks recommended candidates (carver's `preference`);
+    rows the model rejects last."""
     legal = [r for r in rows if r["status"] != "illegal"]
-    return sorted(legal, key=lambda r: (r["predicted_s"] is None, r["predicted_s"] or 0.0,
-                                        r["model_smem"], r["model_regs"], r["index"]))
+    return sorted(legal, key=lambda r: (r["predicted_s"] is None,) + preference(
+        r["predicted_s"] or 0.0, r["config"].get("num_stages"), r["model_smem"] or 0,
+        r["model_regs"] or 0) + (r["index"],))
 
 
 def summarize(shape, rows: list, torch_tflops=None) -> dict:

@@ -6,11 +6,14 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import tilecraft.language as T  # noqa: E402
-from tilecraft.runtime.device import current_arch  # noqa: E402
-from gpu_helpers import run_gemm  # noqa: E402
+from tilecraft.runtime import current_arch, has_cuda_device  # noqa: E402
 
+if not has_cuda_device() or not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU and torch with CUDA", allow_module_level=True)
 if current_arch() != "sm_90a":
     pytest.skip("wgmma needs an sm_90 (Hopper) GPU", allow_module_level=True)
+
+from gpu_helpers import run_gemm  # noqa: E402
 
 
 def uses_wgmma(kernel) -> bool:

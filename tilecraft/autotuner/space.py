@@ -15,6 +15,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
+from ..carver.recommend import preference
 from ..errors import TileError
 
 # Recommended candidates are many (every legal tile shape); without an explicit fraction the
@@ -183,6 +184,7 @@ class Prediction:
     reason: str = ""
     smem: int = 0
     regs: int = 0
+    stages: int = 0
 
 
 def predict_one(fn, args: tuple, kwargs: dict, config: dict, target: str,
@@ -200,7 +202,8 @@ def predict_one(fn, args: tuple, kwargs: dict, config: dict, target: str,
     if not cand.ok:
         return Prediction(math.inf, cand.reason or "illegal")
     res = cand.cost.resources
-    return Prediction(cand.time, "", res.smem_per_block, res.regs_per_thread)
+    return Prediction(cand.time, "", res.smem_per_block, res.regs_per_thread,
+                      config.get("num_stages") or 0)
 
 
 def grid(space_: dict) -> list[dict]:
@@ -211,16 +214,17 @@ def grid(space_: dict) -> list[dict]:
 
 def rank_legal(predictions: list[Prediction], target: str, name: str, problem: Problem,
                span) -> list[int]:
-    """Indices of the legal configurations, fastest predicted first, ties broken as carver's
-    ranking breaks them (less shared memory, then fewer registers); a TileError when none
-    is legal."""
+    """Indices of the legal configurations in carver's preference order (fastest predicted
+    first, ties to deeper pipelines, then less shared memory and fewer registers); a TileError
+    when none is legal."""
     legal = [i for i, p in enumerate(predictions) if math.isfinite(p.time)]
     if not legal:
         reasons = sorted({p.reason for p in predictions if p.reason})[:3]
         detail = f" ({'; '.join(reasons)})" if reasons else ""
         raise TileError(f"autotune: the cost model found no legal configuration of {name} for "
                         f"{problem.describe()} on {target}{detail}; give configs=", span)
-    legal.sort(key=lambda i: (predictions[i].time, predictions[i].smem, predictions[i].regs, i))
+    legal.sort(key=lambda i: preference(predictions[i].time, predictions[i].stages,
+                                        predictions[i].smem, predictions[i].regs) + (i,))
     return legal
 
 

@@ -175,12 +175,19 @@ def enumerate_candidates(factory, args, space=None, target="h100", fixed=None) -
     return out
 
 
+def preference(time: float, num_stages, smem: int, regs: int) -> tuple:
+    """Sort key of a candidate: fastest predicted first; among equal predictions the deeper
+    software pipeline first (the roofline counts no latency, which more stages hide), then
+    less shared memory, then fewer registers."""
+    return (time, -(num_stages or 0), smem, regs)
+
+
 def rank(candidates) -> list:
-    """The legal candidates, fastest predicted first (ties: less shared memory, fewer
-    registers), numbered from 1."""
+    """The legal candidates in preference order (`preference`), numbered from 1."""
     legal = [c for c in candidates if c.ok]
-    legal.sort(key=lambda c: (c.time, c.cost.resources.smem_per_block,
-                              c.cost.resources.regs_per_thread))
+    legal.sort(key=lambda c: preference(c.time, c.config.get("num_stages"),
+                                        c.cost.resources.smem_per_block,
+                                        c.cost.resources.regs_per_thread))
     for i, c in enumerate(legal, start=1):
         c.rank = i
     return legal
