@@ -83,3 +83,40 @@ def test_register_split():
     assert consumer_registers(128) is None  # 256 threads: every thread may have 255 already
     assert consumer_registers(256) == 232
     assert consumer_registers(384) == 152
+
+
+def _copies(func):
+    from tilecraft.ir.tileop import Copy
+    from tilecraft.ir.visitor import walk
+    return [n for n in walk(func) if isinstance(n, Copy) and n.src.buffer.scope == "global"]
+
+
+def test_tma_boxes_follow_the_tile_layout():
+    from tilecraft.tileops.tma import tma_plan
+    a_copy, b_copy = _copies(gemm(bm=128, bn=256, bk=64))
+    a, b = tma_plan(a_copy), tma_plan(b_copy)
+    # A 128 x 64 fp16: one 128-byte-swizzled box; B 64 x 256: four slabs of 64 columns
+    assert (a.box, a.swizzle, a.slabs, a.bytes) == ((128, 64), "128B", 1, 128 * 64 * 2)
+    assert (b.box, b.swizzle, b.slabs, b.bytes) == ((64, 64), "128B", 4, 64 * 256 * 2)
+    a32 = tma_plan(_copies(gemm(bm=64, bn=64, bk=32))[0])
+    assert (a32.box, a32.swizzle) == ((64, 32), "64B")
+
+
+def test_four_dimensional_attention_tiles_are_one_box_per_slab():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    import flash_attention as fa
+    from tilecraft.carver.recommend import underlying
+    from tilecraft.tileops.tma import tma_plan
+    func = underlying(fa.flash_attention)(2, 4, 256, 128, False, block_M=128, block_N=128,
+                                          num_stages=2, threads=256)
+    plans = [tma_plan(c) for c in _copies(func)]
+    k = [p for p in plans if p is not None and p.rank == 4]
+    # K[b, n0:n0+128, h, :] -> box (1, 128, 1, 64) per 64-column slab of the 128-wide tile
+    assert k and all(p.box == (1, 128, 1, 64) and p.slabs == 2 for p in k)
+
+
+@pytest.mark.parametrize("K", [100, 36])
+def test_row_strides_tma_cannot_address_are_refused(K):
+    from tilecraft.tileops.tma import tma_plan
+    a_copy = _copies(gemm(K=K))[0]   # rows of A are 2K bytes apart: not a multiple of 16
+    assert tma_plan(a_copy) is None
