@@ -130,5 +130,14 @@ class PrimFunc:
         return tuple(p for p in self.params if isinstance(p, Buffer))
 
     def kernels(self) -> list:
-        from .visitor import collect
-        return collect(self.body, lambda n: isinstance(n, Kernel))
+        """The launches, in order. Kernels do not nest, so their bodies (nearly all of the
+        tree) are not searched."""
+        from .visitor import children
+        found, stack = [], [self.body]
+        while stack:
+            n = stack.pop()
+            if isinstance(n, Kernel):
+                found.append(n)
+            elif isinstance(n, Stmt):
+                stack.extend(reversed([c for c in children(n) if isinstance(c, Stmt)]))
+        return found

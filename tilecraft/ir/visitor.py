@@ -17,23 +17,36 @@ def _is_node(x) -> bool:
     return isinstance(x, (Expr, Stmt, BufferRegion))
 
 
+_NODE_TYPES = (Expr, Stmt, BufferRegion)
+_FIELD_NAMES: dict = {}  # node class -> its field names but span (asked on every visit)
+
+
+def field_names(node) -> tuple:
+    cls = type(node)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls)
+                                          if f.name != "span")
+    return names
+
+
 def children(node):
     """Child nodes in field order (buffers are leaves, not children)."""
-    for f in dataclasses.fields(node):
-        if f.name == "span":
-            continue
-        yield from _flatten(getattr(node, f.name))
+    out = []
+    for name in field_names(node):
+        _flatten_into(getattr(node, name), out)
+    return out
 
 
-def _flatten(v):
-    if _is_node(v):
-        yield v
+def _flatten_into(v, out: list):
+    if isinstance(v, _NODE_TYPES):
+        out.append(v)
     elif isinstance(v, (tuple, list)):
         for x in v:
-            yield from _flatten(x)
+            _flatten_into(x, out)
     elif isinstance(v, dict):
         for x in v.values():
-            yield from _flatten(x)
+            _flatten_into(x, out)
 
 
 class Visitor:
@@ -61,13 +74,11 @@ class Mutator:
 
     def generic_visit(self, node):
         changes = {}
-        for f in dataclasses.fields(node):
-            if f.name == "span":
-                continue
-            old = getattr(node, f.name)
+        for name in field_names(node):
+            old = getattr(node, name)
             new = self._rebuild(old)
             if new is not old:
-                changes[f.name] = new
+                changes[name] = new
         if not changes:
             return node
         return dataclasses.replace(node, **changes)
