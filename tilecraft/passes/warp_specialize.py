@@ -60,7 +60,8 @@ def _address(buffer: Buffer, index):
 
 
 def _plan_loop(loop: For):
-    """(ahead statement indices, the rest) when the loop qualifies, else None."""
+    """The indices of the statements run ahead (all TMA-able copies) when the loop qualifies
+    for warp specialization, else None."""
     if loop.kind != "pipelined" or loop.annotations.get("num_stages", 0) < 2 or \
             "pipeline_order" not in loop.annotations:
         return None
