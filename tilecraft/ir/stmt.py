@@ -82,6 +82,13 @@ class Evaluate(Stmt):
     span: Span | None = field(default=None, compare=False)
 
 
+def call_stmt(name: str, *args, span=None) -> Evaluate:
+    """A statement calling header function `name` (e.g. "tc::cp_async_commit") for its effect."""
+    from . import dtypes
+    from .expr import Call
+    return Evaluate(Call(name, tuple(args), dtypes.handle), span)
+
+
 @dataclass(eq=False, repr=False)
 class Allocate(Stmt):
     """Brings a kernel-local buffer into existence; it lives until the end of its kernel."""

@@ -13,11 +13,13 @@ from .expr import Expr
 from .stmt import Stmt
 
 
-def _is_node(x) -> bool:
-    return isinstance(x, (Expr, Stmt, BufferRegion))
-
-
 _NODE_TYPES = (Expr, Stmt, BufferRegion)
+
+
+def _is_node(x) -> bool:
+    return isinstance(x, _NODE_TYPES)
+
+
 _FIELD_NAMES: dict = {}  # node class -> its field names but span (asked on every visit)
 
 

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..ir import dtypes as dt
 from ..ir.expr import Call, const
-from ..ir.stmt import Evaluate, Kernel, SeqStmt, seq
+from ..ir.stmt import Evaluate, Kernel, SeqStmt, call_stmt, seq
 from ..ir.visitor import Mutator, walk
 from .insert_barriers import is_sync
 
@@ -36,11 +35,10 @@ class _Barriers(Mutator):
             return s
         out = [s]
         if self.consumers is not None:
-            out = [Evaluate(Call("tc::named_barrier_sync", (const(CONSUMER_BARRIER),
-                                                            const(self.consumers)), dt.handle),
-                            s.span)]
+            out = [call_stmt("tc::named_barrier_sync", const(CONSUMER_BARRIER),
+                             const(self.consumers), span=s.span)]
         if self.fence:
-            out.insert(0, Evaluate(Call("tc::fence_proxy_async_shared", (), dt.handle), s.span))
+            out.insert(0, call_stmt("tc::fence_proxy_async_shared", span=s.span))
         return seq(out) if len(out) > 1 else out[0]
 
 

@@ -107,7 +107,7 @@ def _shared_default(b: Buffer, tma_tiles=()):
     if id(b) in tma_tiles:
         return _tile_layout(b, allow_pad=False)
     if len(shape) == 2 and b.dtype.bits >= 8:
-        return lay.make_swizzled_layout(shape[0], shape[1], b.dtype.bits)
+        return _tile_layout(b)
     return lay.linear_layout(shape)
 
 

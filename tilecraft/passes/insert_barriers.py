@@ -14,24 +14,20 @@ from __future__ import annotations
 
 from ..ir.buffer import is_shared
 from ..ir.expr import BufferLoad, Call
-from ..ir.stmt import BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt, seq, stmts_of
+from ..ir.stmt import (BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt, call_stmt, seq,
+                       stmts_of)
 from ..ir.tileop import TileOp
 from ..ir.visitor import walk
 import dataclasses
 
 
 def sync_stmt(span=None) -> Evaluate:
-    return Evaluate(Call("tc::syncthreads", (), _handle()), span)
+    return call_stmt("tc::syncthreads", span=span)
 
 
 def is_sync(s) -> bool:
     return isinstance(s, Evaluate) and isinstance(s.value, Call) and \
         s.value.name == "tc::syncthreads"
-
-
-def _handle():
-    from ..ir import dtypes
-    return dtypes.handle
 
 
 def shared_buffers_of(s) -> list:
@@ -129,33 +125,35 @@ class _Inserter:
         return out + [s]
 
     def loop(self, s: For, state: _State) -> list:
+        stmts = stmts_of(s.body)
+        first = state.copy()
+        body = self.block(stmts, first)
+        clean = _State()
+        alone = self.block(stmts, clean)  # the body with nothing pending when it starts
         prefix = []
-        with_entry = self.block(stmts_of(s.body), state.copy())
-        alone = self.block(stmts_of(s.body), _State())
-        if _first_sync_index(with_entry) < _first_sync_index(alone) or (
-                _count_syncs(with_entry) > _count_syncs(alone)):
+        if _syncs_more(body, alone):
             # What was written before the loop and is touched inside it, before the body's own
             # barriers, is published once before the loop, not by a barrier every iteration
             # would execute.
             prefix.append(sync_stmt(s.span))
             state.reads.clear()
             state.writes.clear()
+            body, first = alone, clean
         entry = state.copy()
-        first = _State(entry.reads, entry.writes)
-        body = self.block(stmts_of(s.body), first)
         # What is pending at the end of an iteration meets the start of the next one.
-        wrap = _State(first.reads, first.writes)
-        probe = self.block(stmts_of(s.body), wrap)
-        if _first_sync_index(probe) < _first_sync_index(body) or (
-                _count_syncs(probe) > _count_syncs(body)):
-            head = _State()
-            body = [sync_stmt(s.span)] + self.block(stmts_of(s.body), head)
-            first = head
+        probe = self.block(stmts, _State(first.reads, first.writes))
+        if _syncs_more(probe, body):
+            body, first = [sync_stmt(s.span)] + alone, clean
         # After the loop: whatever an iteration left pending, or the entry state if it ran
         # zero times.
         state.reads = first.reads | entry.reads
         state.writes = first.writes | entry.writes
         return prefix + [dataclasses.replace(s, body=seq(body))]
+
+
+def _syncs_more(a, b) -> bool:
+    """Whether statement list a needs a barrier earlier, or more barriers, than b."""
+    return _first_sync_index(a) < _first_sync_index(b) or _count_syncs(a) > _count_syncs(b)
 
 
 def _first_sync_index(stmts) -> int:

@@ -32,18 +32,13 @@ from __future__ import annotations
 import dataclasses
 
 from ..errors import TileError
-from ..ir import dtypes as dt
 from ..ir.buffer import Buffer, BufferRegion
-from ..ir.expr import Call, const, convert
-from ..ir.stmt import Allocate, Evaluate, For, IfThenElse, Kernel, SeqStmt, seq, stmts_of
+from ..ir.expr import const, convert
+from ..ir.stmt import Allocate, For, IfThenElse, Kernel, SeqStmt, call_stmt, seq, stmts_of
 from ..ir.tileop import Copy
 from .infer_pipeline import is_async_copy
 from ..ir.visitor import Mutator, substitute, walk
 from .insert_barriers import sync_stmt
-
-
-def _call(name: str, span=None) -> Evaluate:
-    return Evaluate(Call(name, (), dt.handle), span)
 
 
 def schedule_of(loop: For) -> tuple[list, list]:
@@ -147,25 +142,25 @@ class _Pipeliner:
             it = start + s
             prologue.append(IfThenElse(convert(s) < n, seq(produce(early, it, False)), None,
                                        span))
-            prologue.append(_call("tc::cp_async_commit", span))
+            prologue.append(call_stmt("tc::cp_async_commit", span=span))
         future = k + (depth - 1)
         # Iteration k's group is done once at most depth - 2 younger ones are in flight; the
         # barrier then publishes it to all threads and also ends every thread's reads of the
         # version consumed in iteration k - 1, which the copies issued next overwrite.
-        step = [_call(f"tc::cp_async_wait<{depth - 2}>", span), sync_stmt(span)]
+        step = [call_stmt(f"tc::cp_async_wait<{depth - 2}>", span=span), sync_stmt(span)]
         version = _mod(k - start, depth)
         # The statements that run ahead work on iteration k + depth - 1 and read nothing the
         # last stage writes (infer_pipeline checks that), so they may go first: issued right
         # after the barrier, their copies have the whole iteration to land. The recorded issue
         # order still orders them among themselves and the last stage among itself.
         step += [IfThenElse(future < start + n, seq(produce(early, future, True)), None, span),
-                 _call("tc::cp_async_commit", span)]
+                 call_stmt("tc::cp_async_commit", span=span)]
         step += [Versioned(self.versions, version).visit(body[i]) for i in issue
                  if i not in ahead]
         new_loop = dataclasses.replace(loop, kind="serial", body=seq(step),
                                        annotations={"pipelined": depth})
         # Nothing may stay in flight past the loop (a later statement may reuse the bytes).
-        return seq(prologue + [new_loop, _call("tc::cp_async_wait_all", span)])
+        return seq(prologue + [new_loop, call_stmt("tc::cp_async_wait_all", span=span)])
 
 
 def _mod(e, m: int):

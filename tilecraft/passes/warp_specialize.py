@@ -35,7 +35,7 @@ import dataclasses
 from ..ir import dtypes as dt
 from ..ir.buffer import Buffer
 from ..ir.expr import BufferLoad, Call, const
-from ..ir.stmt import Allocate, Evaluate, For, IfThenElse, Kernel, SeqStmt, seq, stmts_of
+from ..ir.stmt import Allocate, For, IfThenElse, Kernel, SeqStmt, call_stmt, seq, stmts_of
 from ..ir.tileop import Copy
 from ..ir.visitor import walk
 from ..pass_config import PassConfigKey
@@ -45,10 +45,6 @@ from .pipeline_loops import Reallocate, Versioned, check_unversioned, schedule_o
 PRODUCER_THREADS = 128
 PRODUCER_REGISTERS = 40
 REGISTER_FILE = 65536
-
-
-def _call(name: str, *args, d=dt.handle, span=None) -> Evaluate:
-    return Evaluate(Call(name, tuple(args), d), span)
 
 
 def _cond(name: str, *args):
@@ -114,7 +110,7 @@ class _Specializer:
 
     def grow(self):
         regs = consumer_registers(self.T)
-        return [] if regs is None else [_call(f"tc::setmaxnreg_inc<{regs}>")]
+        return [] if regs is None else [call_stmt(f"tc::setmaxnreg_inc<{regs}>")]
 
     def split(self, loop: For, ahead: list):
         body = list(stmts_of(loop.body))
@@ -129,14 +125,14 @@ class _Specializer:
         u64 = dt.dtype("uint64")
         full = Buffer("tma_full", (depth,), u64, "shared", loop.span)
         empty = Buffer("tma_empty", (depth,), u64, "shared", loop.span)
-        init = [_call("tc::mbarrier_init", _address(full, const(s)), const(1)) for s in
+        init = [call_stmt("tc::mbarrier_init", _address(full, const(s)), const(1)) for s in
                 range(depth)]
-        init += [_call("tc::mbarrier_init", _address(empty, const(s)), const(self.T // 32))
+        init += [call_stmt("tc::mbarrier_init", _address(empty, const(s)), const(self.T // 32))
                  for s in range(depth)]
-        init.append(_call("tc::fence_barrier_init"))
+        init.append(call_stmt("tc::fence_barrier_init"))
         barriers = [Allocate(full, loop.span), Allocate(empty, loop.span),
                     IfThenElse(_cond("tc::is_block_leader"), seq(init), None, loop.span),
-                    _call("tc::barrier_all", span=loop.span)]
+                    call_stmt("tc::barrier_all", span=loop.span)]
         issue = sorted(range(len(body)), key=lambda i: order[i])
         k = loop.var
         step = k - loop.start
@@ -151,17 +147,17 @@ class _Specializer:
             copies.append(dataclasses.replace(copy, annotations={
                 **copy.annotations, "tma_barrier": BufferLoad(full, (stage,)),
                 "scheduled": True}))
-        produce = [_call("tc::mbarrier_wait_parity", _address(empty, stage), parity ^ 1),
-                   _call("tc::mbarrier_arrive_expect_tx", _address(full, stage), const(total))]
+        produce = [call_stmt("tc::mbarrier_wait_parity", _address(empty, stage), parity ^ 1),
+                   call_stmt("tc::mbarrier_arrive_expect_tx", _address(full, stage), const(total))]
         produce_loop = dataclasses.replace(loop, kind="serial", body=seq(produce + copies),
                                            annotations={})
         shrink = [] if consumer_registers(self.T) is None else [
-            _call(f"tc::setmaxnreg_dec<{PRODUCER_REGISTERS}>")]
+            call_stmt(f"tc::setmaxnreg_dec<{PRODUCER_REGISTERS}>")]
         producer = seq(shrink + [IfThenElse(_cond("tc::is_producer_leader", const(self.T)),
                                             produce_loop, None, loop.span)])
         rest = [Versioned(versions, stage).visit(body[i]) for i in issue if i not in ahead]
-        consume = seq([_call("tc::mbarrier_wait_parity", _address(full, stage), parity)] + rest +
-                      [_call("tc::mbarrier_arrive_warp", _address(empty, stage))])
+        consume = seq([call_stmt("tc::mbarrier_wait_parity", _address(full, stage), parity)] + rest +
+                      [call_stmt("tc::mbarrier_arrive_warp", _address(empty, stage))])
         consumer = dataclasses.replace(loop, kind="serial", body=consume,
                                        annotations={"warp_specialized": depth})
         return producer, consumer, versions, barriers

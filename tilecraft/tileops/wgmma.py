@@ -27,7 +27,7 @@ from ..errors import TileError
 from ..ir import dtypes as dt
 from ..ir.buffer import FRAGMENT, LOCAL, Buffer, is_shared
 from ..ir.expr import BufferLoad, Call, const, select
-from ..ir.stmt import Allocate, BufferStore, Evaluate, For, seq
+from ..ir.stmt import Allocate, BufferStore, For, call_stmt, seq
 from ..ir.tileop import Gemm, GemmWarpPolicy
 from ..layout.swizzle import SWIZZLE_MODES, swizzle_mode_for
 
@@ -130,10 +130,6 @@ def _descriptor(ctx, region, k_major: bool, mn0, k0):
                                        const(8 * width)), dt.dtype("uint64"))
 
 
-def _call(name, *args):
-    return Evaluate(Call(name, tuple(args), dt.handle))
-
-
 def lower_wgmma(op: Gemm, ctx, m: int, n: int, k: int):
     gm, gn = wgmma_partition(op, m, n, ctx.num_threads)
     mg, ng = m // gm, n // gn
@@ -156,7 +152,7 @@ def lower_wgmma(op: Gemm, ctx, m: int, n: int, k: int):
         body.append(For(w, const(0), const(steps * 4), "unroll", BufferStore(words, (w,), Call(
             pack, (BufferLoad(a_reg, (w * 2,)), BufferLoad(a_reg, (w * 2 + 1,))), u32)),
             {}, op.span))
-    body.append(_call("tc::wgmma_fence"))
+    body.append(call_stmt("tc::wgmma_fence"))
     kk = ctx.fresh("kk", steps)
     scale = select(kk > 0, const(1), const(0)) if op.clear_accum else const(1)
     issue = []
@@ -165,18 +161,18 @@ def lower_wgmma(op: Gemm, ctx, m: int, n: int, k: int):
         desc_b = _descriptor(ctx, op.B, bool(not trans_b), ctx.simplify(g_n * ng), kk * 16)
         if words is not None:
             a_words = Call("address_of", (BufferLoad(words, (kk * 4,)),), dt.handle)
-            issue.append(_call(f"tc::wgmma_m64n{ng}k16_f32_{suffix}_rs<{trans_b}>", acc,
+            issue.append(call_stmt(f"tc::wgmma_m64n{ng}k16_f32_{suffix}_rs<{trans_b}>", acc,
                                a_words, desc_b, scale))
         else:
             k_major_a = operand_is_k_major(op, "A")
             desc_a = _descriptor(ctx, op.A, k_major_a, ctx.simplify(g_m * mg + i * 64), kk * 16)
             trans_a = 0 if k_major_a else 1
-            issue.append(_call(f"tc::wgmma_m64n{ng}k16_f32_{suffix}<{trans_a}, {trans_b}>",
+            issue.append(call_stmt(f"tc::wgmma_m64n{ng}k16_f32_{suffix}<{trans_a}, {trans_b}>",
                                acc, desc_a, desc_b, scale))
     body.append(For(kk, const(0), const(steps), "unroll", seq(issue), {}, op.span))
     first = Call("address_of", (BufferLoad(c_reg, (const(0),)),), dt.handle)
-    body += [_call("tc::wgmma_commit_group"), _call("tc::wgmma_wait_group<0>"),
-             _call(f"tc::wgmma_fence_registers<{c_reg.shape[0]}>", first)]
+    body += [call_stmt("tc::wgmma_commit_group"), call_stmt("tc::wgmma_wait_group<0>"),
+             call_stmt(f"tc::wgmma_fence_registers<{c_reg.shape[0]}>", first)]
     return seq(body)
 
 
