@@ -145,3 +145,22 @@ def test_accumulator_epilogue_stores_column_pairs_when_rows_are_even(N, paired):
     assert ("tc::st_global_32(" in text and "tc::pack_half2(C_f[" in text) == paired
     if not paired:  # an odd row length leaves pairs misaligned: one element at a time
         assert "= tc::cvt<half_t>(C_f[" in text
+
+
+def test_integer_epilogues_are_not_packed_as_floats():
+    from tilecraft.codegen.cuda import emit_cuda
+
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "int8"), B: T.Tensor((64, 64), "int8"),
+             C: T.Tensor((64, 64), "int16")):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((64, 64), "int8")
+            B_s = T.alloc_shared((64, 64), "int8")
+            C_f = T.alloc_fragment((64, 64), "int32")
+            T.copy(A, A_s)
+            T.copy(B, B_s)
+            T.gemm(A_s, B_s, C_f, clear_accum=True)
+            T.copy(C_f, C)
+    text = emit_cuda(pipelines.cuda(main, "sm_80", 163 * 1024))[0]
+    assert "pack_bf162" not in text and "pack_half2" not in text
+    assert "((short)C_f[" in text  # one element at a time, converted as an integer

@@ -85,11 +85,14 @@ def lower_copy(op, ctx: ThreadContext):
 
 
 def _pairs_store_together(op, layout, ctx) -> bool:
-    """A fragment (an accumulator's epilogue) stored into 16-bit elements whose registers
-    2m, 2m + 1 hold column neighbours (j, j + 1) with j even, as every mma / wgmma
-    accumulator does: each pair leaves as one 32-bit store instead of two 16-bit ones."""
+    """A floating-point fragment (an accumulator's epilogue) stored into float16 / bfloat16
+    elements whose registers 2m, 2m + 1 hold column neighbours (j, j + 1) with j even, as every
+    mma / wgmma accumulator does: each pair leaves as one 32-bit store, not two 16-bit ones."""
     dst = op.dst
-    if dst.buffer.dtype.bits != 16 or getattr(layout, "replicate", 1) != 1 or \
+    # The packing goes through float32 (tc::pack_half2 / pack_bf162), which is exact only for
+    # floating-point sources and defined only for these two destinations.
+    if dst.buffer.dtype.name not in ("float16", "bfloat16") or \
+            not op.src.buffer.dtype.is_float or getattr(layout, "replicate", 1) != 1 or \
             layout.locals_per_thread % 2 or not _multiple_of(dst.ranges[-1][0], 2):
         return False
     if dst.buffer.scope == GLOBAL:
