@@ -118,6 +118,12 @@ def make_linear_layout(rows: int, cols: int, bits: int) -> SharedLayout:
                         lambda o: [o // cols, o % cols])
 
 
+def atom_row_bytes(mode: str) -> int:
+    """Bytes in one row of a swizzle mode's atom: the width of the column slabs a wider tile
+    is stored as (and of a TMA box / WGMMA operand slab in that mode)."""
+    return SWIZZLE_MODES[mode][0] * CHUNK_BITS // 8
+
+
 def swizzle_mode_for(rows: int, cols: int, bits: int) -> str | None:
     """The widest XOR swizzle a (rows, cols) tile admits: rows a multiple of 8 and a row of
     1024 / 512 / 256 bits' multiple (128 / 64 / 32 bytes)."""

@@ -55,18 +55,18 @@ def _address(buffer: Buffer, index):
     return Call("address_of", (BufferLoad(buffer, (index,)),), dt.handle)
 
 
-def _plan_loop(loop: For):
-    """The indices of the statements run ahead (all TMA-able copies) when the loop qualifies
-    for warp specialization, else None."""
+def _plan_loop(loop: For) -> dict | None:
+    """{index of a statement run ahead: its TMA plan} when every statement ahead is a copy TMA
+    can do (the loop qualifies for warp specialization), else None."""
     if loop.kind != "pipelined" or loop.annotations.get("num_stages", 0) < 2 or \
             "pipeline_order" not in loop.annotations:
         return None
     body = list(stmts_of(loop.body))
     _, stages = schedule_of(loop)
     last = max(stages)
-    ahead = [i for i, st in enumerate(stages) if st < last]
-    if not ahead or any(not isinstance(body[i], Copy) or tma_plan(body[i]) is None
-                        for i in ahead):
+    ahead = {i: tma_plan(body[i]) if isinstance(body[i], Copy) else None
+             for i, st in enumerate(stages) if st < last}
+    if not ahead or any(plan is None for plan in ahead.values()):
         return None
     return ahead
 
@@ -87,18 +87,19 @@ class _Specializer:
 
     def run(self):
         stmts = list(stmts_of(self.kernel.body))
-        loops = [i for i, s in enumerate(stmts) if isinstance(s, For) and _plan_loop(s)]
+        plans = {i: p for i, p in ((i, _plan_loop(s) if isinstance(s, For) else None)
+                                   for i, s in enumerate(stmts)) if p}
         nested = [n for n in walk(self.kernel.body) if isinstance(n, For) and
-                  n.kind == "pipelined" and not any(n is stmts[i] for i in loops)]
-        if len(loops) != 1 or len(self.kernel.threads) != 1 or \
+                  n.kind == "pipelined" and not any(n is stmts[i] for i in plans)]
+        if len(plans) != 1 or len(self.kernel.threads) != 1 or \
                 any(_plan_loop(n) for n in nested):
             return self.kernel
-        at = loops[0]
+        (at, ahead), = plans.items()
         allocs = [s for s in stmts[:at] if isinstance(s, Allocate)]
         before = [s for s in stmts[:at] if not isinstance(s, Allocate)]
         after = stmts[at + 1:]
         loop = stmts[at]
-        producer, consumer, versions, barriers = self.split(loop, _plan_loop(loop))
+        producer, consumer, versions, barriers = self.split(loop, ahead)
         body = seq(allocs + barriers + [IfThenElse(
             _cond("tc::is_producer_thread", const(self.T)), producer,
             seq(self.grow() + before + [consumer] + after), loop.span)])
@@ -112,7 +113,7 @@ class _Specializer:
         regs = consumer_registers(self.T)
         return [] if regs is None else [call_stmt(f"tc::setmaxnreg_inc<{regs}>")]
 
-    def split(self, loop: For, ahead: list):
+    def split(self, loop: For, ahead: dict):
         body = list(stmts_of(loop.body))
         order, stages = schedule_of(loop)
         num = loop.annotations["num_stages"]
@@ -143,7 +144,7 @@ class _Specializer:
             if i not in ahead:
                 continue
             copy = Versioned(versions, stage).visit(body[i])
-            total += tma_plan(body[i]).bytes
+            total += ahead[i].bytes
             copies.append(dataclasses.replace(copy, annotations={
                 **copy.annotations, "tma_barrier": BufferLoad(full, (stage,)),
                 "scheduled": True}))

@@ -22,8 +22,8 @@ from ..arith.linear import constant_value
 from ..ir import dtypes as dt
 from ..ir.buffer import GLOBAL, Buffer, is_shared
 from ..ir.expr import BufferLoad, Call, Var, const
-from ..ir.stmt import Evaluate, seq
-from ..layout.swizzle import SWIZZLE_MODES, swizzle_mode_for
+from ..ir.stmt import call_stmt, seq
+from ..layout.swizzle import atom_row_bytes, swizzle_mode_for
 
 MAX_BOX = 256
 MAX_RANK = 5
@@ -85,7 +85,7 @@ def tma_plan(copy) -> TmaPlan | None:
             return None
         slab, swizzle = cols, "none"
     else:
-        slab, swizzle = SWIZZLE_MODES[mode][0] * 16 // esize, mode
+        slab, swizzle = atom_row_bytes(mode) // esize, mode
     box = [1] * len(shape)
     box[-1] = slab
     if outer:
@@ -125,6 +125,6 @@ def lower_tma_copy(op, ctx):
         smem = Call("address_of", (BufferLoad(ctx.flat(op.dst.buffer), (offset,)),), dt.handle)
         coords = [ctx.simplify(s) for s in starts]
         coords[-1] = ctx.simplify(coords[-1] + j * plan.slab)
-        loads.append(Evaluate(Call(f"tc::tma_load_{plan.rank}d",
-                                   (smem, the_map, mbar, *reversed(coords)), dt.handle), op.span))
+        loads.append(call_stmt(f"tc::tma_load_{plan.rank}d", smem, the_map, mbar,
+                               *reversed(coords), span=op.span))
     return seq(loads)

@@ -29,7 +29,7 @@ from ..ir.buffer import FRAGMENT, LOCAL, Buffer, is_shared
 from ..ir.expr import BufferLoad, Call, const, select
 from ..ir.stmt import Allocate, BufferStore, For, call_stmt, seq
 from ..ir.tileop import Gemm, GemmWarpPolicy
-from ..layout.swizzle import SWIZZLE_MODES, swizzle_mode_for
+from ..layout.swizzle import atom_row_bytes, swizzle_mode_for
 
 WARPGROUP = 128
 _SUFFIX = {"float16": "f16", "bfloat16": "bf16"}
@@ -53,7 +53,7 @@ def _slab_elements(region) -> int | None:
     mode = swizzle_mode_for(rows, cols, bits)
     if mode is None:
         return None
-    return SWIZZLE_MODES[mode][0] * 128 // bits
+    return atom_row_bytes(mode) * 8 // bits
 
 
 def _partitions(threads: int):
@@ -120,7 +120,7 @@ def _descriptor(ctx, region, k_major: bool, mn0, k0):
     rows, cols = _stored_tile(region)
     bits = b.dtype.bits
     mode = swizzle_mode_for(rows, cols, bits)
-    width = SWIZZLE_MODES[mode][0] * 16  # bytes in one atom row
+    width = atom_row_bytes(mode)
     row, col = (mn0, k0) if k_major else (k0, mn0)
     starts = list(region.starts)
     offset = ctx.shared_offset(b, starts[:-2] + [starts[-2] + row, starts[-1] + col])
