@@ -23,10 +23,10 @@ import hashlib
 import inspect
 import json
 import os
-import tempfile
 import warnings
 
 from .. import knobs
+from ..runtime.cache import write_atomically
 from .space import canonical
 
 _FORMAT = 1
@@ -121,20 +121,12 @@ def save(key: str, parts: dict, result) -> None:
               "latency_ms": result.latency, "ref_latency_ms": result.ref_latency,
               "trials": [{**t.to_json(), "config": canonical(t.config)} for t in result.trials]}
     path = entry_path(key)
+    text = json.dumps(record, indent=1, sort_keys=True, default=repr)
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".", suffix=".tmp")
+        write_atomically(path, text.encode())
     except OSError as err:
         warnings.warn(f"tilecraft: cannot write the tuning cache at {path}: {err}")
-        return
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(record, f, indent=1, sort_keys=True, default=repr)
-        os.replace(tmp, path)  # atomic: a reader sees the old entry or the whole new one
-    except OSError as err:
-        warnings.warn(f"tilecraft: cannot write the tuning cache at {path}: {err}")
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def restore_trials(record: dict, configs: list[dict]) -> list | None:

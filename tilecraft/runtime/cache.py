@@ -29,6 +29,20 @@ _CUBIN, _SOURCE, _META = "kernel.cubin", "kernel.cu", "meta.json"
 _SHARD = re.compile(r"^[0-9a-f]{2}$")
 
 
+def write_atomically(path: str, data: bytes) -> None:
+    """Write data to path so that a reader sees the old file or the whole new one (a temporary
+    file in the same folder, then a rename). Raises OSError and leaves no temporary behind."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
 def _compile_with_nvcc(source: str, arch: str, flags: tuple) -> CompiledCubin:
     return compile_cubin(source, arch, flags=flags)
 

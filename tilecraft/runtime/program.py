@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import tempfile
 import threading
 
 import numpy as np
@@ -215,11 +214,7 @@ def _store(key: str, plan: dict):
         _memory[key] = plan
     path = _path(key)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(plan, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)  # atomic: a reader sees the old entry or the whole new one
+        cache.write_atomically(path, pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL))
     except OSError:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        pass  # the plan is kept in memory; the next process compiles again
