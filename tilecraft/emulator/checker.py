@@ -119,16 +119,14 @@ class SharedTracker:
         if not self.enabled or addr.size == 0:
             return
         here = self.sites[sid]
-        p = self.pending[addr]
-        bad = p >= 0
-        if bad.any():
-            i = int(np.argmax(bad))
-            other = self.sites[self.pending_site[addr[i]]]
+        bad, first = self._in_flight(addr)
+        if first is not None:
+            i, issuer, other = first
             self.reports.add(
                 "async-before-wait",
                 f"{here.buffer}: thread {tid[i]} {here.op} at {here.where()} reads shared bytes "
-                f"whose {other.op} (issued by thread {p[i]} at {other.where()}) has not been "
-                "waited for", here.buffer, (p[i], tid[i]), (other, here))
+                f"whose {other.op} (issued by thread {issuer} at {other.where()}) has not been "
+                "waited for", here.buffer, (issuer, tid[i]), (other, here))
         fresh = ~self.written[addr] & ~bad
         if fresh.any():
             i = int(np.argmax(fresh))
@@ -183,14 +181,22 @@ class SharedTracker:
         return bool((self.pending >= 0).any())
 
     # --- helpers ----------------------------------------------------------------
-    def _check_write(self, addr, tid, sid, data, memory):
-        here = self.sites[sid]
+    def _in_flight(self, addr):
+        """The mask of the bytes an asynchronous copy still has in flight, and the first of
+        them as (index, issuing thread, the copy's site), or None."""
         p = self.pending[addr]
         bad = p >= 0
-        if bad.any():
-            i = int(np.argmax(bad))
-            other = self.sites[self.pending_site[addr[i]]]
-            self._race(other, p[i], "has a cp.async in flight to", here, tid[i], "writes",
+        if not bad.any():
+            return bad, None
+        i = int(np.argmax(bad))
+        return bad, (i, p[i], self.sites[self.pending_site[addr[i]]])
+
+    def _check_write(self, addr, tid, sid, data, memory):
+        here = self.sites[sid]
+        _, first = self._in_flight(addr)
+        if first is not None:
+            i, issuer, other = first
+            self._race(other, issuer, "has a cp.async in flight to", here, tid[i], "writes",
                        addr[i])
         r = self.reader[addr]
         clash = (r == SEVERAL) | ((r >= 0) & (r != tid))
