@@ -64,7 +64,10 @@ class _KernelLowering:
             else:
                 ctx.var_bounds[id(s.var)] = (0, float("inf"))
             kind = "serial" if s.kind == "pipelined" else s.kind
-            return dataclasses.replace(s, body=self.stmt(s.body), kind=kind, annotations={})
+            # Tile-level annotations are spent here; which loop is a warp-specialized consumer
+            # stays known to the passes on thread-level code (overlap_wgmma).
+            kept = {k: v for k, v in s.annotations.items() if k == "warp_specialized"}
+            return dataclasses.replace(s, body=self.stmt(s.body), kind=kind, annotations=kept)
         if isinstance(s, IfThenElse):
             cond = self.scalar_rewriter().visit(s.cond)
             return dataclasses.replace(s, cond=cond, then_body=self.stmt(s.then_body),

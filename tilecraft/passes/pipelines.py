@@ -13,6 +13,7 @@ from .infer_pipeline import infer_pipeline
 from .insert_barriers import insert_barriers
 from .pipeline_loops import pipeline_loops
 from .lower_tile_ops import lower_tile_ops
+from .overlap_wgmma import overlap_wgmma
 from .plan_shared_memory import plan_shared_memory
 from .warp_specialize import warp_specialize
 
@@ -40,6 +41,7 @@ def cuda(func, arch: str = "sm_80", smem_limit: int | None = None, configs: dict
              ("plan_shared_memory", lambda f: plan_shared_memory(f, smem_limit)),
              ("insert_barriers", insert_barriers),
              ("lower_tile_ops", lower_tile_ops),
+             ("overlap_wgmma", overlap_wgmma),
              ("finalize_barriers", finalize_barriers)]
     for i, (name, run) in enumerate(steps, start=1):
         func = run(func)
