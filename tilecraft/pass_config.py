@@ -9,15 +9,19 @@ class PassConfigKey:
     TL_DISABLE_WARP_SPECIALIZED = "tl.disable_warp_specialized"
     TL_DISABLE_TMA_LOWER = "tl.disable_tma_lower"
     TL_DISABLE_WGMMA = "tl.disable_wgmma"
+    TL_ENABLE_TMA_MULTICAST = "tl.enable_tma_multicast"
 
 
-# What each key does here (the last three matter on sm_90a, the only target with TMA, WGMMA
+# What each key does here (the last four matter on sm_90a, the only target with TMA, WGMMA
 # and warp specialization).
 KNOWN = {PassConfigKey.TL_ENABLE_FAST_MATH: "compile with --use_fast_math",
          PassConfigKey.TL_DISABLE_WARP_SPECIALIZED: "pipelined loops on cp.async, no producer "
                                                    "warpgroup",
          PassConfigKey.TL_DISABLE_TMA_LOWER: "no TMA copies (so no warp specialization)",
-         PassConfigKey.TL_DISABLE_WGMMA: "gemms on mma.sync, not wgmma (sm_90a)"}
+         PassConfigKey.TL_DISABLE_WGMMA: "gemms on mma.sync, not wgmma (sm_90a)",
+         PassConfigKey.TL_ENABLE_TMA_MULTICAST: "warp-specialized blocks that load the same "
+                                                "tiles run as clusters of two sharing them by "
+                                                "TMA multicast"}
 
 
 def check_pass_configs(configs) -> dict:

@@ -284,7 +284,10 @@ class CudaEmitter:
         # ptxas honours only with a register count fixed at entry: one block per SM.
         bounds = (f"{launch_threads(k)}, 1" if k.attrs.get("producer_threads")
                   else f"{threads}")
-        self.emit(0, f'extern "C" __global__ void __launch_bounds__({bounds}) '
+        cluster = k.attrs.get("cluster_dims")
+        # Compile-time cluster dimensions: an ordinary launch then runs the grid as clusters.
+        dims_text = f"__cluster_dims__({', '.join(map(str, cluster))}) " if cluster else ""
+        self.emit(0, f'extern "C" __global__ void __launch_bounds__({bounds}) {dims_text}'
                      f"{name}({', '.join(params)}) {{")
         self.emit(1, "extern __shared__ __align__(1024) unsigned char tc_smem[];")
         tx = self.name(k.thread_var)
@@ -298,7 +301,10 @@ class CudaEmitter:
         if swizzle is not None and len(k.block_vars) >= 2:
             # T.use_swizzle: blocks that run together cover a compact patch of the grid.
             panel, order = swizzle
-            self.emit(1, f"const int2 tc_tile = tc::rasterize_{'row' if order == 'row' else 'col'}"
+            kind = "row" if order == "row" else "col"
+            # Over the grid of clusters, so the blocks of a cluster keep sharing their tiles.
+            kind += f"_clustered<{cluster[0]}, {cluster[1]}>" if cluster else ""
+            self.emit(1, f"const int2 tc_tile = tc::rasterize_{kind}"
                          f"({panel}, gridDim, blockIdx.x, blockIdx.y);")
             axes = ["tc_tile.x", "tc_tile.y", "blockIdx.z"]
         else:

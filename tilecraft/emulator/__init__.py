@@ -46,9 +46,14 @@ def lower(func, arch: str = "sm_80", configs: dict | None = None):
     """The thread-level PrimFunc the CUDA backend would print, for this architecture (sm_80,
     sm_86, sm_89: the mma.sync path; sm_90a: wgmma, TMA and warp specialization, which the
     pass configs may turn off)."""
+    from ..pass_config import PassConfigKey
     from ..passes.pipelines import cuda
     if arch not in SMEM_LIMIT:
         raise TileError(f"the emulator runs sm_80, sm_86, sm_89 and sm_90a kernels, not {arch}")
+    # Blocks run one at a time here, so clusters (blocks writing into each other's shared
+    # memory) are not modelled: the kernel is checked as it runs without TMA multicast.
+    configs = {k: v for k, v in (configs or {}).items()
+               if k != PassConfigKey.TL_ENABLE_TMA_MULTICAST}
     return cuda(func, arch, SMEM_LIMIT[arch], configs)
 
 

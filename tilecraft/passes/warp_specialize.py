@@ -27,6 +27,17 @@ both roles, so 0, 1 or fewer than D iterations need nothing special. Consumer-on
 become named barriers over T threads (finalize_barriers). Turned off by the pass configs
 tl.disable_warp_specialized or tl.disable_tma_lower; loops that do not qualify keep the
 cp.async pipeline (pipeline_loops).
+
+Clusters (tileops.cluster_plan): when pairs of neighbouring blocks load some of the same tiles
+in lock step (a GEMM's B tile for two vertically adjacent output tiles), the blocks run as
+clusters of two along that grid axis. Each block issues half of such a tile's TMA boxes,
+multicast into both blocks' shared memory (L2 serves the tile once); `full` still expects every
+byte of the stage in each block, and `empty` counts the consumer warps of both blocks (each
+warp arrives in both), because a producer now also writes into its peer's versions. A cluster
+barrier after the mbarriers are initialized and another before the blocks exit keep remote
+signals to barriers that exist. Asked for with tl.enable_tma_multicast: on the lent H100 it
+measured level with separate loads (GEMM, attention and MLA, bench/results), the tensor cores
+and not L2 being what binds these kernels, so it is not the default.
 """
 from __future__ import annotations
 
@@ -39,6 +50,7 @@ from ..ir.stmt import Allocate, For, IfThenElse, Kernel, SeqStmt, call_stmt, seq
 from ..ir.tileop import Copy
 from ..ir.visitor import walk
 from ..pass_config import PassConfigKey
+from ..tileops.cluster import cluster_plan
 from ..tileops.tma import tma_plan
 from .pipeline_loops import Reallocate, Versioned, check_unversioned, schedule_of
 
@@ -51,7 +63,7 @@ def _cond(name: str, *args):
     return Call(name, tuple(args), dt.dtype("bool"))
 
 
-def _address(buffer: Buffer, index):
+def address_of(buffer: Buffer, index):
     return Call("address_of", (BufferLoad(buffer, (index,)),), dt.handle)
 
 
@@ -81,9 +93,11 @@ def consumer_registers(threads: int) -> int | None:
 
 
 class _Specializer:
-    def __init__(self, kernel: Kernel):
+    def __init__(self, kernel: Kernel, multicast: bool = True):
         self.kernel = kernel
         self.T = kernel.num_threads
+        self.multicast = multicast
+        self.cluster = None
 
     def run(self):
         stmts = list(stmts_of(self.kernel.body))
@@ -99,15 +113,20 @@ class _Specializer:
         before = [s for s in stmts[:at] if not isinstance(s, Allocate)]
         after = stmts[at + 1:]
         loop = stmts[at]
+        if self.multicast:
+            self.cluster = cluster_plan(self.kernel, loop, ahead)
         producer, consumer, versions, barriers = self.split(loop, ahead)
+        leave = [call_stmt("tc::cluster_sync", span=loop.span)] if self.cluster else []
         body = seq(allocs + barriers + [IfThenElse(
             _cond("tc::is_producer_thread", const(self.T)), producer,
-            seq(self.grow() + before + [consumer] + after), loop.span)])
+            seq(self.grow() + before + [consumer] + after), loop.span)] + leave)
         body = Reallocate(versions).visit(body)
         check_unversioned(body, versions)
-        return dataclasses.replace(self.kernel, body=body, attrs={
-            **self.kernel.attrs, "producer_threads": PRODUCER_THREADS,
-            "tma_tiles": {id(v) for v in versions.values()}})
+        attrs = {**self.kernel.attrs, "producer_threads": PRODUCER_THREADS,
+                 "tma_tiles": {id(v) for v in versions.values()}}
+        if self.cluster:
+            attrs["cluster_dims"] = self.cluster.dims
+        return dataclasses.replace(self.kernel, body=body, attrs=attrs)
 
     def grow(self):
         regs = consumer_registers(self.T)
@@ -126,14 +145,16 @@ class _Specializer:
         u64 = dt.dtype("uint64")
         full = Buffer("tma_full", (depth,), u64, "shared", loop.span)
         empty = Buffer("tma_empty", (depth,), u64, "shared", loop.span)
-        init = [call_stmt("tc::mbarrier_init", _address(full, const(s)), const(1)) for s in
+        init = [call_stmt("tc::mbarrier_init", address_of(full, const(s)), const(1)) for s in
                 range(depth)]
-        init += [call_stmt("tc::mbarrier_init", _address(empty, const(s)), const(self.T // 32))
-                 for s in range(depth)]
+        blocks = self.cluster.size if self.cluster else 1
+        init += [call_stmt("tc::mbarrier_init", address_of(empty, const(s)),
+                           const(self.T // 32 * blocks)) for s in range(depth)]
         init.append(call_stmt("tc::fence_barrier_init"))
         barriers = [Allocate(full, loop.span), Allocate(empty, loop.span),
                     IfThenElse(_cond("tc::is_block_leader"), seq(init), None, loop.span),
-                    call_stmt("tc::barrier_all", span=loop.span)]
+                    call_stmt("tc::cluster_sync" if self.cluster else "tc::barrier_all",
+                              span=loop.span)]
         issue = sorted(range(len(body)), key=lambda i: order[i])
         k = loop.var
         step = k - loop.start
@@ -145,11 +166,12 @@ class _Specializer:
                 continue
             copy = Versioned(versions, stage).visit(body[i])
             total += ahead[i].bytes
-            copies.append(dataclasses.replace(copy, annotations={
-                **copy.annotations, "tma_barrier": BufferLoad(full, (stage,)),
-                "scheduled": True}))
-        produce = [call_stmt("tc::mbarrier_wait_parity", _address(empty, stage), parity ^ 1),
-                   call_stmt("tc::mbarrier_arrive_expect_tx", _address(full, stage), const(total))]
+            notes = {"tma_barrier": BufferLoad(full, (stage,)), "scheduled": True}
+            if self.cluster and i in self.cluster.shared:
+                notes["tma_multicast"] = self.cluster.size
+            copies.append(dataclasses.replace(copy, annotations={**copy.annotations, **notes}))
+        produce = [call_stmt("tc::mbarrier_wait_parity", address_of(empty, stage), parity ^ 1),
+                   call_stmt("tc::mbarrier_arrive_expect_tx", address_of(full, stage), const(total))]
         produce_loop = dataclasses.replace(loop, kind="serial", body=seq(produce + copies),
                                            annotations={})
         shrink = [] if consumer_registers(self.T) is None else [
@@ -157,8 +179,10 @@ class _Specializer:
         producer = seq(shrink + [IfThenElse(_cond("tc::is_producer_leader", const(self.T)),
                                             produce_loop, None, loop.span)])
         rest = [Versioned(versions, stage).visit(body[i]) for i in issue if i not in ahead]
-        consume = seq([call_stmt("tc::mbarrier_wait_parity", _address(full, stage), parity)] + rest +
-                      [call_stmt("tc::mbarrier_arrive_warp", _address(empty, stage))])
+        release = (f"tc::mbarrier_arrive_warp_cluster<{self.cluster.size}>" if self.cluster
+                   else "tc::mbarrier_arrive_warp")
+        consume = seq([call_stmt("tc::mbarrier_wait_parity", address_of(full, stage), parity)] +
+                      rest + [call_stmt(release, address_of(empty, stage))])
         consumer = dataclasses.replace(loop, kind="serial", body=consume,
                                        annotations={"warp_specialized": depth})
         return producer, consumer, versions, barriers
@@ -170,9 +194,11 @@ def warp_specialize(func, arch: str | None = None, configs: dict | None = None):
             configs.get(PassConfigKey.TL_DISABLE_TMA_LOWER):
         return func
 
+    multicast = bool(configs.get(PassConfigKey.TL_ENABLE_TMA_MULTICAST))
+
     def rebuild(s):
         if isinstance(s, Kernel):
-            return _Specializer(s).run()
+            return _Specializer(s, multicast).run()
         if isinstance(s, SeqStmt):
             return seq([rebuild(x) for x in s.stmts])
         return s

@@ -22,7 +22,7 @@ from ..arith.linear import constant_value
 from ..ir import dtypes as dt
 from ..ir.buffer import GLOBAL, Buffer, is_shared
 from ..ir.expr import BufferLoad, Call, Var, const
-from ..ir.stmt import call_stmt, seq
+from ..ir.stmt import IfThenElse, call_stmt, seq
 from ..layout.swizzle import atom_row_bytes, swizzle_mode_for
 
 MAX_BOX = 256
@@ -119,12 +119,21 @@ def lower_tma_copy(op, ctx):
     the_map = Call("address_of", (tensor_map(ctx, op.src.buffer, plan),), dt.handle)
     starts = list(op.src.starts)
     dst_starts = list(op.dst.starts)
+    # A tile the blocks of a cluster share (tileops/cluster.py): box j is loaded by the block
+    # of rank j % size and written into every block of the cluster.
+    cluster = op.annotations.get("tma_multicast", 0)
     loads = []
     for j in range(plan.slabs):
         offset = ctx.shared_offset(op.dst.buffer, dst_starts[:-2] + [const(0), const(j * plan.slab)])
         smem = Call("address_of", (BufferLoad(ctx.flat(op.dst.buffer), (offset,)),), dt.handle)
         coords = [ctx.simplify(s) for s in starts]
         coords[-1] = ctx.simplify(coords[-1] + j * plan.slab)
-        loads.append(call_stmt(f"tc::tma_load_{plan.rank}d", smem, the_map, mbar,
-                               *reversed(coords), span=op.span))
+        if not cluster:
+            loads.append(call_stmt(f"tc::tma_load_{plan.rank}d", smem, the_map, mbar,
+                                   *reversed(coords), span=op.span))
+            continue
+        load = call_stmt(f"tc::tma_load_{plan.rank}d_multicast", smem, the_map, mbar,
+                         const((1 << cluster) - 1), *reversed(coords), span=op.span)
+        mine = Call("tc::cluster_ctarank", (), dt.dtype("uint32")) == const(j % cluster)
+        loads.append(IfThenElse(mine, load, None, op.span))
     return seq(loads)

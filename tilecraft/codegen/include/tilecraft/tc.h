@@ -12,4 +12,5 @@
 #include "mma.h"
 #include "raster.h"
 #include "tma.h"
+#include "cluster.h"
 #include "wgmma.h"
