@@ -177,6 +177,22 @@ def test_any_input_change_is_a_miss(cache_dir, change):
     assert cache_key(**base) != cache_key(**{**base, **change})
 
 
+def test_an_edited_header_is_a_miss(cache_dir, monkeypatch, tmp_path):
+    # Generated sources include the header library by name: editing a header changes nothing
+    # in the source text, yet the cubin built from the old header must not be served.
+    import shutil
+    from tilecraft.runtime import cache as cache_module, toolchain
+    headers = tmp_path / "include"
+    shutil.copytree(toolchain.INCLUDE_DIR, headers)
+    monkeypatch.setattr(toolchain, "INCLUDE_DIR", str(headers))
+    monkeypatch.setattr(cache_module, "_headers", [])
+    before = cache_key("src", "sm_90a")
+    with open(headers / "tilecraft" / "sync.h", "a") as f:
+        f.write("\n// edited\n")
+    monkeypatch.setattr(cache_module, "_headers", [])
+    assert cache_key("src", "sm_90a") != before
+
+
 def test_disk_entry_layout(cache_dir):
     KernelCache().get_or_compile("src", "sm_80", (), {"config": [1, 2]}, Counting())
     key = cache_key("src", "sm_80", (), {"config": [1, 2]})

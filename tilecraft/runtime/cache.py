@@ -3,7 +3,7 @@
 nvcc costs about half a second per kernel; a program that builds the same kernel again (in the
 same process or the next run) should not pay it twice. The key is the SHA-256 of everything the
 cubin depends on (DESIGN.md decision 8): the CUDA source, the arch, the nvcc flags, tilecraft's
-version, nvcc's version, and whatever the caller adds in `extra` (the kernel IR text and its
+version, the contents of the header library it includes, nvcc's version, and whatever the caller adds in `extra` (the kernel IR text and its
 config), so a change in any of them is a miss, never a stale hit.
 
 On disk an entry is a folder `<dir>/<key[:2]>/<key>/` with `kernel.cubin`, `kernel.cu` (for
@@ -52,11 +52,32 @@ def _not_json(value):
                     "strings, numbers, lists and dicts in `extra`")
 
 
+_headers: list = []
+
+
+def headers_digest() -> str:
+    """SHA-256 of the header library's files (names and contents). Generated sources include
+    the headers by name, so an edited header with an unchanged source must still miss."""
+    if not _headers:
+        from .toolchain import INCLUDE_DIR
+        h = hashlib.sha256()
+        for folder, dirs, files in os.walk(INCLUDE_DIR):
+            dirs.sort()
+            for name in sorted(files):
+                path = os.path.join(folder, name)
+                h.update(os.path.relpath(path, INCLUDE_DIR).encode() + b"\0")
+                with open(path, "rb") as f:
+                    h.update(f.read() + b"\0")
+        _headers.append(h.hexdigest())
+    return _headers[0]
+
+
 def cache_key(source: str, arch: str, flags=(), extra=None) -> str:
     """The content address of a compilation: SHA-256 over everything the cubin depends on."""
     from .. import __version__
     parts = {"source": source, "arch": arch, "flags": list(flags), "tilecraft": __version__,
-             "nvcc": nvcc_version(), "extra": extra if extra is not None else {}}
+             "headers": headers_digest(), "nvcc": nvcc_version(),
+             "extra": extra if extra is not None else {}}
     text = json.dumps(parts, sort_keys=True, default=_not_json)
     return hashlib.sha256(text.encode()).hexdigest()
 
