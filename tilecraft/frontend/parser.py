@@ -22,9 +22,28 @@ from ..ir.buffer import Buffer, LOCAL_VAR
 from ..ir.expr import BufferLoad, Expr
 from ..ir.stmt import Allocate, BufferStore, Evaluate, IfThenElse, Kernel, stmts_of
 
+_SOURCES: dict = {}
+_SOURCES_KEPT = 256
+
+
 class Source:
     """The parsed source of one Python function, with the offsets that map AST positions back
     to the user's file."""
+
+    @classmethod
+    def of(cls, func) -> "Source":
+        """The parsed source of func, read and parsed once per code object: a jit factory
+        defines its prim_func anew at every call (every configuration an autotuner tries), but
+        always from the same `def`, so the text and tree are the same. The tree is only read."""
+        code = getattr(func, "__code__", None)
+        found = _SOURCES.get(code) if code is not None else None
+        if found is None:
+            found = cls(func)
+            if code is not None:
+                if len(_SOURCES) >= _SOURCES_KEPT:
+                    _SOURCES.pop(next(iter(_SOURCES)))
+                _SOURCES[code] = found
+        return found
 
     def __init__(self, func):
         try:
@@ -81,7 +100,7 @@ class Scope:
 class Parser(ExpressionEvaluator):
     def __init__(self, func, source: Source | None = None):
         self.func = func
-        self.source = source or Source(func)
+        self.source = source or Source.of(func)
         self.scope = Scope(func)
 
     def span(self, node):
@@ -334,7 +353,7 @@ def parse_prim_func(func, param_values: dict):
 def inline_macro(func, args, kwargs, source_cache: dict):
     """Run a T.macro's body at the call site, in the caller's builder."""
     b = bld.active(f"macro {func.__name__}", need_kernel=False)
-    source = source_cache.get(func) or Source(func)
+    source = source_cache.get(func) or Source.of(func)
     source_cache[func] = source
     parser = Parser(func, source)
     signature = inspect.signature(func)

@@ -97,7 +97,7 @@ def _param_value(name: str, annotation, span):
 
 def build_prim_func(func) -> PrimFunc:
     from ..frontend.parser import Parser, Source, parse_prim_func
-    source = Source(func)
+    source = Source.of(func)
     node = source.func_node
     if not isinstance(node, ast.FunctionDef):
         raise TileError("@T.prim_func decorates a function definition", source.span(node))
