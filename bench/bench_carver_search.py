@@ -9,9 +9,12 @@ measured among the cost model's top 5% of the legal ones, their ratio, and wheth
 
     python bench/bench_carver_search.py [--shapes 512x1024x8192,...] [--max-configs N]
                                         [--workers 16] [--out dir] [--dry-run]
+                                        [--rerank bench/results/<date>_carver_search.json]
 
 --dry-run needs no GPU: it compiles and predicts a few configurations per shape for sm_90a and
-prints what it would measure.
+prints what it would measure. --rerank FILE.json needs neither a GPU nor nvcc: it predicts every
+row of a stored search again with the current cost model and reports, per shape, whether the
+new top 5% holds a config within 2% of the measured best.
 """
 import argparse
 import datetime
@@ -146,6 +149,43 @@ def summarize(shape, rows: list, torch_tflops=None) -> dict:
             "max_rel_error": max((r["rel_error"] for r in ok), default=None)}
 
 
+def rerank(path: str, shapes=None) -> list:
+    """The stored measurements of `path` ranked by the current cost model: one summary per
+    shape (as `summarize`), with every row's prediction replaced by today's. The verdict
+    (status) and the measured times stay those of the stored run."""
+    with open(path) as f:
+        stored = json.load(f)
+    by_shape: dict = {}
+    for r in stored["rows"]:
+        by_shape.setdefault(r["shape"], []).append(r)
+    wanted = [shape_text(s) for s in shapes] if shapes else list(by_shape)
+    summaries = []
+    for text in wanted:
+        shape = tuple(int(x) for x in text.split("x"))
+        rows = []
+        for r in by_shape.get(text, []):
+            pred = predict_one(underlying(matmul), shape, {}, r["config"], COST_TARGET)
+            rows.append({**r, "predicted_s": pred.time if math.isfinite(pred.time) else None,
+                         "model_reason": pred.reason, "model_smem": pred.smem,
+                         "model_regs": pred.regs})
+        summaries.append(summarize(shape, rows))
+    return summaries
+
+
+def rerank_table(summaries) -> str:
+    hits = sum(s["within_2pct"] for s in summaries)
+    lines = [f"current cost model ({COST_TARGET}): the top 5% holds a config within 2% of the "
+             f"measured best for {hits} of {len(summaries)} shapes",
+             "| shape | best config | best TFLOP/s | model rank of best | top-5% (k) best "
+             "config | TFLOP/s | ratio | within 2% |", "|---|---|---|---|---|---|---|---|"]
+    for s in summaries:
+        lines.append(f"| {s['shape']} | {_cfg(s['best_config'])} | {_num(s['best_tflops'])} | "
+                     f"{s['best_model_rank'] or '-'} | ({s['top_k']}) {_cfg(s['top_config'])} "
+                     f"| {_num(s['top_tflops'])} | {_num(s['ratio'], 3)} | "
+                     f"{'yes' if s['within_2pct'] else 'no'} |")
+    return "\n".join(lines)
+
+
 def gpu_ms(torch, fn, warmup: int, rep: int) -> float:
     """Median CUDA-event milliseconds of fn() over rep runs after warmup (see SPIN_CYCLES)."""
     for _ in range(warmup):
@@ -275,7 +315,14 @@ def main(argv=None):
                    help="compile and predict for sm_90a without a GPU; measure nothing")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--rep", type=int, default=5)
+    p.add_argument("--rerank", metavar="JSON", default=None,
+                   help="re-rank the measurements stored in a results json with the current "
+                        "cost model (no GPU, no nvcc) and print the verdict per shape")
     args = p.parse_args(argv)
+    if args.rerank:
+        summaries = rerank(args.rerank, parse_shapes(args.shapes) if args.shapes else None)
+        print(rerank_table(summaries), flush=True)
+        return summaries
     shapes = parse_shapes(args.shapes)
     cap = args.max_configs if args.max_configs is not None else (
         DRY_RUN_CONFIGS if args.dry_run else None)

@@ -42,7 +42,7 @@ def _check_fits(cands, target):
         assert res.blocks_per_sm * (res.smem_per_block + t.smem_reserved_per_block) <= \
             t.smem_per_sm or res.smem_per_block == 0
         assert res.blocks_per_sm * res.threads <= t.max_threads_per_sm
-        assert res.blocks_per_sm * res.threads * res.regs_per_thread <= t.regs_per_sm
+        assert res.blocks_per_sm * res.regs_per_block <= t.regs_per_sm
 
 
 def test_targets_are_complete():
@@ -112,7 +112,9 @@ def test_small_tiles_are_predicted_slower_on_8192_cube():
     best = recommend(gemm.matmul, args, {"block_M": [16, 32, 64, 128], "block_N": [16, 32, 64,
                                          128], "threads": [32, 128]}, top=1)[0]
     assert best.config["block_M"] >= 64 and best.config["block_N"] >= 64
-    assert best.cost.bound in ("smem", "tensor", "l2")
+    # On sm_90a's wgmma path a 128 x 128 tile without a rasterizing swizzle waits on HBM.
+    assert best.cost.bound in ("smem", "tensor", "l2", "hbm") and best.cost.bound == max(
+        best.cost.terms, key=best.cost.terms.get)
 
 
 def test_elementwise_kernel_is_hbm_bound():

@@ -60,6 +60,9 @@ class AutotuneResult:
     key: str | None = None
     from_cache: bool = False
     ref_latency: float | None = field(default=None)
+    # Wall seconds of each phase of the run ("predict", "compile", "measure"); empty when
+    # the result came from the tuning cache.
+    phases: dict = field(default_factory=dict)
 
     @property
     def best_config(self) -> dict:

@@ -206,6 +206,28 @@ def predict_one(fn, args: tuple, kwargs: dict, config: dict, target: str,
                       config.get("num_stages") or 0)
 
 
+def predict_best(fn, problem: Problem, configs: list, target: str,
+                 fraction: float) -> list[Prediction]:
+    """Predictions for a recommended search that is pruned to `fraction`: the best fraction of
+    the configurations the model cannot reject before planning are predicted exactly as
+    predict_one does, the rest get a lower bound on their time (carver.search), which ranks
+    them after every one of those."""
+    from ..carver.search import best_candidates
+    full = [problem.call_kwargs(c) for c in configs]
+    cands = best_candidates(fn, problem.args, full, target, fraction=fraction)
+    out = []
+    for config, cand in zip(configs, cands):
+        if cand.ok:
+            res = cand.cost.resources
+            out.append(Prediction(cand.time, "", res.smem_per_block, res.regs_per_thread,
+                                  config.get("num_stages") or 0))
+        elif cand.bound is not None:
+            out.append(Prediction(cand.bound, "", stages=config.get("num_stages") or 0))
+        else:
+            out.append(Prediction(math.inf, cand.reason or "illegal"))
+    return out
+
+
 def grid(space_: dict) -> list[dict]:
     """Every combination of a {parameter: [values]} space, in product order."""
     names = list(space_)

@@ -10,6 +10,7 @@ is logged in one line and skipped; only when every candidate fails is that an er
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass
 
 from .. import knobs, target as targets
@@ -84,12 +85,16 @@ def run(tuned, problem: space.Problem, configs: list | None) -> AutotuneResult:
         if cached is not None:
             return cached
 
+    phases, clock = {}, time.perf_counter()
     with workers.Workers(s.max_workers) as pool:
         trials = _candidates(tuned, problem, candidates, configs is None, fraction, cost_target,
                              pool)
+        phases["predict"], clock = time.perf_counter() - clock, time.perf_counter()
         kept = [t for t in trials if not t.status]
         kernels = _compile(tuned, problem, kept, backend, arch, pool)
+    phases["compile"], clock = time.perf_counter() - clock, time.perf_counter()
     inputs = _measure(tuned, [(t, kernels[id(t)]) for t in kept if id(t) in kernels])
+    phases["measure"] = time.perf_counter() - clock
     ok = [t for t in trials if t.ok]
     if not ok:
         raise TileError(_all_failed(name, problem, trials), span)
@@ -99,7 +104,7 @@ def run(tuned, problem: space.Problem, configs: list | None) -> AutotuneResult:
     if s.ref_prog is not None and s.measure is None:
         ref_latency = measuring.time_reference(kernel, s.ref_prog, inputs, s.warmup, s.rep)
     result = AutotuneResult(name, problem.describe(), device, best.config, best.latency_ms,
-                            trials, kernel, key, False, ref_latency)
+                            trials, kernel, key, False, ref_latency, phases)
     if key is not None:
         store.save(key, parts, result)
     return _finish(tuned, result)
@@ -159,7 +164,14 @@ def _candidates(tuned, problem, configs, recommended, fraction, cost_target, poo
     trials = [Trial(c) for c in configs]
     if not recommended and fraction >= 1.0:
         return trials
-    predictions = _predict(tuned, problem, configs, cost_target, pool)
+    if recommended and fraction < 1.0:
+        # Only the best fraction is measured: plan just what can reach it (carver.search).
+        with Progress(len(configs), f"predict {name}", tuned.settings.verbose) as bar:
+            predictions = space.predict_best(tuned.factory, problem, configs, cost_target,
+                                             fraction)
+            bar.update(len(configs))
+    else:
+        predictions = _predict(tuned, problem, configs, cost_target, pool)
     for trial, p in zip(trials, predictions):
         trial.predicted_s = p.time
         if p.reason:

@@ -1,7 +1,9 @@
 """The roofline cost model (paper section 4.2) over a specialized kernel's FTG.
 
 For one launch, counts.py gives the bytes each memory level moves and the operations each
-compute unit performs. This module adds what the target can hold (shared memory, registers,
+compute unit performs, for the program the compiler builds for the target's arch (`plan`: on
+sm_90a wgmma where a gemm fits and a TMA producer warpgroup for pipelined loops, else
+ldmatrix + mma.sync and cp.async). This module adds what the target can hold (shared memory, registers,
 threads: blocks per SM, occupancy, waves) and turns the counts into time:
 
     t = max_i(bytes_i / BW_i, ops_j / P_j) + t_intrinsic
@@ -33,7 +35,7 @@ from ..ir.ftg import FTG
 from ..ir.stmt import Allocate, Kernel, PrimFunc
 from ..ir.tileop import Copy, Gemm
 from ..ir.visitor import walk
-from .counts import LaunchCounts, _stages, count_launch
+from .counts import MMA_DTYPES, LaunchCounts, _stages, tile_counts, with_hbm_reads
 from .targets import Target, get_target
 
 REG_OVERHEAD = 32      # addresses, loop counters, indices, predicates (estimate)
@@ -52,7 +54,9 @@ class Resources:
     fits: bool
     problems: list = field(default_factory=list)
     placement: list = field(default_factory=list)  # (buffer, scope, bytes per block, note)
-    warp_partitions: list = field(default_factory=list)  # (C buffer, policy, wm, wn)
+    warp_partitions: list = field(default_factory=list)  # (C buffer, policy, split M, N)
+    producer_threads: int = 0  # the TMA producer warpgroup of a warp-specialized kernel
+    regs_per_block: int = 0    # registers the SM allocates for one block (all roles)
 
     @property
     def warps_per_sm(self) -> int:
@@ -138,21 +142,55 @@ def _fragment_regs(b, layouts, threads: int) -> int:
     return math.ceil(per_thread * words_per)
 
 
-def _warps_of(layouts, threads):
+def gemm_planner(threads: int, arch: str):
+    """gemm_plan for counts.charge: (instruction, split along M, split along N) of each gemm as
+    the compiler lowers it for `threads` consumer threads: the instruction infer_instructions
+    recorded, or (on a tile program) the one it would choose, wgmma on sm_90a where the gemm
+    fits; warpgroups for wgmma, warps for mma.sync."""
+    from ..passes.infer_layouts import _gemm_dims
     from ..tileops.gemm import warp_partition
+    from ..tileops.wgmma import wgmma_partition, wgmma_unfit_reason
 
     def of(op: Gemm, m, n):
-        return warp_partition(op, m, n, threads)  # what infer_layouts records for the op
+        choice = op.instruction or ("wgmma" if arch in WGMMA_ARCHS and wgmma_unfit_reason(
+            op, _gemm_dims(op), threads) is None else "mma")
+        if choice == "wgmma":
+            split = wgmma_partition(op, m, n, threads)
+            if split is not None:
+                return ("wgmma",) + tuple(split)
+        return ("mma",) + tuple(warp_partition(op, m, n, threads))
     return of
 
 
+def _register_roles(t: Target, consumer: int, producer: int, regs: int, problems: list):
+    """(registers per thread the SM allocates for the block, the block's register total).
+
+    Without a producer every thread gets the consumers' count. A warp-specialized kernel is
+    emitted with __launch_bounds__(T + 128, 1); from 384 threads on it also shares the file
+    between roles with setmaxnreg, for which ptxas fixes the count at entry to what those
+    bounds allow (the whole file over the block's threads): the block then holds every register
+    of the SM, one block per SM, and the consumers may grow to warp_specialize's setmaxnreg."""
+    from ..passes.warp_specialize import consumer_registers
+    threads = consumer + producer
+    grown = consumer_registers(consumer) if producer else None
+    if grown is not None:
+        if regs > grown:
+            problems.append(f"about {regs} registers per consumer thread > {grown} (setmaxnreg)")
+        entry = min(t.max_regs_per_thread, t.regs_per_sm // threads // REG_GRANULE * REG_GRANULE)
+        return entry, t.regs_per_sm
+    per = min(regs, t.max_regs_per_thread)
+    warps = math.ceil(threads / 32)
+    return per, warps * math.ceil(per * 32 / 256) * 256
+
+
 def resources(kernel: Kernel, ftg: FTG, target: Target, layouts=None,
-              smem_bytes: int | None = None) -> Resources:
+              smem_bytes: int | None = None, producer_threads: int = 0) -> Resources:
     """What one block needs and how many fit on an SM. smem_bytes: the planned arena (with
     reuse between tiles whose lifetimes do not meet); without it, the sum of the tiles with
-    their pipeline versions."""
+    their pipeline versions. producer_threads: the warpgroup warp specialization adds."""
     t = target
-    threads = kernel.num_threads
+    consumer = kernel.num_threads
+    threads = consumer + producer_threads
     stages = _shared_stages(ftg)
     smem, regs, placement, problems = 0, REG_OVERHEAD, [], []
     for b in _allocated(kernel):
@@ -163,20 +201,23 @@ def resources(kernel: Kernel, ftg: FTG, target: Target, layouts=None,
             smem += nbytes * k
             placement.append((b.name, "shared", nbytes * k, f"x{k} stages" if k > 1 else ""))
         elif b.scope in (FRAGMENT, LOCAL):
-            r = (_fragment_regs(b, layouts, threads) if b.scope == FRAGMENT
+            r = (_fragment_regs(b, layouts, consumer) if b.scope == FRAGMENT
                  else math.ceil(math.prod(shape or (1,)) * b.dtype.bits / 32))
             regs += r
             placement.append((b.name, "registers", nbytes, f"{r} regs/thread"))
     partitions, staging = [], 0
-    warps_of = _warps_of(layouts, threads)
+    plan_of = gemm_planner(consumer, t.arch)
     from ..passes.infer_layouts import _gemm_dims
     for node in ftg.nodes:
         if isinstance(node.stmt, Gemm):
             op = node.stmt
             m, n, _ = _gemm_dims(op)
-            wm, wn = warps_of(op, m, n)
-            partitions.append((op.C.buffer.name, op.policy.name, wm, wn))
-            staging = max(staging, (m // wm // 16) * 4 + (n // wn // 8) * 2)
+            instruction, sm, sn = plan_of(op, m, n)
+            partitions.append((op.C.buffer.name, op.policy.name, sm, sn))
+            if instruction == "mma":
+                # ldmatrix stages each warp's A and B fragments of one k16 step in registers;
+                # wgmma reads shared operands straight from their descriptors.
+                staging = max(staging, (m // sm // 16) * 4 + (n // sn // 8) * 2)
     regs = math.ceil((regs + staging) / REG_GRANULE) * REG_GRANULE
     if smem_bytes is not None:
         smem = smem_bytes
@@ -187,8 +228,7 @@ def resources(kernel: Kernel, ftg: FTG, target: Target, layouts=None,
                         "per block")
     if regs > t.max_regs_per_thread:
         problems.append(f"about {regs} registers per thread > {t.max_regs_per_thread}")
-    warps = math.ceil(threads / 32)
-    regs_block = warps * math.ceil(min(regs, t.max_regs_per_thread) * 32 / 256) * 256
+    _, regs_block = _register_roles(t, consumer, producer_threads, regs, problems)
     limits = {"blocks": t.max_blocks_per_sm, "threads": t.max_threads_per_sm // threads,
               "registers": t.regs_per_sm // regs_block,
               "shared": (t.smem_per_sm // (smem + t.smem_reserved_per_block)) if smem else
@@ -198,24 +238,45 @@ def resources(kernel: Kernel, ftg: FTG, target: Target, layouts=None,
     if bps == 0 and not problems:
         problems.append(f"no block fits on an SM ({limit})")
     return Resources(threads, smem, regs, bps, limit, not problems, problems, placement,
-                     partitions)
+                     partitions, producer_threads, regs_block)
 
 
 # --- time -----------------------------------------------------------------------------
 
-def estimate_launch(kernel: Kernel, target, layouts=None, smem_bytes=None) -> Cost:
+def tensor_seconds(lc: LaunchCounts, t: Target, fallback_dtype: str) -> float:
+    """Tensor-core time of the launch on the whole chip at full issue: every gemm's FLOPs at
+    the rate of the instruction it runs on (mma.sync is slower than wgmma on sm_90)."""
+    total = 0.0
+    for c in lc.nodes:
+        if c.tensor_flops and c.executions:
+            rate = t.tensor_rate(c.dtype or fallback_dtype) or t.tensor_rate("float16")
+            if c.instruction == "mma":
+                rate *= t.mma_sync_fraction
+            total += c.tensor_flops * c.executions / rate
+    return total
+
+
+def estimate_launch(kernel: Kernel, target, layouts=None, smem_bytes=None,
+                    producer_threads: int = 0, tiles=None) -> Cost:
+    """The model for one launch. tiles: its counts.tile_counts, when already computed."""
     t = get_target(target)
     ftg = FTG(kernel)
-    res = resources(kernel, ftg, t, layouts, smem_bytes)
+    res = resources(kernel, ftg, t, layouts, smem_bytes, producer_threads)
     bps = max(1, res.blocks_per_sm)
-    lc: LaunchCounts = count_launch(kernel, ftg, _warps_of(layouts, res.threads),
-                                    t.num_sms * bps, t.l2_bytes)
+    if tiles is None:
+        tiles = tile_counts(kernel, ftg, gemm_planner(kernel.num_threads, t.arch))
+    lc: LaunchCounts = with_hbm_reads(tiles, t.num_sms * bps, t.l2_bytes)
+    return _time(t, kernel, res, lc, bps)
+
+
+def _time(t: Target, kernel: Kernel, res: Resources, lc: LaunchCounts, bps: int) -> Cost:
     blocks = lc.num_blocks
     waves = math.ceil(blocks / (t.num_sms * bps))
     active_sms = min(t.num_sms, blocks)
     resident = min(bps, math.ceil(blocks / t.num_sms))
     tail = math.ceil(blocks / t.num_sms) * t.num_sms / blocks
-    pipes = min(1.0, resident * res.threads / 32 / 4)
+    # Only the warps that compute issue math: a producer warpgroup moves data.
+    pipes = min(1.0, resident * (res.threads - res.producer_threads) / 32 / 4)
     inflight = lc.inflight_per_block * resident * active_sms
     bw = {"hbm": min(t.hbm_bw, inflight / t.dram_latency_s) if inflight else t.hbm_bw,
           "l2": min(t.l2_bw, inflight / t.l2_latency_s) if inflight else t.l2_bw,
@@ -223,8 +284,8 @@ def estimate_launch(kernel: Kernel, target, layouts=None, smem_bytes=None) -> Co
     hbm = lc.hbm_read + lc.hbm_write
     terms = {"hbm": hbm / bw["hbm"], "l2": lc.l2_bytes / bw["l2"],
              "smem": lc.smem_bytes / t.smem_bw * tail}
-    tc_rate = _tensor_rate(t, kernel)
-    terms["tensor"] = lc.tensor_flops / (tc_rate * pipes) * tail if lc.tensor_flops else 0.0
+    tc = tensor_seconds(lc, t, _tensor_dtype(kernel))
+    terms["tensor"] = tc / pipes * tail if lc.tensor_flops else 0.0
     terms["cuda"] = lc.cuda_ops / (t.cuda_rate() * pipes) * tail
     terms["sfu"] = lc.sfu_ops / (t.sfu_ops * pipes) * tail
     overlapped = lc.pipelined or resident >= 2
@@ -239,30 +300,40 @@ def estimate_launch(kernel: Kernel, target, layouts=None, smem_bytes=None) -> Co
                 t_roof, t_intr, t_roof + t_intr, bound, overlapped, bw, [lc])
 
 
-def _tensor_rate(t: Target, kernel: Kernel) -> float:
+def _tensor_dtype(kernel: Kernel) -> str:
     for n in walk(kernel.body):
-        if isinstance(n, Gemm):
-            rate = t.tensor_rate(n.A.buffer.dtype.name)
-            if rate:
-                return rate
-    return t.tensor_rate("float16")
+        if isinstance(n, Gemm) and n.A.buffer.dtype.name in MMA_DTYPES:
+            return n.A.buffer.dtype.name
+    return "float16"
 
 
-def plan(func: PrimFunc) -> list:
-    """(kernel, LayoutMap, planned shared bytes) per launch: layouts inferred on the tile
-    program, the shared arena planned as the sm_80 pipeline does it (pipeline versions, reuse).
-    Raises TileError when the configuration does not build."""
+WGMMA_ARCHS = ("sm_90a",)
+
+
+def plan(func: PrimFunc, target="h100") -> list:
+    """(tile kernel, LayoutMap, planned shared bytes, producer threads) per launch, as the
+    compiler builds it for the target's arch: on sm_90a the instruction of every gemm (wgmma
+    where it fits) and warp specialization of TMA-fed pipelined loops, then (every arch)
+    cp.async pipelining of the other loops, layouts and the shared arena (versions, barriers,
+    reuse). The tile kernels carry the chosen instructions. Raises TileError when the
+    configuration does not build."""
+    from ..passes.infer_instructions import infer_instructions
     from ..passes.infer_layouts import infer_layouts
     from ..passes.infer_pipeline import infer_pipeline
     from ..passes.pipeline_loops import pipeline_loops
     from ..passes.plan_shared_memory import plan_shared_memory
-    kernels = func.kernels()
-    planned = plan_shared_memory(infer_layouts(pipeline_loops(infer_pipeline(func))))
-    # Fragments keep their identity through pipelining, so the planned program's layout maps
-    # serve the tile program's fragments; gemm warp splits are recomputed from the policy.
-    layouts = [k.attrs.get("layouts") for k in planned.kernels()]
-    smem = [k.attrs.get("smem_bytes") for k in planned.kernels()]
-    return list(zip(kernels, layouts, smem))
+    from ..passes.warp_specialize import warp_specialize
+    arch = get_target(target).arch
+    tile = infer_instructions(func, arch)
+    staged = infer_pipeline(tile)
+    if arch in WGMMA_ARCHS:
+        staged = warp_specialize(staged, arch)
+    planned = plan_shared_memory(infer_layouts(pipeline_loops(staged)))
+    # Fragments keep their identity through these passes, so the planned program's layout
+    # maps serve the tile program's fragments; gemm splits are recomputed from the policy.
+    return [(k, p.attrs.get("layouts"), p.attrs.get("smem_bytes"),
+             p.attrs.get("producer_threads", 0))
+            for k, p in zip(tile.kernels(), planned.kernels())]
 
 
 def estimate(func, target="h100", planned: list | None = None) -> Cost:
@@ -270,8 +341,8 @@ def estimate(func, target="h100", planned: list | None = None) -> Cost:
     or a single Kernel (layouts then estimated as elements / threads per fragment)."""
     if isinstance(func, Kernel):
         return estimate_launch(func, target)
-    planned = plan(func) if planned is None else planned
-    costs = [estimate_launch(k, target, lm, smem) for k, lm, smem in planned]
+    planned = plan(func, target) if planned is None else planned
+    costs = [estimate_launch(k, target, lm, smem, producer) for k, lm, smem, producer in planned]
     return costs[0] if len(costs) == 1 else _combine(costs)
 
 

@@ -14,8 +14,10 @@ causal attention's do), summed over the grid.
   reuse across waves unless the tensor is at most half the L2, in which case it is fetched from
   HBM at most once in total. Stores go to HBM once. Element accesses to global buffers inside
   T.Parallel nests are charged per element, without reuse.
-- Shared memory: a copy into (out of) a shared buffer writes (reads) its tile; a gemm reads
-  its shared A once per warp column and its shared B once per warp row of its warp partition;
+- Shared memory: a copy into (out of) a shared buffer writes (reads) its tile; a gemm on
+  mma.sync reads its shared A once per warp column and its shared B once per warp row of its
+  warp partition (ldmatrix); a gemm on wgmma reads A once per warpgroup column and B once per
+  64 rows of the tile (every m64nNk16 instruction reads its operands from shared memory);
   element accesses to shared buffers in T.Parallel nests and reductions are charged per
   element.
 - Tensor cores: a gemm with fp16 / bf16 operands does 2*M*N*K FLOPs per execution; other
@@ -29,6 +31,7 @@ causal attention's do), summed over the grid.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -42,8 +45,10 @@ from ..ir.ftg import FTG
 from ..ir.stmt import BufferStore, For, Kernel
 from ..ir.tileop import Atomic, Copy, CumSum, Fill, Gemm, Reduce, UseSwizzle
 from ..ir.visitor import walk
+from .l2model import fetched_tiles, grid_indices
 
 MMA_DTYPES = ("float16", "bfloat16")
+WGMMA_M = 64   # rows of one wgmma instruction (m64nNk16)
 _SFU_ONE = {"exp2": 0, "log2": 0, "rsqrt": 0, "sqrt": 0, "sin": 0, "cos": 0, "tanh": 0,
             "exp": 1, "log": 1, "exp10": 1, "log10": 1, "log1p": 2, "tan": 1, "pow": 2}
 _SFU_MORE = {"sigmoid": (2, 2), "erf": (1, 8)}  # (SFU ops, lane ops)
@@ -64,6 +69,8 @@ class NodeCount:
     cuda_ops: int = 0
     sfu_ops: int = 0
     buffer: object = None          # the global buffer loaded, if any
+    instruction: str = ""          # a gemm's tensor-core instruction ("mma" / "wgmma")
+    dtype: str = ""                # a gemm's operand dtype (its tensor-core rate)
 
 
 @dataclass
@@ -110,31 +117,18 @@ class _Env:
         return np.broadcast_to(v, (self.n,))
 
 
-def _rasterize(panel: int, order: str, gx: int, gy: int, bx, by):
-    """T.use_swizzle's block -> tile map (tilecraft/codegen/include/tilecraft/raster.h)."""
-    lin = by * gx + bx
-    if order == "row":
-        p, o = np.divmod(lin, panel * gx)
-        rows = np.minimum(panel, gy - p * panel)
-        x, y = o // rows, p * panel + o % rows
-        return np.where(p % 2 == 1, gx - 1 - x, x), y
-    p, o = np.divmod(lin, panel * gy)
-    cols = np.minimum(panel, gx - p * panel)
-    y, x = o // cols, p * panel + o % cols
-    return x, np.where(p % 2 == 1, gy - 1 - y, y)
+def _swizzle_of(kernel: Kernel):
+    return next((s for s in walk(kernel.body) if isinstance(s, UseSwizzle) and s.enable), None)
 
 
-def block_env(kernel: Kernel) -> tuple[_Env, tuple]:
+def block_env(kernel: Kernel, swz=None) -> tuple[_Env, tuple]:
     grid = tuple(static_int(g, "grid extent") for g in kernel.grid)
-    dims = list(grid) + [1] * (3 - len(grid))
-    n = int(np.prod(dims))
-    lin = np.arange(n, dtype=np.int64)
-    idx = [lin % dims[0], (lin // dims[0]) % dims[1], lin // (dims[0] * dims[1])]
-    swz = next((s for s in walk(kernel.body) if isinstance(s, UseSwizzle) and s.enable), None)
-    if swz is not None and swz.panel_size > 0 and len(grid) >= 2:
-        idx[0], idx[1] = _rasterize(swz.panel_size, swz.order, dims[0], dims[1], idx[0], idx[1])
+    dims = tuple(list(grid) + [1] * (3 - len(grid)))
+    raster = (swz.panel_size, swz.order) if (swz is not None and swz.panel_size > 0
+                                             and len(grid) >= 2) else (0, "")
+    idx = grid_indices(dims, *raster)
     env = {id(v): idx[d] for d, v in enumerate(kernel.block_vars)}
-    return _Env(env, n), grid
+    return _Env(env, int(np.prod(dims))), grid
 
 
 def _region_elems(region: BufferRegion, clip: bool) -> int:
@@ -202,8 +196,9 @@ def _parallel(node, loop: For, c: NodeCount):
     c.gmem_store *= elems
 
 
-def charge(node, warps_of) -> NodeCount:
-    """Per-execution charges of one FTG node. warps_of(gemm) -> (warps along M, along N)."""
+def charge(node, gemm_plan) -> NodeCount:
+    """Per-execution charges of one FTG node. gemm_plan(gemm, m, n) -> (instruction, split
+    along M, split along N): warps for "mma", warpgroups for "wgmma"."""
     s = node.stmt
     c = NodeCount(node.index, node.kind)
     if isinstance(s, Copy):
@@ -226,11 +221,23 @@ def charge(node, warps_of) -> NodeCount:
             c.tensor_flops = 2 * m * n * k
         else:
             c.cuda_ops = m * n * k
-        wm, wn = warps_of(s, m, n)
-        if is_shared(s.A.buffer.scope):
-            c.smem += m * k * s.A.buffer.dtype.bytes * wn
-        if is_shared(s.B.buffer.scope):
-            c.smem += k * n * s.B.buffer.dtype.bytes * wm
+        instruction, sm, sn = gemm_plan(s, m, n)
+        c.instruction, c.dtype = instruction, s.A.buffer.dtype.name
+        a_bytes, b_bytes = s.A.buffer.dtype.bytes, s.B.buffer.dtype.bytes
+        if instruction == "wgmma":
+            # Each m64nNk16 instruction reads its A rows (64 x 16) and its whole B slice
+            # (16 x N of its warpgroup) from shared memory: A once per warpgroup column, B
+            # once per 64 rows of the tile, whatever the split.
+            if is_shared(s.A.buffer.scope):
+                c.smem += m * k * a_bytes * sn
+            c.smem += (m // WGMMA_M) * k * n * b_bytes
+        else:
+            # ldmatrix: every warp loads its A rows and B columns, so A is read once per
+            # warp column and B once per warp row.
+            if is_shared(s.A.buffer.scope):
+                c.smem += m * k * a_bytes * sn
+            if is_shared(s.B.buffer.scope):
+                c.smem += k * n * b_bytes * sm
     elif isinstance(s, (Reduce, CumSum)):
         elems = _region_elems(s.src, clip=False)
         abs_kind = isinstance(s, Reduce) and s.kind.startswith("abs")
@@ -263,31 +270,31 @@ def charge(node, warps_of) -> NodeCount:
     return c
 
 
-def _group_ids(columns) -> np.ndarray:
-    """Dense ids of the distinct rows of integer columns (0 .. groups-1)."""
-    key = np.zeros(len(columns[0]), dtype=np.int64)
-    for col in columns:
-        _, ids = np.unique(col, return_inverse=True)
-        key = key * (int(ids.max()) + 1) + ids.reshape(-1)
-        _, key = np.unique(key, return_inverse=True)
-        key = key.reshape(-1)
-    return key
-
-
 def _trip_counts(env: _Env, loops) -> tuple[np.ndarray, dict]:
     """Executions per block of a body inside `loops` (outermost first), and an environment
     with each loop variable at its first value (for tile origins). An inner bound that depends
     on an outer loop variable is taken at the outer loop's middle iteration."""
-    it = np.ones(env.n, dtype=np.int64)
+    it = 1
     mid, first = dict(env.env), dict(env.env)
     for loop in loops:
-        here = _Env(mid, env.n)
-        extent = np.maximum(here.eval(loop.extent), 0)
-        start = here.eval(loop.start)
+        extent, start = _static_or_none(loop.extent), _static_or_none(loop.start)
+        if extent is None or start is None:  # depends on block indices or outer loops
+            here = _Env(mid, env.n)
+            extent = np.maximum(here.eval(loop.extent), 0)
+            start = here.eval(loop.start)
+            first[id(loop.var)] = _Env(first, env.n).eval(loop.start)
+        else:
+            extent = max(extent, 0)
+            first[id(loop.var)] = start
         it = it * extent
         mid[id(loop.var)] = start + np.maximum(extent - 1, 0) // 2
-        first[id(loop.var)] = _Env(first, env.n).eval(loop.start)
-    return it, first
+    return np.broadcast_to(np.asarray(it, dtype=np.int64), (env.n,)), first
+
+
+def _static_or_none(e):
+    if isinstance(e, int):
+        return e
+    return int(e.value) if isinstance(e, Const) else None
 
 
 def _stages(loop) -> int:
@@ -297,16 +304,32 @@ def _stages(loop) -> int:
     return int(n.value) if isinstance(n, Const) else int(n or 1)
 
 
-def count_launch(kernel: Kernel, ftg: FTG, warps_of, wave_blocks: int,
-                 l2_bytes: int) -> LaunchCounts:
-    """Totals of one launch over its grid, with `wave_blocks` blocks resident at a time."""
-    env, grid = block_env(kernel)
+@dataclass
+class _Load:
+    """What the L2 model needs of one global load: its tile origins per block and trips."""
+    count: NodeCount
+    starts: list
+    it: np.ndarray
+    moves: bool
+
+
+@dataclass
+class TileCounts:
+    """The part of a launch's counts that does not depend on how many blocks share an SM:
+    everything but the HBM reads, and the loads the L2 model turns into them."""
+    lc: LaunchCounts
+    loads: list
+    per_block_hbm: float   # element accesses in T.Parallel nests: no reuse, always HBM
+
+
+def tile_counts(kernel: Kernel, ftg: FTG, gemm_plan) -> TileCounts:
+    """Charges and trip counts of every FTG node over the grid (see `charge`)."""
+    swz = _swizzle_of(kernel)
+    env, grid = block_env(kernel, swz)
     lc = LaunchCounts(grid, env.n, kernel.num_threads)
-    wave = np.arange(env.n, dtype=np.int64) // max(1, wave_blocks)
-    per_buffer: dict = {}
-    inflight: dict = {}
+    loads, inflight, direct = [], {}, 0.0
     for node in ftg.nodes:
-        c = charge(node, warps_of)
+        c = charge(node, gemm_plan)
         it, first = _trip_counts(env, node.loops)
         total = int(it.sum())
         c.executions = total
@@ -326,27 +349,49 @@ def count_launch(kernel: Kernel, ftg: FTG, warps_of, wave_blocks: int,
         inflight[key] = inflight.get(key, 0) + c.gmem_load * max(1, stages - 1)
         if c.buffer is None:  # element accesses in a T.Parallel nest: no reuse assumed
             c.hbm_load = float(c.gmem_load * total)
-            lc.hbm_read += c.hbm_load
+            direct += c.hbm_load
             continue
         fenv = _Env(first, env.n)
         starts = [fenv.eval(s) for s in node.stmt.src.starts]
         loop_vars = {id(l.var) for l in node.loops}
         moves = any(_vars_in(s) & loop_vars for s in node.stmt.src.starts)
-        inv = _group_ids([wave] + starts)
-        most = np.zeros(int(inv.max()) + 1, dtype=np.int64)
-        np.maximum.at(most, inv, it)
-        fetched = most.sum() if moves else np.count_nonzero(most)
-        c.hbm_load = float(c.gmem_load * fetched)
+        loads.append(_Load(c, starts, it, moves))
+    lc.loop_phases = sum(c.executions for c, node in zip(lc.nodes, ftg.nodes) if node.loops)
+    lc.inflight_per_block = max(inflight.values(), default=0)
+    lc.swizzle = (swz.panel_size, swz.order) if swz is not None else None
+    return TileCounts(lc, loads, direct)
+
+
+def with_hbm_reads(tc: TileCounts, wave_blocks: int, l2_bytes: int) -> LaunchCounts:
+    """The launch's counts with HBM reads under the L2 model for `wave_blocks` blocks resident
+    at a time (a fresh LaunchCounts: the TileCounts can be reused for another residency)."""
+    src = tc.lc
+    lc = LaunchCounts(src.grid, src.num_blocks, src.threads, [], 0.0, src.hbm_write,
+                      src.l2_bytes, src.smem_bytes, src.tensor_flops, src.cuda_ops, src.sfu_ops,
+                      src.inflight_per_block, src.pipelined, src.loop_phases, src.swizzle)
+    by_node = {id(load.count): load for load in tc.loads}
+    wave = np.arange(lc.num_blocks, dtype=np.int64) // max(1, wave_blocks)
+    per_buffer: dict = {}
+    for c in src.nodes:
+        c = dataclasses.replace(c)
+        lc.nodes.append(c)
+        load = by_node.get(id(src.nodes[len(lc.nodes) - 1]))
+        if load is None:
+            continue
+        c.hbm_load = float(c.gmem_load * fetched_tiles(wave, load.starts, load.it, load.moves))
         entry = per_buffer.setdefault(id(c.buffer), [c.buffer, 0.0])
         entry[1] += c.hbm_load
+    lc.hbm_read = tc.per_block_hbm
     for buffer, modelled in per_buffer.values():
         shape = buffer.static_shape()
         size = int(np.prod(shape)) * buffer.dtype.bytes if shape is not None else None
         if size is not None and size <= l2_bytes // 2:
             modelled = min(modelled, float(size))
         lc.hbm_read += modelled
-    lc.loop_phases = sum(c.executions for c, node in zip(lc.nodes, ftg.nodes) if node.loops)
-    lc.inflight_per_block = max(inflight.values(), default=0)
-    swz = next((s for s in walk(kernel.body) if isinstance(s, UseSwizzle) and s.enable), None)
-    lc.swizzle = (swz.panel_size, swz.order) if swz is not None else None
     return lc
+
+
+def count_launch(kernel: Kernel, ftg: FTG, gemm_plan, wave_blocks: int,
+                 l2_bytes: int) -> LaunchCounts:
+    """Totals of one launch over its grid, with `wave_blocks` blocks resident at a time."""
+    return with_hbm_reads(tile_counts(kernel, ftg, gemm_plan), wave_blocks, l2_bytes)

@@ -2,8 +2,9 @@
 ones, rank them by the cost model's predicted time.
 
 A configuration is legal when its prim_func builds, every gemm tile is a whole number of the
-mma.sync fragment (m16n8k16 for fp16 / bf16: M % 16, N % 8, K % 16), its warps split every
-gemm in whole fragments, layout inference succeeds, and the block's shared memory (planned as
+mma.sync fragment (m16n8k16 for fp16 / bf16: M % 16, N % 8, K % 16), the block splits every
+gemm in whole instructions (warpgroups in m64nNk16 where the compiler picks wgmma, else warps
+in m16n8k16), layout inference succeeds, and the block's shared memory (planned as
 the compiler plans it), registers (estimated from the inferred fragment layouts) and threads
 fit the target. A configuration that raises TileError anywhere on that path is skipped with
 the error as its reason.
@@ -15,7 +16,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from ..errors import TileError
+from ..errors import TileError, span_scope
 from ..ir.buffer import FRAGMENT
 from ..ir.ftg import FTG
 from ..ir.stmt import Allocate, PrimFunc
@@ -42,6 +43,7 @@ class Candidate:
     cost: Cost | None = None
     reason: str = ""          # why it was skipped; empty when legal
     rank: int = 0
+    bound: float | None = None  # left unplanned: a lower bound on its time (carver.search)
 
     @property
     def ok(self) -> bool:
@@ -137,30 +139,68 @@ def _shared_floor(func: PrimFunc, target) -> str:
     return ""
 
 
-def evaluate(factory, args, config: dict, target="h100") -> Candidate:
-    """Build one configuration and predict it; a Candidate with a reason when it is illegal."""
+def _gemm_split_problem(func: PrimFunc, target) -> str:
+    """Reject before planning a gemm the block's warps (mma.sync) or warpgroups (wgmma, where
+    the compiler picks it) cannot split in whole instructions."""
+    from .cost import gemm_planner
+    from ..passes.infer_layouts import _gemm_dims
+    for k in func.kernels():
+        plan_of = gemm_planner(k.num_threads, target.arch)
+        for n in walk(k.body):
+            if isinstance(n, Gemm):
+                m, nn, _ = _gemm_dims(n)
+                plan_of(n, m, nn)  # raises TileError where no split fits
+    return ""
+
+
+def build(factory, args, config: dict, target) -> tuple:
+    """(Candidate, prim_func) for one configuration after the checks that need no compiler
+    pass (the prim_func is None when the configuration is already rejected)."""
     t = get_target(target)
-    fn = underlying(factory)
     cand = Candidate(dict(config))
     try:
-        func = fn(*args, **config)
+        func = underlying(factory)(*args, **config)
         if not isinstance(func, PrimFunc):
             cand.reason = f"the factory returned {type(func).__name__}, not a prim_func"
-            return cand
-        cand.reason = (_mma_problem(func) or _register_floor(func, t)
-                       or _shared_floor(func, t))
-        if cand.reason:
-            return cand
-        cand.cost = estimate(func, t, plan(func))
-    except TileError as e:
-        cand.reason = "TileError: " + str(e).splitlines()[0]
-        return cand
-    except (AssertionError, ValueError, ZeroDivisionError) as e:
-        cand.reason = f"{type(e).__name__}: {e}"
+            return cand, None
+        # IR built by the passes takes the span in scope; without one every expression would
+        # search the Python stack for the user's line.
+        with span_scope(func.span):
+            cand.reason = (_mma_problem(func) or _register_floor(func, t)
+                           or _shared_floor(func, t) or _gemm_split_problem(func, t))
+    except Exception as e:  # noqa: BLE001 - see _rejected
+        cand.reason = _rejected(e)
+    return cand, (None if cand.reason else func)
+
+
+def finish(cand: Candidate, func: PrimFunc, target) -> Candidate:
+    """Plan and predict a configuration `build` let through."""
+    t = get_target(target)
+    try:
+        with span_scope(func.span):
+            cand.cost = estimate(func, t, plan(func, t))
+    except Exception as e:  # noqa: BLE001 - see _rejected
+        cand.reason = _rejected(e)
         return cand
     if not cand.cost.resources.fits:
         cand.reason = "; ".join(cand.cost.resources.problems)
     return cand
+
+
+def _rejected(e: Exception) -> str:
+    # What the compiler would refuse (TileError) or a factory's own checks are a verdict on
+    # the configuration; anything else is a bug to see.
+    if isinstance(e, TileError):
+        return "TileError: " + str(e).splitlines()[0]
+    if isinstance(e, (AssertionError, ValueError, ZeroDivisionError)):
+        return f"{type(e).__name__}: {e}"
+    raise e
+
+
+def evaluate(factory, args, config: dict, target="h100") -> Candidate:
+    """Build one configuration and predict it; a Candidate with a reason when it is illegal."""
+    cand, func = build(factory, args, config, target)
+    return cand if func is None else finish(cand, func, target)
 
 
 def enumerate_candidates(factory, args, space=None, target="h100", fixed=None) -> list:

@@ -48,6 +48,7 @@ class Target:
     dram_latency_s: float         # a global load's round trip (estimate)
     l2_latency_s: float           # an L2 hit's round trip (estimate)
     launch_s: float               # launch overhead of one kernel (estimate / measured)
+    mma_sync_fraction: float = 1.0  # mma.sync's tensor rate relative to the rates above
     phase_cycles: int = 40        # fixed latency of one tile op inside a loop body: the
     #                               dependent issue / barrier / pipeline drain between
     #                               phases of an iteration (estimate)
@@ -78,6 +79,11 @@ def _per_chip(num_sms: int, per_sm_per_clock: float, clock_hz: float) -> float:
 # The other tensor dtypes are the datasheet rates scaled by the same measured fraction
 # (783 / 989.4), since nothing better is known.
 _H100_CLOCK = 1.98e9
+# The tensor rates of sm_90 are those of wgmma (cuBLAS's path, which the measured rate comes
+# from). mma.sync still runs on Hopper but is fed one warp at a time through registers:
+# estimate, from published Hopper microbenchmarks, about 62% of wgmma's dense rate (our own
+# best mma.sync GEMM reaches 298 TFLOP/s on the H100, 2026-11-22_gemm_mma_sync.md).
+_HOPPER_MMA_SYNC = 0.62
 _H100_TC_FRACTION = 783.0 / 989.4
 H100 = Target(
     name="h100", description="NVIDIA H100 SXM5 80GB", arch="sm_90a",
@@ -100,6 +106,7 @@ H100 = Target(
               "float64": 34e12 / 2},
     sfu_ops=_per_chip(132, 16, _H100_CLOCK),
     dram_latency_s=0.6e-6, l2_latency_s=0.3e-6,
+    mma_sync_fraction=_HOPPER_MMA_SYNC,
     launch_s=3e-6,  # ANCHORS.md: empty-kernel launch 2.8-5.6 us (tritonbench, TileLang)
     notes=("L2 bandwidth is not published; modelled as 64 B/clk/SM at boost clock "
            "(16.7 TB/s, about 5.6x the measured HBM copy rate)",),
@@ -128,6 +135,7 @@ H200 = Target(
               "float64": 34e12 / 2},
     sfu_ops=_per_chip(132, 16, _H100_CLOCK),
     dram_latency_s=0.6e-6, l2_latency_s=0.3e-6, launch_s=3e-6,
+    mma_sync_fraction=_HOPPER_MMA_SYNC,
 )
 
 # --- NVIDIA A100 SXM4 80GB ----------------------------------------------------------------

@@ -1,0 +1,174 @@
+"""Wall time of tuning one GEMM from a cold start: the cost model's recommendation, pruning to
+its best fraction, compilation in worker processes and measurement, beside torch.matmul and the
+exhaustive search's best (bench/results/*_carver_search.json).
+
+    PYTHONPATH=$PWD python3 bench/bench_autotune_time.py [--shape 8192x8192x8192]
+        [--top-fraction F] [--warmup 25] [--rep 100] [--out bench/results] [--dry-run]
+
+Both caches start empty: TILECRAFT_CACHE_DIR points at a fresh temporary directory, which holds
+the compiled programs and the tuning cache. --dry-run needs no GPU: it predicts and prunes as
+the tuner does and compiles the kept candidates for sm_90a in the tuner's worker pool, then
+prints the timings (nothing is measured or written).
+"""
+import argparse
+import datetime
+import glob
+import json
+import os
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+os.environ["TILECRAFT_CACHE_DIR"] = tempfile.mkdtemp(prefix="tilecraft_autotune_time_")
+os.environ.pop("TILECRAFT_DISABLE_CACHE", None)
+
+import tilecraft  # noqa: E402
+from gemm import matmul  # noqa: E402
+from tilecraft.autotuner import space, workers  # noqa: E402
+from tilecraft.carver.recommend import underlying  # noqa: E402
+from tilecraft.autotuner.results import OK  # noqa: E402
+from tilecraft.autotuner.store import source_hash  # noqa: E402
+
+COST_TARGET = "h100"
+
+
+def shape_of(text: str) -> tuple:
+    return tuple(int(x) for x in text.split("x"))
+
+
+def cfg_text(c) -> str:
+    return (f"{c['block_M']}x{c['block_N']}x{c['block_K']} s{c['num_stages']} "
+            f"t{c['threads']}") if c else "-"
+
+
+def exhaustive(shape) -> dict:
+    """The stored exhaustive search's best for this shape, or for the stored shapes closest to
+    it (same M and N or same M, N, K up to order) when it was not searched."""
+    files = sorted(glob.glob(os.path.join(HERE, "results", "*_carver_search.json")))
+    if not files:
+        return {}
+    with open(files[-1]) as f:
+        stored = json.load(f)
+    text = "x".join(map(str, shape))
+    found = [s for s in stored["shapes"] if s["shape"] == text]
+    near = found or [s for s in stored["shapes"]
+                     if shape_of(s["shape"])[:2] == shape[:2] or
+                     sorted(shape_of(s["shape"]))[:2] == sorted(shape)[:2]]
+    return {"file": os.path.relpath(files[-1], os.path.join(HERE, "..")),
+            "same_shape": bool(found),
+            "shapes": [{"shape": s["shape"], "best_config": s["best_config"],
+                        "best_tflops": s["best_tflops"]} for s in near]}
+
+
+def plan(shape, fraction) -> tuple:
+    """(kept configs in the tuner's order, all candidates, predict seconds), as tuner.run."""
+    fn = underlying(matmul)
+    problem = space.split_call(fn, space.recommended_tunables(fn), shape, {}, None, "matmul")
+    configs = space.with_pins(space.grid(space.recommended_space(fn, problem)), problem.pinned)
+    start = time.perf_counter()
+    preds = space.predict_best(fn, problem, configs, COST_TARGET, fraction)
+    order = space.rank_legal(preds, COST_TARGET, "matmul", problem, None)
+    keep = space.prune([preds[i].time for i in order], fraction)
+    return [configs[order[i]] for i in keep], configs, time.perf_counter() - start, problem
+
+
+def dry_run(shape, fraction, max_workers) -> dict:
+    kept, configs, predict_s, problem = plan(shape, fraction)
+    fn = underlying(matmul)
+    address = workers.address_of(fn)
+    tasks = [workers.CompileTask(i, address[0], address[1], source_hash(fn), problem.args,
+                                 problem.kwargs, c, [-1], "sm_90a", {}, 180.0)
+             for i, c in enumerate(kept)]
+    start = time.perf_counter()
+    with workers.Workers(max_workers) as pool:
+        outcomes = pool.compile(tasks)
+    compile_s = time.perf_counter() - start
+    failed = [o.message for o in outcomes if o.status != OK]
+    print(f"dry run, {os.cpu_count()} CPUs: {len(configs)} candidates, predict {predict_s:.2f} s; "
+          f"{len(kept)} kept, compiled for sm_90a in {compile_s:.2f} s"
+          f"{f' ({len(failed)} failed: {failed[0]})' if failed else ''}", flush=True)
+    for c in kept:
+        print("  ", cfg_text(c), flush=True)
+    return {"predict_s": predict_s, "compile_s": compile_s, "kept": kept,
+            "candidates": len(configs)}
+
+
+def gpu_run(shape, fraction, warmup, rep, out_dir) -> dict:
+    import torch
+    from bench_gemm import gpu_facts, warm_gpu
+    M, N, K = shape
+    flop = 2.0 * M * N * K
+    warm_gpu()
+    tuned = tilecraft.autotune(configs=None, warmup=warmup, rep=rep, top_fraction=fraction,
+                               ref_prog=lambda a, b: a @ b, cost_target=COST_TARGET,
+                               verbose=False)(matmul)
+    start = time.perf_counter()
+    result = tuned.tune(M, N, K)
+    wall = time.perf_counter() - start
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    from bench_carver_search import gpu_ms
+    torch_ms = gpu_ms(torch, lambda: torch.matmul(a, b), 5, 20)
+    ours_ms = gpu_ms(torch, lambda: result.kernel(a, b), 5, 20)
+    measured = [t for t in result.trials if t.status == OK]
+    report = {"shape": "x".join(map(str, shape)), "facts": gpu_facts(), "wall_s": wall,
+              "phases_s": result.phases, "candidates": len(result.trials),
+              "compiled": len(measured), "config": result.config,
+              "tflops": flop / ours_ms / 1e9, "torch_tflops": flop / torch_ms / 1e9,
+              "tuner_latency_ms": result.latency, "top_fraction": fraction,
+              "warmup": warmup, "rep": rep, "exhaustive": exhaustive(shape),
+              "measured": [{"config": t.config, "ms": t.latency_ms,
+                            "predicted_us": t.predicted_s * 1e6} for t in measured]}
+    _write(report, out_dir)
+    return report
+
+
+def _write(report, out_dir):
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    os.makedirs(out_dir, exist_ok=True)
+    base = os.path.join(out_dir, f"{stamp}_autotune_time")
+    with open(base + ".json", "w") as f:
+        json.dump(report, f, indent=1, default=repr)
+    p = report["phases_s"]
+    lines = [f"# autotune_time ({stamp})", "", str(report["facts"]), "",
+             f"Tuning matmul {report['shape']} from cold caches (compile and tuning): "
+             f"{report['wall_s']:.1f} s wall (predict {p.get('predict', 0):.1f} s, compile "
+             f"{p.get('compile', 0):.1f} s, measure {p.get('measure', 0):.1f} s); "
+             f"{report['candidates']} candidates, {report['compiled']} compiled and measured "
+             f"(top fraction {report['top_fraction']}, warmup {report['warmup']}, rep "
+             f"{report['rep']}).", "",
+             f"Chosen {cfg_text(report['config'])}: {report['tflops']:.0f} TFLOP/s; "
+             f"torch.matmul {report['torch_tflops']:.0f} TFLOP/s.", "",
+             "| exhaustive search shape | best config | best TFLOP/s |", "|---|---|---|"]
+    for s in report["exhaustive"].get("shapes", []):
+        lines.append(f"| {s['shape']} | {cfg_text(s['best_config'])} | {s['best_tflops']:.0f} |")
+    lines += ["", "| measured config | ms | predicted us |", "|---|---|---|"]
+    for m in sorted(report["measured"], key=lambda m: m["ms"]):
+        lines.append(f"| {cfg_text(m['config'])} | {m['ms']:.3f} | {m['predicted_us']:.0f} |")
+    with open(base + ".md", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines), flush=True)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shape", default="8192x8192x8192")
+    p.add_argument("--top-fraction", type=float, default=space.RECOMMENDED_FRACTION)
+    p.add_argument("--warmup", type=int, default=25)
+    p.add_argument("--rep", type=int, default=100)
+    p.add_argument("--workers", type=int, default=None, help="compile processes (default: "
+                   "one per CPU, as the tuner)")
+    p.add_argument("--out", default=os.path.join(HERE, "results"))
+    p.add_argument("--dry-run", action="store_true",
+                   help="predict and compile for sm_90a without a GPU; measure nothing")
+    args = p.parse_args(argv)
+    shape = shape_of(args.shape)
+    if args.dry_run:
+        return dry_run(shape, args.top_fraction, args.workers)
+    return gpu_run(shape, args.top_fraction, args.warmup, args.rep, args.out)
+
+
+if __name__ == "__main__":
+    main()
