@@ -2,6 +2,11 @@
 in one process on one GPU: medians of CUDA-event timings, TFLOP/s, ratios.
 
     python bench/bench_attention.py [--out bench/results] [--tag ...]
+                                    [--pass-config tl.disable_wgmma=1 ...]
+
+With --pass-config tl.disable_warp_specialized=1 --pass-config tl.disable_tma_lower=1
+--pass-config tl.disable_wgmma=1 a Hopper GPU runs the cp.async + mma.sync path (what sm_80
+GPUs run).
 """
 import argparse
 import datetime
@@ -18,6 +23,8 @@ sys.path.insert(0, HERE)
 from flash_attention import flash_attention  # noqa: E402
 from bench_gemm import gpu_facts, warm_gpu  # noqa: E402
 from tilecraft.profiler import cuda_median_ms  # noqa: E402
+from tilecraft.carver.recommend import underlying  # noqa: E402
+import tilecraft  # noqa: E402
 
 SHAPES = [(8, 32, 4096, 128, False), (8, 32, 4096, 128, True), (8, 32, 8192, 128, False)]
 CONFIGS = [dict(block_M=128, block_N=128, num_stages=2, threads=256),
@@ -39,7 +46,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     parser.add_argument("--tag", default="mha_fwd")
+    parser.add_argument("--pass-config", action="append", default=[], metavar="KEY=VALUE",
+                        help="a pass config for every kernel, e.g. tl.disable_wgmma=1")
     args = parser.parse_args()
+    # The example's own configs (fast math) plus the ones given here.
+    pass_configs = {tilecraft.PassConfigKey.TL_ENABLE_FAST_MATH: True,
+                    **{k: bool(int(v)) for k, v in (x.split("=") for x in args.pass_config)}}
     rows = []
     warm_gpu()
     for B, H, S, D, causal in SHAPES:
@@ -54,7 +66,8 @@ def main():
             # Peers timed right before each candidate: clocks drift over a run.
             flash = sdpa_ms(qt, kt, vt, causal, SDPBackend.FLASH_ATTENTION)
             cudnn = sdpa_ms(qt, kt, vt, causal, SDPBackend.CUDNN_ATTENTION)
-            kernel = flash_attention(B, H, S, D, causal, **cfg)
+            kernel = tilecraft.compile(underlying(flash_attention)(B, H, S, D, causal, **cfg),
+                                       out_idx=[-1], pass_configs=pass_configs)
             out = kernel(q, k, v)
             err = float((out.float() - ref).norm() / ref.norm())
             ms = cuda_median_ms(lambda: kernel(q, k, v), 5, 20, False)
@@ -62,7 +75,7 @@ def main():
                    "tflops": flop / ms / 1e9, "flash_tflops": flop / flash / 1e9,
                    "cudnn_tflops": flop / cudnn / 1e9, "vs_flash": flash / ms,
                    "vs_cudnn": cudnn / ms, "rel_error": err, "registers": kernel.n_regs,
-                   "spills": kernel.n_spills,
+                   "spills": kernel.n_spills, "pass_configs": pass_configs,
                    "wgmma": "wgmma_m64n" in kernel.get_kernel_source()}
             rows.append(row)
             print(f"S{S} causal={causal} {cfg}: {row['tflops']:.0f} TFLOP/s; flash "
@@ -77,6 +90,7 @@ def main():
         json.dump({"facts": facts, "rows": rows}, f, indent=1)
     with open(base + ".md", "w") as f:
         f.write(f"# {args.tag} ({stamp})\n\n{facts}\n\n")
+        f.write(f"pass configs: {pass_configs}\n\n")
         f.write("| B,H,S,D | causal | config | TFLOP/s | SDPA flash | x flash | SDPA cuDNN | "
                 "x cuDNN | rel err | regs |\n|---|---|---|---|---|---|---|---|---|---|\n")
         for r in rows:

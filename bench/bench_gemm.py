@@ -27,6 +27,7 @@ HOPPER_CONFIGS = [
     dict(block_M=128, block_N=128, block_K=64, threads=256, num_stages=4),
     dict(block_M=256, block_N=128, block_K=64, threads=256, num_stages=3),
     dict(block_M=128, block_N=256, block_K=32, threads=256, num_stages=5),
+    dict(block_M=256, block_N=192, block_K=64, threads=256, num_stages=4),
 ]
 SM80_CONFIGS = [
     dict(block_M=128, block_N=128, block_K=32, threads=128, num_stages=3),
@@ -131,6 +132,7 @@ def main():
         json.dump({"facts": facts, "rows": rows}, f, indent=1)
     with open(base + ".md", "w") as f:
         f.write(f"# {args.tag} ({stamp})\n\n{facts}\n\n")
+        f.write(f"pass configs: {pass_configs}\n\n")
         f.write("| shape | config | TFLOP/s | torch TFLOP/s | ratio | rel err | regs |\n")
         f.write("|---|---|---|---|---|---|---|\n")
         for r in rows:
