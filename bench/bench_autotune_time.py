@@ -21,8 +21,6 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
-os.environ["TILECRAFT_CACHE_DIR"] = tempfile.mkdtemp(prefix="tilecraft_autotune_time_")
-os.environ.pop("TILECRAFT_DISABLE_CACHE", None)
 
 import tilecraft  # noqa: E402
 from gemm import matmul  # noqa: E402
@@ -113,7 +111,9 @@ def gpu_run(shape, fraction, warmup, rep, out_dir) -> dict:
     torch_ms = gpu_ms(torch, lambda: torch.matmul(a, b), 5, 20)
     ours_ms = gpu_ms(torch, lambda: result.kernel(a, b), 5, 20)
     measured = [t for t in result.trials if t.status == OK]
+    side = side_by_side(torch, result, shape, a, b)
     report = {"shape": "x".join(map(str, shape)), "facts": gpu_facts(), "wall_s": wall,
+              "side_by_side": side,
               "phases_s": result.phases, "candidates": len(result.trials),
               "compiled": len(measured), "config": result.config,
               "tflops": flop / ours_ms / 1e9, "torch_tflops": flop / torch_ms / 1e9,
@@ -123,6 +123,26 @@ def gpu_run(shape, fraction, warmup, rep, out_dir) -> dict:
                             "predicted_us": t.predicted_s * 1e6} for t in measured]}
     _write(report, out_dir)
     return report
+
+
+def side_by_side(torch, result, shape, a, b, rounds: int = 5) -> dict | None:
+    """The chosen kernel and the exhaustive search's best config for this shape, timed in
+    alternation in this run (clocks drift by several percent between runs, so a ratio against
+    a stored number says little): median over rounds of best_ms / chosen_ms."""
+    from bench_carver_search import gpu_ms
+    stored = exhaustive(shape)
+    if not stored.get("same_shape"):
+        return None
+    best_config = stored["shapes"][0]["best_config"]
+    best = tilecraft.compile(underlying(matmul)(*shape, **{"swizzle_panel": 8, **best_config}),
+                             out_idx=[-1])
+    ratios = []
+    for _ in range(rounds):
+        chosen_ms = gpu_ms(torch, lambda: result.kernel(a, b), 5, 20)
+        best_ms = gpu_ms(torch, lambda: best(a, b), 5, 20)
+        ratios.append(best_ms / chosen_ms)
+    return {"exhaustive_best": best_config, "ratios": ratios,
+            "median_ratio": sorted(ratios)[len(ratios) // 2]}
 
 
 def _write(report, out_dir):
@@ -140,8 +160,15 @@ def _write(report, out_dir):
              f"(top fraction {report['top_fraction']}, warmup {report['warmup']}, rep "
              f"{report['rep']}).", "",
              f"Chosen {cfg_text(report['config'])}: {report['tflops']:.0f} TFLOP/s; "
-             f"torch.matmul {report['torch_tflops']:.0f} TFLOP/s.", "",
-             "| exhaustive search shape | best config | best TFLOP/s |", "|---|---|---|"]
+             f"torch.matmul {report['torch_tflops']:.0f} TFLOP/s.", ""]
+    side = report.get("side_by_side")
+    if side:
+        lines += [f"Side by side in this run, chosen vs the exhaustive best "
+                  f"{cfg_text(side['exhaustive_best'])} (best ms / chosen ms, "
+                  f"{len(side['ratios'])} alternating rounds): median "
+                  f"{side['median_ratio']:.3f} ({', '.join(f'{r:.3f}' for r in side['ratios'])}).",
+                  ""]
+    lines += ["| exhaustive search shape | best config | best TFLOP/s |", "|---|---|---|"]
     for s in report["exhaustive"].get("shapes", []):
         lines.append(f"| {s['shape']} | {cfg_text(s['best_config'])} | {s['best_tflops']:.0f} |")
     lines += ["", "| measured config | ms | predicted us |", "|---|---|---|"]
@@ -152,7 +179,16 @@ def _write(report, out_dir):
     print("\n".join(lines), flush=True)
 
 
+def cold_caches() -> None:
+    """A fresh cache folder for this run. Set here, not at import: compile workers are spawned
+    processes that import this module again, and they must share the caller's folder (the
+    caller loads what they compiled from it)."""
+    os.environ["TILECRAFT_CACHE_DIR"] = tempfile.mkdtemp(prefix="tilecraft_autotune_time_")
+    os.environ.pop("TILECRAFT_DISABLE_CACHE", None)
+
+
 def main(argv=None):
+    cold_caches()
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", default="8192x8192x8192")
     p.add_argument("--top-fraction", type=float, default=space.RECOMMENDED_FRACTION)

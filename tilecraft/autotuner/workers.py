@@ -141,6 +141,18 @@ def compile_task(task: CompileTask) -> CompileOutcome:
     return CompileOutcome(task.index, OK, "", time.perf_counter() - start)
 
 
+def warm_task(module: str, qualname: str) -> bool:
+    """Start-up work of a compile worker, done before it has a candidate: the interpreter, the
+    user's module and the compiler's passes and runtime imported."""
+    try:
+        _resolve(module, qualname)
+        from ..passes import pipelines  # noqa: F401
+        from ..runtime import program  # noqa: F401
+    except Exception:  # noqa: BLE001 - the compile task reports what fails, in its own words
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class PredictTask:
     module: str
@@ -199,6 +211,16 @@ class Workers:
     def __exit__(self, *exc):
         self.close()
         return False
+
+    def warm(self, address) -> None:
+        """Start every worker now, so that their start (an interpreter, imports: seconds) runs
+        while the caller is still predicting; nothing waits for these tasks."""
+        try:
+            pool = self._executor()
+            for _ in range(self.size):
+                pool.submit(warm_task, *address)
+        except Exception:  # noqa: BLE001 - a pool that cannot start is met again at compile
+            pass
 
     def predict(self, address, code_hash, problem, configs: list, target: str,
                 timeout: float | None, on_done=None) -> list | None:
