@@ -37,6 +37,26 @@ def gemm(M, N, K, bm, bn, bk, dtype, accum, trans_A=False, trans_B=False, thread
     return main
 
 
+def fp8_gemm(M, N, K, bm=128, bn=128, bk=64, threads=256, num_stages=2, a_dtype="float8_e4m3",
+             b_dtype="float8_e4m3", out_dtype="float32"):
+    """C = A @ B^T for fp8 A (M x K) and B (N x K): the layout fp8 wgmma reads (K-major)."""
+    @T.prim_func
+    def main(A: T.Tensor((M, K), a_dtype), B: T.Tensor((N, K), b_dtype),
+             C: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), a_dtype)
+            B_s = T.alloc_shared((bn, bk), b_dtype)
+            C_f = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_f)
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=num_stages):
+                T.copy(A[by * bm, k * bk], A_s)
+                T.copy(B[bx * bn, k * bk], B_s)
+                T.gemm(A_s, B_s, C_f, transpose_B=True)
+            T.copy(C_f, C[by * bm, bx * bn])
+
+    return main
+
+
 def elementwise(M, N, bm=32, bn=64):
     @T.prim_func
     def main(A: T.Tensor((M, N), "float16"), B: T.Tensor((M, N), "float16"),
@@ -159,6 +179,8 @@ def corpus():
     out.append(("gemm_big", gemm(384, 512, 256, 128, 256, 64, "float16", "float32", threads=256)))
     out.append(("gemm_pipelined", gemm(200, 136, 72, 64, 64, 32, "float16", "float32",
                                        num_stages=3)))
+    out.append(("gemm_fp8", fp8_gemm(130, 200, 96, 64, 64, 64, threads=128,
+                                     a_dtype="float8_e5m2")))
     out.append(("elementwise", elementwise(100, 77)))
     for kind in ("sum", "max", "min", "abssum", "absmax"):
         for dim in (0, 1):

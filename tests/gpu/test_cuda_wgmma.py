@@ -13,7 +13,9 @@ if not has_cuda_device() or not torch.cuda.is_available():
 if current_arch() != "sm_90a":
     pytest.skip("wgmma needs an sm_90 (Hopper) GPU", allow_module_level=True)
 
-from gpu_helpers import run_gemm  # noqa: E402
+import kernels  # noqa: E402
+import tilecraft  # noqa: E402
+from gpu_helpers import poisoned, rel_error, run_gemm  # noqa: E402
 
 
 def uses_wgmma(kernel) -> bool:
@@ -97,3 +99,26 @@ def test_warp_specialized_loop_feeding_mma_sync(shape):
     kernel = run_gemm(*shape, bm=64, bn=64, bk=32, threads=128, num_stages=3,
                       pass_configs={"tl.disable_wgmma": True})
     assert is_warp_specialized(kernel) and not uses_wgmma(kernel)
+
+
+@pytest.mark.parametrize("a_dtype,b_dtype", [("float8_e4m3", "float8_e4m3"),
+                                             ("float8_e5m2", "float8_e5m2"),
+                                             ("float8_e4m3", "float8_e5m2")])
+@pytest.mark.parametrize("shape,tiles", [
+    ((256, 256, 512), dict()),
+    ((200, 136, 96), dict(bm=64, bn=64, bk=32, threads=128, num_stages=3)),       # ragged
+    ((320, 264, 384), dict(bm=128, bn=256, bk=128, threads=256, num_stages=3)),   # 128B rows
+])
+def test_fp8_wgmma(a_dtype, b_dtype, shape, tiles):
+    M, N, K = shape
+    kernel = tilecraft.compile(kernels.fp8_gemm(M, N, K, a_dtype=a_dtype, b_dtype=b_dtype,
+                                                **tiles), target="cuda")
+    assert "k32_f32_" in kernel.get_kernel_source()
+    names = {"float8_e4m3": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
+    a = (torch.rand(M, K, device="cuda") * 4 - 2).to(names[a_dtype])
+    b = (torch.rand(N, K, device="cuda") * 4 - 2).to(names[b_dtype])
+    c = poisoned(M, N, dtype=torch.float32)
+    kernel(a, b, c)
+    ref = a.double() @ b.double().T
+    assert not torch.isnan(c).any(), "unwritten output elements"
+    assert rel_error(c, ref) < 1e-5

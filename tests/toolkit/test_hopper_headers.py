@@ -58,6 +58,68 @@ def test_generated_header_is_current():
         "wgmma.h differs from what tilecraft/codegen/gen_wgmma.py writes; rerun the script")
 
 
+def test_generated_fp8_header_is_current():
+    assert GEN.FP8_HEADER.read_text() == GEN.generate_fp8(), (
+        "wgmma_fp8.h differs from what tilecraft/codegen/gen_wgmma.py writes; rerun the script")
+
+
+FP8_SOURCE = r"""
+#include "tilecraft/tc.h"
+#include "tilecraft/wgmma_fp8.h"
+
+// Every fp8 wrapper once; cluster rank, barrier, remote arrival and multicast loads.
+extern "C" __global__ void __launch_bounds__(128, 1) __cluster_dims__(2, 1, 1)
+k_fp8(float* out, const __grid_constant__ tc::TensorMap map, uint64_t da, uint64_t db,
+      int scale_d) {
+  __shared__ __align__(1024) uint8_t tile[2 * 64 * 64];
+  __shared__ __align__(8) uint64_t bar[1];
+  if (threadIdx.x == 0) {
+    tc::mbarrier_init(&bar[0], 2 * 4);
+    tc::fence_barrier_init();
+  }
+  tc::cluster_sync();
+  if (threadIdx.x == 0 && tc::cluster_ctarank() == 0) {
+    tc::tma_load_2d_multicast(tile, &map, &bar[0], 3, 0, 0);
+    tc::tma_load_3d_multicast(tile, &map, &bar[0], 3, 0, 0, 0);
+  }
+  float d[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) d[i] = 0.0f;
+  tc::wgmma_fence();
+@CALLS@
+  tc::wgmma_commit_group();
+  tc::wgmma_wait_group<0>();
+  tc::wgmma_fence_operand(d);
+  tc::mbarrier_arrive_warp_cluster<2>(&bar[0]);
+#pragma unroll
+  for (int i = 0; i < 128; ++i) out[i * 128 + threadIdx.x] = d[i] + tile[i];
+  tc::cluster_sync();
+}
+"""
+
+
+def test_fp8_and_cluster_wrappers_assemble(tmp_path):
+    calls = []
+    for i, a in enumerate(GEN.FP8_TYPES):
+        for j, b in enumerate(GEN.FP8_TYPES):
+            for k, n in enumerate(N_VALUES):
+                imm = ["", "<1, -1>", "<-1, 1>"][(i + j + k) % 3]
+                calls.append(f"  tc::wgmma_m64n{n}k32_f32_{a}_{b}{imm}(d, da, db, scale_d);")
+    src = tmp_path / "fp8.cu"
+    src.write_text(FP8_SOURCE.replace("@CALLS@", "\n".join(calls)))
+    proc = _nvcc(["-cubin", "-O3", *TARGETS["sm_90a"], "-keep", f"-keep-dir={tmp_path}",
+                  "-o", str(tmp_path / "fp8.cubin"), str(src)])
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    ptx = "".join(p.read_text() for p in tmp_path.glob("*.ptx"))
+    for a in GEN.FP8_TYPES:
+        for b in GEN.FP8_TYPES:
+            for n in N_VALUES:
+                assert f"wgmma.mma_async.sync.aligned.m64n{n}k32.f32.{a}.{b}" in ptx, (a, b, n)
+    for op in ["multicast::cluster", "mapa.shared::cluster", "barrier.cluster.arrive",
+               "barrier.cluster.wait", "%cluster_ctarank"]:
+        assert op in ptx, f"PTX lacks {op}"
+
+
 def test_generator_covers_the_required_shapes():
     assert {64, 128, 256} <= set(N_VALUES)
     assert all(n % 8 == 0 and 8 <= n <= 256 for n in N_VALUES)

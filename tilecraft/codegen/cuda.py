@@ -30,8 +30,9 @@ _PREC = {"or": 1, "and": 2, "|": 3, "^": 4, "&": 5, "==": 6, "!=": 6, "<": 7, "<
          ">=": 7, "<<": 8, ">>": 8, "+": 9, "-": 9, "*": 10, "/": 10, "//": 10, "%": 10}
 _C_OP = {"and": "&&", "or": "||", "//": "/"}
 
-PRELUDE = """\
-#include "tilecraft/tc.h"
+PRELUDE_INCLUDE = '#include "tilecraft/tc.h"\n'
+FP8_WGMMA = "k32_f32_e"  # in the names of the wrappers in wgmma_fp8.h
+PRELUDE = PRELUDE_INCLUDE + """\
 using tc::half_t;
 using tc::bfloat16_t;
 using tc::fp8_e4_t;
@@ -330,4 +331,8 @@ def emit_cuda(func: PrimFunc) -> tuple[str, list[str]]:
     for i, k in enumerate(func.kernels()):
         names.append(em.kernel(k, i))
         em.lines.append("")
-    return "\n".join(em.lines), names
+    source = "\n".join(em.lines)
+    if FP8_WGMMA in source:
+        # Only kernels that use them parse the fp8 wrappers (a header as long as wgmma.h).
+        source = source.replace(PRELUDE_INCLUDE, PRELUDE_INCLUDE + '#include "tilecraft/wgmma_fp8.h"\n', 1)
+    return source, names

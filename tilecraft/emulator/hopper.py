@@ -67,12 +67,14 @@ def decode(desc: int):
             (desc >> 49) & 7, (desc >> 62) & 3)
 
 
-def canonical_offsets(extent: int, k_major: bool, mode: int, lbo: int, sbo: int, es: int):
-    """[extent, 16] byte offsets of the (mn, k) elements of one k16 operand in the canonical
-    layout (PTX ISA "Shared Memory Matrix Layout"), before the swizzle. T = 16 / es elements
-    make a 16-byte chunk; W is the swizzle-atom row in bytes."""
+def canonical_offsets(extent: int, k_major: bool, mode: int, lbo: int, sbo: int, es: int,
+                      depth: int = 16):
+    """[extent, depth] byte offsets of the (mn, k) elements of one operand (depth k values: 16,
+    or 32 for fp8; 32 bytes either way) in the canonical layout (PTX ISA "Shared Memory Matrix
+    Layout"), before the swizzle. T = 16 / es elements make a 16-byte chunk; W is the
+    swizzle-atom row in bytes."""
     mn = np.arange(extent)[:, None]
-    k = np.arange(16)[None, :]
+    k = np.arange(depth)[None, :]
     t = 16 // es
     if k_major:
         if mode == 0:   # core matrices of 8 rows x 16 bytes: K chunks LBO apart, row groups SBO
@@ -108,8 +110,9 @@ def _a_register_table():
 
 
 _A_REGS = _a_register_table()
-_WGMMA = re.compile(r"^wgmma_m64n(\d+)k16_f32_(f16|bf16)(_rs)?<([^>]*)>$")
-_DTYPES = {"f16": "float16", "bf16": "bfloat16"}
+_WGMMA = re.compile(r"^wgmma_m64n(\d+)k(16|32)_f32_(f16|bf16|e4m3_e4m3|e4m3_e5m2|e5m2_e4m3|"
+                    r"e5m2_e5m2)(_rs)?(?:<([^>]*)>)?$")
+_DTYPES = {"f16": "float16", "bf16": "bfloat16", "e4m3": "float8_e4m3", "e5m2": "float8_e5m2"}
 
 
 class Hopper:
@@ -154,9 +157,15 @@ class Hopper:
     def issue(self, name: str, args):
         m = self.m
         hit = _WGMMA.match(name)
-        n, dtype, rs = int(hit.group(1)), _DTYPES[hit.group(2)], bool(hit.group(3))
-        flags = [int(x) for x in hit.group(4).split(",")]
-        if rs:
+        if hit is None:
+            raise TileError(f"the emulator does not model {name}", m.span)
+        n, depth, rs = int(hit.group(1)), int(hit.group(2)), bool(hit.group(4))
+        types = [_DTYPES[t] for t in hit.group(3).split("_")]
+        dtype_a, dtype_b = types[0], types[-1]
+        flags = [int(x) for x in hit.group(5).split(",")] if hit.group(5) else []
+        if depth == 32:          # fp8: K-major operands, no transpose immediates
+            trans_a, trans_b, scales = 0, 0, flags
+        elif rs:
             trans_a, (trans_b, *scales) = 0, flags
         else:
             trans_a, trans_b, *scales = flags
@@ -170,7 +179,8 @@ class Hopper:
                 src = ("regs", regs[lanes, first:first + 4].astype(np.uint32).copy(), a.buffer)
             else:
                 src = ("desc", int(self._uniform(a, g, "wgmma descriptor A")), None)
-            op = dict(g=g, n=n, dtype=dtype, a=src, trans_a=trans_a, trans_b=trans_b,
+            op = dict(g=g, n=n, depth=depth, dtype=dtype_a, dtype_b=dtype_b, a=src,
+                      trans_a=trans_a, trans_b=trans_b,
                       scale_ab=scale_ab, b=int(self._uniform(desc_b, g, "wgmma descriptor B")),
                       scale_d=int(self._uniform(scale_d, g, "wgmma scale-d")), acc=acc,
                       span=m.span)
@@ -228,8 +238,8 @@ class Hopper:
                 A[_A_REGS[0], _A_REGS[1]] = halves.view(dt.dtype(op["dtype"]).numpy)
                 self._mark(op["a"][2], g, op["span"], -1, written=False)
             else:
-                A = self._operand(op["a"][1], 64, not op["trans_a"], op, "A")
-            B = self._operand(op["b"], n, not op["trans_b"], op, "B")
+                A = self._operand(op["a"][1], 64, not op["trans_a"], op, "A", op["dtype"])
+            B = self._operand(op["b"], n, not op["trans_b"], op, "B", op["dtype_b"])
             A, B = A * op["scale_ab"][0], B * op["scale_ab"][1]
             acc = op["acc"]
             regs = m.mem.registers(acc.buffer)
@@ -249,16 +259,17 @@ class Hopper:
         finally:
             m.span = saved
 
-    def _operand(self, desc: int, extent: int, k_major: bool, op, which: str):
-        """[extent, 16] float64 values of operand A (extent 64) or B (extent N), read from
-        shared memory through the descriptor now."""
+    def _operand(self, desc: int, extent: int, k_major: bool, op, which: str, dtype: str):
+        """[extent, depth] float64 values of operand A (extent 64) or B (extent N) of element
+        type dtype, read from shared memory through the descriptor now."""
         m = self.m
         start, lbo, sbo, base, mode = decode(desc)
         if base:
             raise TileError("wgmma: the emulator does not model a nonzero descriptor base "
                             "offset", m.span)
-        es = dt.dtype(op["dtype"]).bits // 8
-        addr = swizzle(start + canonical_offsets(extent, k_major, mode, lbo, sbo, es), mode)
+        es = dt.dtype(dtype).bits // 8
+        addr = swizzle(start + canonical_offsets(extent, k_major, mode, lbo, sbo, es,
+                                                 op["depth"]), mode)
         owner = self.owners.get(desc)
         name = owner.name if owner is not None else "shared"
         lo, hi = 0, m.mem.arena.size
@@ -280,7 +291,8 @@ class Hopper:
         sid = t.site(site.op, name, op["span"])
         t.read(raw, np.full(raw.size, reader, np.int32), sid)
         m.barriers.proxy_check(raw, reader, sid)
-        vals = m.mem.arena.view(np.uint16)[addr // 2].view(dt.dtype(op["dtype"]).numpy)
+        bits = np.uint16 if es == 2 else np.uint8
+        vals = m.mem.arena.view(bits)[addr // es].view(dt.dtype(dtype).numpy)
         return np.where(inside, vals.astype(np.float64), 0.0)
 
     # --- TMA ----------------------------------------------------------------------------

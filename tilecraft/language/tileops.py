@@ -149,9 +149,10 @@ def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=top.GemmWarpPolic
     if c.buffer.scope not in (FRAGMENT, LOCAL):
         raise TileError(f"{what}: the accumulator C ({c.buffer.name}) must be a fragment "
                         f"(T.alloc_fragment), not {c.buffer.scope}", current_span())
-    if a.dtype is not bb.dtype:
+    fp8_pair = {a.dtype.name, bb.dtype.name} <= {"float8_e4m3", "float8_e5m2"}
+    if a.dtype is not bb.dtype and not fp8_pair:  # wgmma multiplies e4m3 by e5m2 natively
         raise TileError(f"{what}: A is {a.dtype} but B is {bb.dtype}; both operands must have "
-                        "one dtype", current_span())
+                        "one dtype (or both be float8_e4m3 / float8_e5m2)", current_span())
     allowed = _ACCUM.get(a.dtype.name)
     if allowed is None:
         raise TileError(f"{what}: operands of dtype {a.dtype} are not supported", current_span())

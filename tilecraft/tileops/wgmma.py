@@ -1,4 +1,5 @@
-"""T.gemm on Hopper: warpgroup MMA (wgmma.mma_async m64nNk16) with shared-memory descriptors.
+"""T.gemm on Hopper: warpgroup MMA (wgmma.mma_async m64nNk16, m64nNk32 for fp8) with shared-memory
+descriptors.
 
 The block's consumer threads form groups_m x groups_n warpgroups (128 threads each); warpgroup
 (gm, gn) computes rows [gm * Mg, (gm + 1) * Mg) and columns [gn * Ng, ...) of C with Mg / 64
@@ -33,7 +34,17 @@ from ..layout.swizzle import atom_row_bytes, swizzle_mode_for
 
 WARPGROUP = 128
 _SUFFIX = {"float16": "f16", "bfloat16": "bf16"}
+_FP8 = {"float8_e4m3": "e4m3", "float8_e5m2": "e5m2"}
 _DESC_MODE = {"128B": 1, "64B": 2, "32B": 3}
+
+
+def _is_fp8(op: Gemm) -> bool:
+    return op.A.buffer.dtype.name in _FP8
+
+
+def k_step(op: Gemm) -> int:
+    """k values per instruction: 16 for 16-bit inputs, 32 for fp8 (both 32 bytes of a row)."""
+    return 32 if _is_fp8(op) else 16
 
 
 def operand_is_k_major(op: Gemm, which: str) -> bool:
@@ -89,12 +100,18 @@ def wgmma_unfit_reason(op: Gemm, dims, threads: int) -> str | None:
     """Why this gemm cannot use wgmma (None when it can)."""
     m, n, k = dims
     a, b, c = op.A.buffer, op.B.buffer, op.C.buffer
-    if a.dtype.name not in _SUFFIX or c.dtype.name != "float32":
-        return f"operands {a.dtype} -> {c.dtype} (wgmma here: float16/bfloat16 -> float32)"
+    fp8 = a.dtype.name in _FP8 and b.dtype.name in _FP8
+    if not (fp8 or (a.dtype.name in _SUFFIX and b.dtype.name == a.dtype.name)) or \
+            c.dtype.name != "float32":
+        return (f"operands {a.dtype} x {b.dtype} -> {c.dtype} (wgmma here: float16 or bfloat16, "
+                "or float8_e4m3 / float8_e5m2 in any pair, -> float32)")
     if threads % WARPGROUP:
         return f"{threads} threads are not whole warpgroups"
-    if k % 16:
-        return f"K = {k} is not a multiple of 16"
+    if k % k_step(op):
+        return f"K = {k} is not a multiple of {k_step(op)}"
+    if fp8 and (a.scope == FRAGMENT or op.transpose_A or not op.transpose_B):
+        return ("fp8 wgmma reads both operands K-major from shared memory: A stored M x K "
+                "(transpose_A=False) and B stored N x K (transpose_B=True)")
     if not is_shared(b.scope):
         return f"B ({b.name}) is not in shared memory"
     if a.scope == FRAGMENT and op.transpose_A:
@@ -133,11 +150,14 @@ def _descriptor(ctx, region, k_major: bool, mn0, k0):
 def lower_wgmma(op: Gemm, ctx, m: int, n: int, k: int):
     gm, gn = wgmma_partition(op, m, n, ctx.num_threads)
     mg, ng = m // gm, n // gn
-    insts, steps = mg // 64, k // 16
+    kstep = k_step(op)
+    insts, steps = mg // 64, k // kstep
     group = ctx.tx // WARPGROUP
     g_m, g_n = group % gm if gm > 1 else 0, group // gm if gn > 1 else 0
     c_reg = ctx.register_array(op.C.buffer)
-    suffix = _SUFFIX[op.A.buffer.dtype.name]
+    fp8 = _is_fp8(op)
+    suffix = (f"{_FP8[op.A.buffer.dtype.name]}_{_FP8[op.B.buffer.dtype.name]}" if fp8
+              else _SUFFIX[op.A.buffer.dtype.name])
     trans_b = 0 if operand_is_k_major(op, "B") else 1
     body, words = [], None
     if op.A.buffer.scope == FRAGMENT:
@@ -158,17 +178,20 @@ def lower_wgmma(op: Gemm, ctx, m: int, n: int, k: int):
     issue = []
     for i in range(insts):
         acc = Call("address_of", (BufferLoad(c_reg, (const(i * ng // 2),)),), dt.handle)
-        desc_b = _descriptor(ctx, op.B, bool(not trans_b), ctx.simplify(g_n * ng), kk * 16)
+        desc_b = _descriptor(ctx, op.B, bool(not trans_b), ctx.simplify(g_n * ng), kk * kstep)
         if words is not None:
             a_words = Call("address_of", (BufferLoad(words, (kk * 4,)),), dt.handle)
             issue.append(call_stmt(f"tc::wgmma_m64n{ng}k16_f32_{suffix}_rs<{trans_b}>", acc,
                                a_words, desc_b, scale))
         else:
             k_major_a = operand_is_k_major(op, "A")
-            desc_a = _descriptor(ctx, op.A, k_major_a, ctx.simplify(g_m * mg + i * 64), kk * 16)
+            desc_a = _descriptor(ctx, op.A, k_major_a, ctx.simplify(g_m * mg + i * 64),
+                                 kk * kstep)
             trans_a = 0 if k_major_a else 1
-            issue.append(call_stmt(f"tc::wgmma_m64n{ng}k16_f32_{suffix}<{trans_a}, {trans_b}>",
-                               acc, desc_a, desc_b, scale))
+            # fp8 forms are K-major only and take no transpose immediates
+            name = (f"tc::wgmma_m64n{ng}k32_f32_{suffix}" if fp8 else
+                    f"tc::wgmma_m64n{ng}k16_f32_{suffix}<{trans_a}, {trans_b}>")
+            issue.append(call_stmt(name, acc, desc_a, desc_b, scale))
     body.append(For(kk, const(0), const(steps), "unroll", seq(issue), {}, op.span))
     first = Call("address_of", (BufferLoad(c_reg, (const(0),)),), dt.handle)
     body += [call_stmt("tc::wgmma_commit_group"), call_stmt("tc::wgmma_wait_group<0>"),
