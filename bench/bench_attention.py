@@ -9,8 +9,6 @@ With --pass-config tl.disable_warp_specialized=1 --pass-config tl.disable_tma_lo
 GPUs run).
 """
 import argparse
-import datetime
-import json
 import os
 import sys
 
@@ -21,7 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 sys.path.insert(0, HERE)
 from flash_attention import flash_attention  # noqa: E402
-from bench_gemm import gpu_facts, warm_gpu  # noqa: E402
+from bench_gemm import warm_gpu, write_results  # noqa: E402
 from tilecraft.profiler import cuda_median_ms  # noqa: E402
 from tilecraft.carver.recommend import underlying  # noqa: E402
 import tilecraft  # noqa: E402
@@ -82,22 +80,15 @@ def main():
                   f"{row['flash_tflops']:.0f} ({row['vs_flash']:.2f}x), cuDNN "
                   f"{row['cudnn_tflops']:.0f} ({row['vs_cudnn']:.2f}x); err {err:.1e}",
                   flush=True)
-    facts = gpu_facts()
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-    os.makedirs(args.out, exist_ok=True)
-    base = os.path.join(args.out, f"{stamp}_{args.tag}")
-    with open(base + ".json", "w") as f:
-        json.dump({"facts": facts, "rows": rows}, f, indent=1)
-    with open(base + ".md", "w") as f:
-        f.write(f"# {args.tag} ({stamp})\n\n{facts}\n\n")
-        f.write(f"pass configs: {pass_configs}\n\n")
-        f.write("| B,H,S,D | causal | config | TFLOP/s | SDPA flash | x flash | SDPA cuDNN | "
-                "x cuDNN | rel err | regs |\n|---|---|---|---|---|---|---|---|---|---|\n")
-        for r in rows:
-            f.write(f"| {r['shape']} | {r['causal']} | {r['config']} | {r['tflops']:.0f} | "
-                    f"{r['flash_tflops']:.0f} | {r['vs_flash']:.2f} | {r['cudnn_tflops']:.0f} | "
-                    f"{r['vs_cudnn']:.2f} | {r['rel_error']:.1e} | {r['registers']} |\n")
-    print(open(base + ".md").read())
+    path = write_results(args.out, args.tag, rows, [
+        ("B,H,S,D", lambda r: str(r["shape"])), ("causal", lambda r: str(r["causal"])),
+        ("config", lambda r: str(r["config"])), ("TFLOP/s", lambda r: f"{r['tflops']:.0f}"),
+        ("SDPA flash", lambda r: f"{r['flash_tflops']:.0f}"),
+        ("x flash", lambda r: f"{r['vs_flash']:.2f}"),
+        ("SDPA cuDNN", lambda r: f"{r['cudnn_tflops']:.0f}"),
+        ("x cuDNN", lambda r: f"{r['vs_cudnn']:.2f}"), ("rel err", lambda r: f"{r['rel_error']:.1e}"),
+        ("regs", lambda r: str(r["registers"]))], notes=f"pass configs: {pass_configs}")
+    print(open(path).read())
 
 
 if __name__ == "__main__":

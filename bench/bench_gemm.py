@@ -81,6 +81,23 @@ def gpu_facts() -> dict:
     return facts
 
 
+def write_results(out_dir: str, tag: str, rows: list, columns, notes: str = "") -> str:
+    """<out_dir>/<date>_<tag>.json (the GPU's facts and every row) and .md (a table with one
+    column per (heading, row -> text) in columns); the .md's path."""
+    facts = gpu_facts()
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    os.makedirs(out_dir, exist_ok=True)
+    base = os.path.join(out_dir, f"{stamp}_{tag}")
+    with open(base + ".json", "w") as f:
+        json.dump({"facts": facts, "rows": rows}, f, indent=1)
+    lines = [f"# {tag} ({stamp})", "", str(facts), ""] + ([notes, ""] if notes else [])
+    lines += ["| " + " | ".join(h for h, _ in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(r) for _, cell in columns) + " |" for r in rows]
+    with open(base + ".md", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return base + ".md"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="8192x8192x8192")
@@ -124,22 +141,14 @@ def main():
                   f"({row['ratio_vs_torch']:.2f}x) err {err:.1e} regs {kernel.n_regs}", flush=True)
             if best is None or ms < best["ms"]:
                 best = row
-    facts = gpu_facts()
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-    os.makedirs(args.out, exist_ok=True)
-    base = os.path.join(args.out, f"{stamp}_{args.tag}")
-    with open(base + ".json", "w") as f:
-        json.dump({"facts": facts, "rows": rows}, f, indent=1)
-    with open(base + ".md", "w") as f:
-        f.write(f"# {args.tag} ({stamp})\n\n{facts}\n\n")
-        f.write(f"pass configs: {pass_configs}\n\n")
-        f.write("| shape | config | TFLOP/s | torch TFLOP/s | ratio | rel err | regs |\n")
-        f.write("|---|---|---|---|---|---|---|\n")
-        for r in rows:
-            f.write(f"| {r['shape']} | {r['config']} | {r['tflops']:.0f} | "
-                    f"{r['torch_tflops']:.0f} | {r['ratio_vs_torch']:.2f} | "
-                    f"{r['rel_error']:.1e} | {r['registers']} |\n")
-    print(open(base + ".md").read())
+    path = write_results(args.out, args.tag, rows, [
+        ("shape", lambda r: r["shape"]), ("config", lambda r: str(r["config"])),
+        ("TFLOP/s", lambda r: f"{r['tflops']:.0f}"),
+        ("torch TFLOP/s", lambda r: f"{r['torch_tflops']:.0f}"),
+        ("ratio", lambda r: f"{r['ratio_vs_torch']:.2f}"),
+        ("rel err", lambda r: f"{r['rel_error']:.1e}"), ("regs", lambda r: str(r["registers"]))],
+        notes=f"pass configs: {pass_configs}")
+    print(open(path).read())
 
 
 if __name__ == "__main__":

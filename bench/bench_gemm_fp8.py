@@ -4,8 +4,6 @@ beside torch._scaled_mm (cuBLASLt fp8, unit scales), in one process on one GPU.
     python bench/bench_gemm_fp8.py [--shapes 8192x8192x8192,...] [--tag gemm_fp8] [--out dir]
 """
 import argparse
-import datetime
-import json
 import os
 import sys
 
@@ -15,7 +13,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "gpu"))
 import tilecraft  # noqa: E402
-from bench_gemm import gpu_facts, median_ms, warm_gpu  # noqa: E402
+from bench_gemm import median_ms, warm_gpu, write_results  # noqa: E402
 from kernels import fp8_gemm  # noqa: E402
 
 CONFIGS = [dict(bm=128, bn=256, bk=128, threads=256, num_stages=3),
@@ -54,20 +52,12 @@ def main():
             rows.append(row)
             print(f"{text} {cfg}: {row['tflops']:.0f} TFLOP/s vs _scaled_mm "
                   f"{row['peer_tflops']:.0f} ({row['ratio']:.2f}x) err {err:.1e}", flush=True)
-    facts = gpu_facts()
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-    os.makedirs(args.out, exist_ok=True)
-    base = os.path.join(args.out, f"{stamp}_{args.tag}")
-    with open(base + ".json", "w") as f:
-        json.dump({"facts": facts, "rows": rows}, f, indent=1)
-    with open(base + ".md", "w") as f:
-        f.write(f"# {args.tag} ({stamp})\n\n{facts}\n\n| shape | config | TFLOP/s | "
-                "_scaled_mm TFLOP/s | ratio | rel err | regs |\n|---|---|---|---|---|---|---|\n")
-        for r in rows:
-            f.write(f"| {r['shape']} | {r['config']} | {r['tflops']:.0f} | "
-                    f"{r['peer_tflops']:.0f} | {r['ratio']:.2f} | {r['rel_error']:.1e} | "
-                    f"{r['registers']} |\n")
-
+    write_results(args.out, args.tag, rows, [
+        ("shape", lambda r: r["shape"]), ("config", lambda r: str(r["config"])),
+        ("TFLOP/s", lambda r: f"{r['tflops']:.0f}"),
+        ("_scaled_mm TFLOP/s", lambda r: f"{r['peer_tflops']:.0f}"),
+        ("ratio", lambda r: f"{r['ratio']:.2f}"), ("rel err", lambda r: f"{r['rel_error']:.1e}"),
+        ("regs", lambda r: str(r["registers"]))])
 
 if __name__ == "__main__":
     main()

@@ -4,8 +4,6 @@ one process on one GPU: batch 64, 128 heads, one KV head, dim 512 + rope 64 (ANC
     python bench/bench_mla.py [--out bench/results] [--tag ...]
 """
 import argparse
-import datetime
-import json
 import os
 import sys
 
@@ -15,7 +13,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 sys.path.insert(0, HERE)
 from mla_decode import flash_mla_decode  # noqa: E402
-from bench_gemm import gpu_facts, warm_gpu  # noqa: E402
+from bench_gemm import warm_gpu, write_results  # noqa: E402
 from tilecraft.profiler import cuda_median_ms  # noqa: E402
 
 B, H, D, PE = 64, 128, 512, 64
@@ -64,20 +62,12 @@ def main():
             print(f"KV {S} {cfg}: {row['tflops']:.0f} TFLOP/s vs torch {row['torch_tflops']:.0f} "
                   f"({row['vs_torch']:.2f}x) err {err:.1e} regs {kernel.n_regs} "
                   f"spills {kernel.n_spills}", flush=True)
-    facts = gpu_facts()
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-    os.makedirs(args.out, exist_ok=True)
-    base = os.path.join(args.out, f"{stamp}_{args.tag}")
-    with open(base + ".json", "w") as f:
-        json.dump({"facts": facts, "rows": rows}, f, indent=1)
-    with open(base + ".md", "w") as f:
-        f.write(f"# {args.tag} ({stamp})\n\n{facts}\n\n| KV | config | TFLOP/s | torch TFLOP/s "
-                "| ratio | rel err | regs | spills |\n|---|---|---|---|---|---|---|---|\n")
-        for r in rows:
-            f.write(f"| {r['kv']} | {r['config']} | {r['tflops']:.0f} | {r['torch_tflops']:.0f} "
-                    f"| {r['vs_torch']:.2f} | {r['rel_error']:.1e} | {r['registers']} | "
-                    f"{r['spills']} |\n")
-
+    write_results(args.out, args.tag, rows, [
+        ("KV", lambda r: str(r["kv"])), ("config", lambda r: str(r["config"])),
+        ("TFLOP/s", lambda r: f"{r['tflops']:.0f}"),
+        ("torch TFLOP/s", lambda r: f"{r['torch_tflops']:.0f}"),
+        ("ratio", lambda r: f"{r['vs_torch']:.2f}"), ("rel err", lambda r: f"{r['rel_error']:.1e}"),
+        ("regs", lambda r: str(r["registers"])), ("spills", lambda r: str(r["spills"]))])
 
 if __name__ == "__main__":
     main()
