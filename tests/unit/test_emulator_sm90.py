@@ -309,3 +309,27 @@ def test_target_names_pick_the_emulated_pipeline():
     assert resolve("emulator:sm_90a") == ("emulator", "sm_90a")
     with pytest.raises(TileError, match="emulator runs the sm_80 and sm_90a pipelines"):
         resolve("emulator:sm_75")
+
+
+def test_a_wgmma_batch_kept_in_flight_over_a_rewritten_operand(example, monkeypatch):
+    """conv2d's consumers write the im2col tile (an operand of its wgmma) every iteration, so
+    overlap_wgmma must leave its wait in place; with the legality check forced, the next
+    iteration's stores land while the previous batch may still read the tile."""
+    from tilecraft.passes import overlap_wgmma
+    conv = example("conv2d")
+    func = underlying(conv.convolution)(2, 8, 8, 8, 16, 3, 3, padding=1, block_M=64,
+                                        block_N=64, block_K=32, num_stages=2, threads=128)
+    rng = np.random.default_rng(4)
+    data = rng.uniform(-1, 1, (2, 8, 8, 8)).astype(np.float16)
+    weight = rng.uniform(-1, 1, (3 * 3 * 8, 16)).astype(np.float16)
+    kept = E.lower(func, "sm_90a")
+    assert "tc::wgmma_wait_group<1>" not in kept.script()
+    assert list(E.run(kept, [data, weight, np.zeros((2, 8, 8, 16), np.float16)])) == []
+    monkeypatch.setattr(overlap_wgmma, "_only_wgmma_touches", lambda body, acc: True)
+    forced = E.lower(func, "sm_90a")
+    assert "tc::wgmma_wait_group<1>" in forced.script()
+    reports = list(E.run(forced, [data, weight, np.zeros((2, 8, 8, 16), np.float16)]))
+    races = [r for r in reports if r.kind == "race" and "wgmma" in r.message]
+    assert races and races[0].buffer == "data_shared"
+    assert "may still be reading it" in races[0].message
+    assert line_of(conv.convolution, "T.gemm(") in races[0].lines

@@ -275,6 +275,8 @@ class Barriers:
                     f"{other.where()} ({other.op} of {other.buffer}) with no mbarrier arrival "
                     f"the producer waited for in between (arena byte {phys[i]})", site.buffer,
                     (int(self.acc_tid[phys[i]]), lane), (other, site))
+        if t.enabled and t.wgmma_reads is not None:
+            t.wgmma_reads.check(phys, lane, sid, "starts a TMA load into")
         busy = t.pending[phys] >= 0
         if t.enabled and busy.any():
             i = int(np.argmax(busy))

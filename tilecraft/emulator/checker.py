@@ -101,6 +101,7 @@ class SharedTracker:
         self.written = np.zeros(nbytes, bool)
         self.scratch = np.zeros(nbytes, np.uint8)
         self.hooks = None   # sees every tracked access: on_access(addr, tid, site, write)
+        self.wgmma_reads = None  # operand_reads.OperandReads: bytes a wgmma in flight reads
 
     def site(self, op: str, buffer: str, span) -> int:
         key = (op, buffer, span)
@@ -153,6 +154,8 @@ class SharedTracker:
             self._check_write(addr, tid, sid, data, memory)
             if self.hooks is not None:
                 self.hooks.on_access(addr, tid, sid, True)
+            if self.wgmma_reads is not None:
+                self.wgmma_reads.check(addr, tid, sid, "writes")
         self.written[addr] = True
 
     def async_issue(self, addr, tid, sid: int, data, memory):
@@ -161,6 +164,8 @@ class SharedTracker:
             return
         if self.enabled:
             self._check_write(addr, tid, sid, data, memory)
+            if self.wgmma_reads is not None:
+                self.wgmma_reads.check(addr, tid, sid, "starts a cp.async into")
         self.pending[addr] = tid
         self.pending_site[addr] = sid
 

@@ -10,8 +10,8 @@ bytes and gives wrong numbers, as on the GPU. The arena's byte 0 stands for the 
 first byte, which the CUDA backend aligns to 1024 bytes.
 
 A wgmma is issued asynchronously: its operands are read and its accumulator written when a
-wgmma_wait_group retires its group (the latest moment the hardware may do it), so an operand
-overwritten before the wait changes the result, and reading the accumulator before the wait is
+wgmma_wait_group retires its group (the latest moment the hardware may do it); a write into
+the operand bytes before then (operand_reads.py) and reading the accumulator before the wait are
 reported. TMA boxes are gathered from the global tensor at issue (zero outside it), laid out
 row-major with the map's swizzle and counted on the mbarrier; they land in shared memory when
 the mbarrier phase they were counted in completes (barriers.py).
@@ -27,6 +27,7 @@ from ..ir import dtypes as dt
 from ..ir.buffer import is_shared
 from .checker import Site
 from .memory import Pointer
+from .operand_reads import OperandReads
 
 WARPGROUP = 128
 SWIZZLE_BITS = {0: 0, 1: 7, 2: 3, 3: 1}       # descriptor mode -> mask of address bits 7..
@@ -123,6 +124,8 @@ class Hopper:
         self.owners: dict = {}         # descriptor value -> shared buffer it was made from
         self.open: dict = {}           # warpgroup -> wgmma issued since its last commit
         self.groups: dict = {}         # warpgroup -> committed groups, oldest first
+        self.reads = OperandReads(m)   # shared bytes read by wgmma not yet retired
+        m.tracker.wgmma_reads = self.reads
         self.busy = m.wgmma_busy       # id(register buffer) -> [uses per warpgroup, site,
         #                                 whether the wgmma writes it (else only reads it)]
         self.tables: dict = {}
@@ -185,9 +188,19 @@ class Hopper:
                       scale_d=int(self._uniform(scale_d, g, "wgmma scale-d")), acc=acc,
                       span=m.span)
             self.open.setdefault(g, []).append(op)
+            self._mark_operands(op, n)
             self._mark(acc.buffer, g, op["span"], +1)
             if rs:
                 self._mark(a.buffer, g, op["span"], +1, written=False)
+
+    def _mark_operands(self, op, n: int) -> None:
+        """The shared bytes the wgmma reads are busy until it retires (operand_reads.py)."""
+        parts = [] if op["a"][0] == "regs" else [
+            self._operand_bytes(op["a"][1], 64, not op["trans_a"], op, "A", op["dtype"])]
+        parts.append(self._operand_bytes(op["b"], n, not op["trans_b"], op, "B", op["dtype_b"]))
+        t = self.m.tracker
+        sid = t.site("wgmma", parts[0][1], op["span"])
+        op["reads"] = self.reads.issue(np.concatenate([raw for raw, _ in parts]), sid, op["g"])
 
     def commit(self):
         for g in self.warpgroups("wgmma_commit_group"):
@@ -256,12 +269,36 @@ class Hopper:
             with np.errstate(all="ignore"):
                 regs[lanes, first:first + n // 2] = D[rows, cols].astype(regs.dtype)
             self._mark(acc.buffer, g, op["span"], -1)
+            self.reads.release(op["reads"])
         finally:
             m.span = saved
 
     def _operand(self, desc: int, extent: int, k_major: bool, op, which: str, dtype: str):
         """[extent, depth] float64 values of operand A (extent 64) or B (extent N) of element
         type dtype, read from shared memory through the descriptor now."""
+        m = self.m
+        addr, inside, es, name = self._operand_addresses(desc, extent, k_major, op, which,
+                                                         dtype, report=True)
+        t = m.tracker
+        reader = op["g"] * WARPGROUP
+        raw = (addr[..., None] + np.arange(es)).reshape(-1)
+        sid = t.site(f"wgmma {which}", name, op["span"])
+        t.read(raw, np.full(raw.size, reader, np.int32), sid)
+        m.barriers.proxy_check(raw, reader, sid)
+        bits = np.uint16 if es == 2 else np.uint8
+        vals = m.mem.arena.view(bits)[addr // es].view(dt.dtype(dtype).numpy)
+        return np.where(inside, vals.astype(np.float64), 0.0)
+
+    def _operand_bytes(self, desc: int, extent: int, k_major: bool, op, which: str,
+                       dtype: str):
+        """(arena bytes an operand's descriptor reads, its buffer's name), no reports."""
+        addr, _, es, name = self._operand_addresses(desc, extent, k_major, op, which, dtype)
+        return (addr[..., None] + np.arange(es)).reshape(-1), name
+
+    def _operand_addresses(self, desc: int, extent: int, k_major: bool, op, which: str,
+                           dtype: str, report: bool = False):
+        """(element byte addresses clipped to the buffer, which were inside, element size,
+        buffer name) of an operand, reporting reads outside its buffer when `report`."""
         m = self.m
         start, lbo, sbo, base, mode = decode(desc)
         if base:
@@ -277,23 +314,17 @@ class Hopper:
             lo = m.mem.offsets[id(owner)]
             hi = lo + int(np.prod([int(s) for s in owner.shape])) * es
         inside = (addr >= lo) & (addr + es <= hi)
-        site = Site(f"wgmma {which}", name, op["span"])
         if not inside.all():
-            bad = addr[~inside].reshape(-1)[0]
-            m.reports.add("out-of-bounds", f"{name}: the wgmma at {site.where()} reads "
-                          f"operand {which} at shared byte {bad} through its descriptor "
-                          f"(start {start}, LBO {lbo}, SBO {sbo}, mode {mode}), outside "
-                          f"{name} (bytes {lo}..{hi})", name, (op["g"] * WARPGROUP,), (site,))
+            if report:
+                site = Site(f"wgmma {which}", name, op["span"])
+                bad = addr[~inside].reshape(-1)[0]
+                m.reports.add("out-of-bounds", f"{name}: the wgmma at {site.where()} reads "
+                              f"operand {which} at shared byte {bad} through its descriptor "
+                              f"(start {start}, LBO {lbo}, SBO {sbo}, mode {mode}), outside "
+                              f"{name} (bytes {lo}..{hi})", name, (op["g"] * WARPGROUP,),
+                              (site,))
             addr = np.where(inside, addr, lo)
-        t = m.tracker
-        reader = op["g"] * WARPGROUP
-        raw = (addr[..., None] + np.arange(es)).reshape(-1)
-        sid = t.site(site.op, name, op["span"])
-        t.read(raw, np.full(raw.size, reader, np.int32), sid)
-        m.barriers.proxy_check(raw, reader, sid)
-        bits = np.uint16 if es == 2 else np.uint8
-        vals = m.mem.arena.view(bits)[addr // es].view(dt.dtype(dtype).numpy)
-        return np.where(inside, vals.astype(np.float64), 0.0)
+        return addr, inside, es, name
 
     # --- TMA ----------------------------------------------------------------------------
     def tma_load(self, rank: int, dst: Pointer, tmap, mbar: Pointer, coords):
