@@ -128,7 +128,8 @@ def test_the_fastest_few_are_timed_again_and_judged_by_their_median(monkeypatch)
     # The default timer, scripted: block_M 16 was timed at a lucky moment in the first pass,
     # and its two later timings (in alternation with the other contenders) expose it.
     from tilecraft.autotuner import measure
-    script = {16: [1.0, 1.6, 1.5], 32: [1.1, 1.05, 1.0], 64: [1.2, 1.3, 1.3], 128: [5.0]}
+    script = {16: [1.0, 1.6, 1.5], 32: [1.1, 1.05, 1.0], 64: [1.2, 1.3, 1.3],
+              128: [5.0, 5.2, 4.8], 256: [9.0]}
     seen = []
 
     def scripted(kernel, inputs, *, warmup, rep, config=None):
@@ -136,13 +137,13 @@ def test_the_fastest_few_are_timed_again_and_judged_by_their_median(monkeypatch)
         return script[config["block_M"]][seen.count(config["block_M"]) - 1]
 
     monkeypatch.setattr(measure, "default_measure", scripted)
-    t = tuned(configs={"block_M": [16, 32, 64, 128], "block_N": [32]})
-    t(128, 32, 32)
+    t = tuned(configs={"block_M": [16, 32, 64, 128, 256], "block_N": [32]})
+    t(256, 32, 32)
     assert t.best_config["block_M"] == 32
-    # every candidate once, then two alternating rounds over the three fastest
-    assert seen == [16, 32, 64, 128, 16, 32, 64, 16, 32, 64]
+    # every candidate once, then two alternating rounds over the four fastest
+    assert seen == [16, 32, 64, 128, 256] + [16, 32, 64, 128] * 2
     latency = {r.config["block_M"]: r.latency_ms for r in t.result.results}
-    assert latency == {16: 1.5, 32: 1.05, 64: 1.3, 128: 5.0}
+    assert latency == {16: 1.5, 32: 1.05, 64: 1.3, 128: 5.0, 256: 9.0}
 
 
 def test_the_timer_sees_every_candidate_once_and_the_least_time_wins():

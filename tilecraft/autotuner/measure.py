@@ -7,7 +7,8 @@ reference runs once, on copies, and each candidate's check runs on fresh copies 
 that writes into an input cannot corrupt the next candidate's check.
 
 The default timer is the kernel's profiler: on the GPU the median of CUDA-event timings with
-the L2 flushed before each run (`warmup` runs first, then `rep` timed ones); on the
+the L2 flushed before each run (`warmup` runs first, then `rep` timed ones), after the GPU has
+been kept busy for a second so that its clocks have settled (warm_gpu); on the
 interpreter the wall time of a few runs, which is enough to exercise tuning on a CPU. A
 `measure(kernel, inputs, *, warmup, rep, config)` callable returning milliseconds replaces it.
 """
@@ -129,6 +130,25 @@ def timed(measure, kernel, inputs: list, warmup: int, rep: int, config: dict) ->
     if not math.isfinite(ms) or ms < 0:
         raise ValueError(f"the timer returned {ms!r} ms")
     return ms
+
+
+WARM_SECONDS = 1.0
+
+
+def warm_gpu(kernel, inputs: list, seconds: float = WARM_SECONDS) -> None:
+    """Run the kernel for about `seconds` before anything is timed. A GPU left idle runs at its
+    boost clock and settles lower under a sustained load (an H100 from 1.98 GHz to about 1.4 under
+    GEMMs): without this the candidates timed first, the best predicted, would look faster than
+    they are against those timed later."""
+    torch = sys.modules.get("torch")
+    if kernel.backend != "cuda" or torch is None or not torch.cuda.is_available():
+        return
+    import time
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for _ in range(8):
+            kernel(*inputs)
+        torch.cuda.synchronize()
 
 
 def torch_synchronize() -> None:
