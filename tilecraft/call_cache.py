@@ -26,6 +26,8 @@ def signature(args):
         if is_cuda is not True or not hasattr(a, "data_ptr"):
             return None
         key.append((a.dtype, a.shape, a.device, a.is_contiguous()))
+    if len(key) == sum(type(a) in _SCALARS for a in args):
+        return None  # no tensor says which device the outputs go to: the checked path knows
     return tuple(key)
 
 
@@ -41,7 +43,7 @@ class CallPlan:
 
     def run(self, program, args):
         import torch
-        device = next(a.device for a in args if type(a) not in _SCALARS) if args else None
+        device = next(a.device for a in args if type(a) not in _SCALARS)
         made = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.outputs]
         values = [args[i] if kind == "in" else made[i] if kind == "out" else i
                   for kind, i in self.sources]

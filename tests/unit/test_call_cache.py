@@ -85,3 +85,13 @@ def test_arguments_that_do_not_fit_still_raise_after_a_fast_call(kernel):
         k(cuda_like(100, 64, dtype=torch.float32), 2.0)
     with pytest.raises(tilecraft.TileError, match="not contiguous"):
         k(cuda_like(64, 100).t(), 2.0)
+
+
+def test_only_scalars_or_host_arrays_take_the_checked_path():
+    from tilecraft.call_cache import signature
+    import numpy as np
+    assert signature((1, 2.0)) is None
+    assert signature((np.zeros(3), 1)) is None
+    assert signature((torch.zeros(3), 1)) is None          # a CPU tensor: copied over
+    key = signature((cuda_like(3), 1))
+    assert key is not None and key == signature((cuda_like(3), 1)) != signature((cuda_like(3), 2))
