@@ -35,9 +35,9 @@ multicast into both blocks' shared memory (L2 serves the tile once); `full` stil
 byte of the stage in each block, and `empty` counts the consumer warps of both blocks (each
 warp arrives in both), because a producer now also writes into its peer's versions. A cluster
 barrier after the mbarriers are initialized and another before the blocks exit keep remote
-signals to barriers that exist. Asked for with tl.enable_tma_multicast: on the lent H100 it
-measured level with separate loads (GEMM, attention and MLA, bench/results), the tensor cores
-and not L2 being what binds these kernels, so it is not the default.
+signals to barriers that exist. Asked for with tl.enable_tma_multicast: on an H100 it measured
+level with separate loads for the GEMM, attention and MLA examples (the tensor cores, not L2,
+bind them), so it is not the default.
 """
 from __future__ import annotations
 
