@@ -17,7 +17,7 @@ import tilecraft  # noqa: E402
 import flash_attention as fa  # noqa: E402
 import gemm  # noqa: E402
 import mla_decode  # noqa: E402
-from bench_gemm import median_ms, warm_gpu, write_results  # noqa: E402
+from bench_gemm import warm_gpu, write_results  # noqa: E402
 from bench_mla import torch_mla  # noqa: E402
 from tilecraft.carver.recommend import underlying  # noqa: E402
 from tilecraft.profiler import cuda_median_ms  # noqa: E402
@@ -73,8 +73,10 @@ def main():
         for r in range(args.rounds):
             for mode, kern in kernels.items():
                 # The peer right before each timing: clocks drift under a sustained load.
-                peer_ms = median_ms(peer)
-                ms = cuda_median_ms(lambda: run(kern), 3, 20, name.startswith("mla"))
+                # MLA is timed from a cold L2 on both sides, as in bench_mla.py.
+                flush = name.startswith("mla")
+                peer_ms = cuda_median_ms(peer, 3, 20, flush)
+                ms = cuda_median_ms(lambda: run(kern), 3, 20, flush)
                 rows.append({"case": name, "multicast": mode, "round": r,
                              "tflops": flop / ms / 1e9, "ratio": peer_ms / ms})
                 print(f"{name} multicast {mode} round {r}: {flop / ms / 1e9:.0f} TFLOP/s, "
