@@ -121,4 +121,6 @@ def test_fp8_wgmma(a_dtype, b_dtype, shape, tiles):
     kernel(a, b, c)
     ref = a.double() @ b.double().T
     assert not torch.isnan(c).any(), "unwritten output elements"
-    assert rel_error(c, ref) < 1e-5
+    # fp8 tensor cores add products with fewer mantissa bits than float32; a wrong layout or
+    # descriptor is off by O(1)
+    assert rel_error(c, ref) < 5e-3
