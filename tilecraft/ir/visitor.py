@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from .buffer import Buffer, BufferRegion
+from .dtypes import DType
 from .expr import Expr
 from .stmt import Stmt
 
@@ -32,11 +33,18 @@ def field_names(node) -> tuple:
     return names
 
 
+# Field values that are never nodes nor hold any: one set lookup skips them (most fields of
+# most nodes: names, dtypes, constants, buffers), where the isinstance chain below costs three.
+_LEAVES = {int, float, str, bool, type(None), DType, Buffer}
+
+
 def children(node):
     """Child nodes in field order (buffers are leaves, not children)."""
     out = []
     for name in field_names(node):
-        _flatten_into(getattr(node, name), out)
+        v = getattr(node, name)
+        if type(v) not in _LEAVES:
+            _flatten_into(v, out)
     return out
 
 
@@ -45,7 +53,8 @@ def _flatten_into(v, out: list):
         out.append(v)
     elif isinstance(v, (tuple, list)):
         for x in v:
-            _flatten_into(x, out)
+            if type(x) not in _LEAVES:
+                _flatten_into(x, out)
     elif isinstance(v, dict):
         for x in v.values():
             _flatten_into(x, out)
@@ -107,7 +116,7 @@ def walk(node):
     while stack:
         n = stack.pop()
         yield n
-        stack.extend(reversed(list(children(n))))
+        stack.extend(reversed(children(n)))
 
 
 def collect(node, predicate) -> list:
