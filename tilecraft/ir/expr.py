@@ -371,6 +371,11 @@ def call(name: str, args, d: DType | None = None, span=None) -> Call:
     return Call(name, tuple(args), dt.dtype(d) if d is not None else dt.handle, span)
 
 
+def address_of(buffer, *indices) -> Call:
+    """The address of buffer[indices], as header functions take their pointer arguments."""
+    return Call("address_of", (BufferLoad(buffer, tuple(indices)),), dt.handle)
+
+
 def minmax(op: str, a, b, span=None) -> Expr:
     return binary(op, a, b, span)
 

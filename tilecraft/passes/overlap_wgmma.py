@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..ir.expr import BufferLoad, Call, const
+from ..ir.expr import BufferLoad, Call, address_of, const
 from ..ir.stmt import Evaluate, For, IfThenElse, Kernel, SeqStmt, seq, stmts_of
 from ..ir.visitor import Mutator, walk
-from .warp_specialize import address_of
 
 WAIT_ALL = "tc::wgmma_wait_group<0>"
 WAIT_ONE = "tc::wgmma_wait_group<1>"

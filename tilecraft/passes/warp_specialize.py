@@ -45,7 +45,7 @@ import dataclasses
 
 from ..ir import dtypes as dt
 from ..ir.buffer import Buffer
-from ..ir.expr import BufferLoad, Call, const
+from ..ir.expr import BufferLoad, Call, address_of, const
 from ..ir.stmt import Allocate, For, IfThenElse, Kernel, SeqStmt, call_stmt, seq, stmts_of
 from ..ir.tileop import Copy
 from ..ir.visitor import walk
@@ -61,10 +61,6 @@ REGISTER_FILE = 65536
 
 def _cond(name: str, *args):
     return Call(name, tuple(args), dt.dtype("bool"))
-
-
-def address_of(buffer: Buffer, index):
-    return Call("address_of", (BufferLoad(buffer, (index,)),), dt.handle)
 
 
 def _plan_loop(loop: For) -> dict | None:

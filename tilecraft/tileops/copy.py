@@ -15,7 +15,7 @@ from ..arith.linear import linear_form
 from ..errors import TileError
 from ..ir import dtypes as dt
 from ..ir.buffer import FRAGMENT, GLOBAL, LOCAL, LOCAL_VAR, BufferRegion, is_shared
-from ..ir.expr import BufferLoad, Call, Var, cast, const
+from ..ir.expr import BufferLoad, Call, Var, address_of, cast, const
 from ..ir.stmt import BufferStore, Evaluate, For, IfThenElse
 from ..ir.tileop import Atomic
 from .. import layout as lay
@@ -229,9 +229,8 @@ def _unflatten(flat, extents, ctx) -> list:
 
 def _address(buffer, idx, ctx):
     if is_shared(buffer.scope):
-        return Call("address_of", (BufferLoad(ctx.flat(buffer), (ctx.shared_offset(buffer, idx),)),),
-                    dt.handle)
-    return Call("address_of", (BufferLoad(buffer, tuple(ctx.simplify(i) for i in idx)),), dt.handle)
+        return address_of(ctx.flat(buffer), ctx.shared_offset(buffer, idx))
+    return address_of(buffer, *(ctx.simplify(i) for i in idx))
 
 
 def _vector_load(buffer, idx, bits, ctx):

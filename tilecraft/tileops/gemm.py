@@ -14,7 +14,7 @@ from __future__ import annotations
 from ..errors import TileError
 from ..ir import dtypes as dt
 from ..ir.buffer import FRAGMENT, LOCAL, Buffer, is_shared
-from ..ir.expr import BufferLoad, Call, cast, const
+from ..ir.expr import BufferLoad, Call, address_of, cast, const
 from ..ir.stmt import Allocate, BufferStore, Evaluate, For, seq
 from ..ir.tileop import Gemm, GemmWarpPolicy
 
@@ -57,10 +57,6 @@ def lower_gemm(op: Gemm, ctx) -> object:
     if key not in _MMA or k % 16:
         return _lower_fma(op, ctx, m, n, k)
     return _lower_mma(op, ctx, m, n, k, wm, wn, _MMA[key][0])
-
-
-def _addr(buffer: Buffer, offset) -> Call:
-    return Call("address_of", (BufferLoad(buffer, (offset,)),), dt.handle)
 
 
 def _origin(region, transposed: bool):
@@ -111,7 +107,7 @@ def _lower_mma(op: Gemm, ctx, m, n, k, wm, wn, mma_name):
             col = warp_m * WM + mi * 16 + (q % 2) * 8
             off = _shared_offset(ctx, op.A, ctx.simplify(row), ctx.simplify(col))
             fn = "tc::ldmatrix_x4_trans"
-        a_load = [Evaluate(Call(fn, (_addr(a_frag, mi * 4), _addr(ctx.flat(A), off)), dt.handle))]
+        a_load = [Evaluate(Call(fn, (address_of(a_frag, mi * 4), address_of(ctx.flat(A), off)), dt.handle))]
     body.append(For(mi, const(0), const(MI), "unroll", seq(a_load), {}, op.span))
     # --- B atoms: two per ldmatrix.x4 when the warp has an even number of them ---------
     pair = 2 if NI % 2 == 0 else 1
@@ -127,14 +123,14 @@ def _lower_mma(op: Gemm, ctx, m, n, k, wm, wn, mma_name):
         ncol = kk * 16 + (q % 2) * 8
         fn = f"tc::ldmatrix_{x}"
     off = _shared_offset(ctx, op.B, ctx.simplify(krow), ctx.simplify(ncol))
-    b_load = Evaluate(Call(fn, (_addr(b_frag, ni * 2 * pair), _addr(ctx.flat(B), off)),
+    b_load = Evaluate(Call(fn, (address_of(b_frag, ni * 2 * pair), address_of(ctx.flat(B), off)),
                            dt.handle))
     body.append(For(ni, const(0), const(NI // pair), "unroll", b_load, {}, op.span))
     # --- the MMAs --------------------------------------------------------------
     mi2, ni2 = ctx.fresh("mi", MI), ctx.fresh("ni", NI)
     c_at = ctx.simplify((mi2 * NI + ni2) * 4)
-    mma = Evaluate(Call(mma_name, (_addr(c_reg, c_at), _addr(a_frag, mi2 * 4),
-                                   _addr(b_frag, ni2 * 2), _addr(c_reg, c_at)), dt.handle))
+    mma = Evaluate(Call(mma_name, (address_of(c_reg, c_at), address_of(a_frag, mi2 * 4),
+                                   address_of(b_frag, ni2 * 2), address_of(c_reg, c_at)), dt.handle))
     body.append(For(mi2, const(0), const(MI), "unroll",
                     For(ni2, const(0), const(NI), "unroll", mma, {}, op.span), {}, op.span))
     loop = For(kk, const(0), const(KI), "unroll", seq(body), {}, op.span)

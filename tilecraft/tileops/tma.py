@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from ..arith.linear import constant_value
 from ..ir import dtypes as dt
 from ..ir.buffer import GLOBAL, Buffer, is_shared
-from ..ir.expr import BufferLoad, Call, Var, const
+from ..ir.expr import Call, Var, address_of, const
 from ..ir.stmt import IfThenElse, call_stmt, seq
 from ..layout.swizzle import atom_row_bytes, swizzle_mode_for
 
@@ -114,8 +114,8 @@ def lower_tma_copy(op, ctx):
     """The TMA loads of one copy (issued by the one thread that runs it)."""
     plan = tma_plan(op)
     barrier = op.annotations["tma_barrier"]
-    mbar = Call("address_of", (BufferLoad(ctx.flat(barrier.buffer), (
-        ctx.shared_offset(barrier.buffer, list(barrier.indices)),)),), dt.handle)
+    mbar = address_of(ctx.flat(barrier.buffer),
+                      ctx.shared_offset(barrier.buffer, list(barrier.indices)))
     the_map = Call("address_of", (tensor_map(ctx, op.src.buffer, plan),), dt.handle)
     starts = list(op.src.starts)
     dst_starts = list(op.dst.starts)
@@ -125,7 +125,7 @@ def lower_tma_copy(op, ctx):
     loads = []
     for j in range(plan.slabs):
         offset = ctx.shared_offset(op.dst.buffer, dst_starts[:-2] + [const(0), const(j * plan.slab)])
-        smem = Call("address_of", (BufferLoad(ctx.flat(op.dst.buffer), (offset,)),), dt.handle)
+        smem = address_of(ctx.flat(op.dst.buffer), offset)
         coords = [ctx.simplify(s) for s in starts]
         coords[-1] = ctx.simplify(coords[-1] + j * plan.slab)
         if not cluster:

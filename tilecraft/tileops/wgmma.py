@@ -27,7 +27,7 @@ from ..arith.linear import constant_value
 from ..errors import TileError
 from ..ir import dtypes as dt
 from ..ir.buffer import FRAGMENT, LOCAL, Buffer, is_shared
-from ..ir.expr import BufferLoad, Call, const, select
+from ..ir.expr import BufferLoad, Call, address_of, const, select
 from ..ir.stmt import Allocate, BufferStore, For, call_stmt, seq
 from ..ir.tileop import Gemm, GemmWarpPolicy
 from ..layout.swizzle import atom_row_bytes, swizzle_mode_for
@@ -141,7 +141,7 @@ def _descriptor(ctx, region, k_major: bool, mn0, k0):
     row, col = (mn0, k0) if k_major else (k0, mn0)
     starts = list(region.starts)
     offset = ctx.shared_offset(b, starts[:-2] + [starts[-2] + row, starts[-1] + col])
-    address = Call("address_of", (BufferLoad(ctx.flat(b), (offset,)),), dt.handle)
+    address = address_of(ctx.flat(b), offset)
     lbo = 16 if k_major else rows * width
     return Call("tc::make_smem_desc", (address, const(_DESC_MODE[mode]), const(lbo),
                                        const(8 * width)), dt.dtype("uint64"))
@@ -177,10 +177,10 @@ def lower_wgmma(op: Gemm, ctx, m: int, n: int, k: int):
     scale = select(kk > 0, const(1), const(0)) if op.clear_accum else const(1)
     issue = []
     for i in range(insts):
-        acc = Call("address_of", (BufferLoad(c_reg, (const(i * ng // 2),)),), dt.handle)
+        acc = address_of(c_reg, const(i * ng // 2))
         desc_b = _descriptor(ctx, op.B, bool(not trans_b), ctx.simplify(g_n * ng), kk * kstep)
         if words is not None:
-            a_words = Call("address_of", (BufferLoad(words, (kk * 4,)),), dt.handle)
+            a_words = address_of(words, kk * 4)
             issue.append(call_stmt(f"tc::wgmma_m64n{ng}k16_f32_{suffix}_rs<{trans_b}>", acc,
                                a_words, desc_b, scale))
         else:
@@ -193,7 +193,7 @@ def lower_wgmma(op: Gemm, ctx, m: int, n: int, k: int):
                     f"tc::wgmma_m64n{ng}k16_f32_{suffix}<{trans_a}, {trans_b}>")
             issue.append(call_stmt(name, acc, desc_a, desc_b, scale))
     body.append(For(kk, const(0), const(steps), "unroll", seq(issue), {}, op.span))
-    first = Call("address_of", (BufferLoad(c_reg, (const(0),)),), dt.handle)
+    first = address_of(c_reg, const(0))
     body += [call_stmt("tc::wgmma_commit_group"), call_stmt("tc::wgmma_wait_group<0>"),
              call_stmt(f"tc::wgmma_fence_registers<{c_reg.shape[0]}>", first)]
     return seq(body)
