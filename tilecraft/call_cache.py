@@ -58,7 +58,7 @@ class CallCache:
     def get(self, key):
         return self.plans.get(key) if key is not None else None
 
-    def record(self, key, kernel, args, values, dims, outputs):
+    def record(self, key, args, values, dims, outputs):
         """After a checked call that launched with `values` / `dims` and returned `outputs`."""
         if key is None:
             return

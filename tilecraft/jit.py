@@ -40,7 +40,6 @@ class JITKernel:
             self.lowered = lower(func, self.arch, check_pass_configs(pass_configs))
         self.reports = []  # the emulator checker's findings of the last call
         self._calls = call_cache.CallCache()
-        self._launched = None
 
     # --- calling --------------------------------------------------------------
     def __call__(self, *args):
@@ -74,10 +73,9 @@ class JITKernel:
                 sizes[id(p)] = scalars[id(p)]
         shapes = [_output_shape(self.params[i], sizes) for i in self.out_idx]
         if self.backend == "cuda":
-            self._launched = None
-            outputs = self._run_cuda(tensors, scalars, sizes, shapes)
-            if self._launched is not None:
-                self._calls.record(key, self, args, *self._launched, outputs)
+            outputs, launch = self._run_cuda(tensors, scalars, sizes, shapes)
+            if launch is not None:
+                self._calls.record(key, args, *launch, outputs)
         elif self.backend == "emulator":
             outputs = self._run_interp(tensors, scalars, sizes, shapes, emulate=True)
         else:
@@ -111,9 +109,11 @@ class JITKernel:
         return [arrays.from_numpy(a, use_torch) for a in outputs]
 
     def _run_cuda(self, tensors, scalars, sizes, shapes):
+        """(outputs, (values, dims) the program was launched with); no launch plan when the
+        arguments made a round trip from the host."""
         host = {k: t for k, t in tensors.items() if not (arrays.is_torch(t) and t.is_cuda)}
         if host:
-            return self._run_cuda_from_host(tensors, scalars, sizes, shapes, host)
+            return self._run_cuda_from_host(tensors, scalars, sizes, shapes, host), None
         import torch
         device = None
         for k, t in tensors.items():
@@ -143,8 +143,7 @@ class JITKernel:
         dims = [tuple(values[i].shape) if isinstance(p, Buffer) else () for i, p in
                 enumerate(self.params)]
         self.program.run(values, dims)
-        self._launched = (values, dims)
-        return outputs
+        return outputs, (values, dims)
 
     def _run_cuda_from_host(self, tensors, scalars, sizes, shapes, host):
         """numpy arrays or CPU tensors given to a GPU kernel: copied to the GPU and back, so
@@ -167,7 +166,7 @@ class JITKernel:
                 on_gpu[k] = data.contiguous().cuda()
             else:
                 on_gpu[k] = t
-        outputs = self._run_cuda(on_gpu, scalars, sizes, shapes)
+        outputs, _ = self._run_cuda(on_gpu, scalars, sizes, shapes)
         for k, t in host.items():  # parameters the kernel may have written (atomics, stores)
             back = on_gpu[k].cpu()
             if arrays.is_torch(t):
