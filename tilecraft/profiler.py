@@ -23,56 +23,76 @@ class TensorSupplyType(IntEnum):
     Auto = 7
 
 
-def make_input(p: Buffer, supply: TensorSupplyType, rng: np.random.Generator) -> np.ndarray:
+class _NumpyRandom:
+    """Values for host arrays, from a numpy Generator."""
+
+    def __init__(self, rng: np.random.Generator):
+        self.rng = rng
+
+    def full(self, shape, value, d):
+        return np.full(shape, value, d.numpy)
+
+    def integers(self, low, high, shape):
+        return self.rng.integers(low, high, shape)
+
+    def normal(self, shape):
+        return self.rng.standard_normal(shape)
+
+    def uniform(self, shape):
+        return self.rng.uniform(-1.0, 1.0, shape)
+
+    def cast(self, values, d):
+        # through float32: numpy cannot convert float64 to every ml_dtypes type directly
+        return values.astype(np.float32).astype(d.numpy) if d.is_float else values.astype(d.numpy)
+
+
+class TorchRandom:
+    """Values drawn on the GPU by torch, seeded: an 8192 x 8192 input drawn by numpy and copied
+    over costs about a second. The same distributions as on the host, not the same numbers."""
+
+    def __init__(self, seed: int, device: str = "cuda"):
+        import torch
+        self.torch, self.device = torch, device
+        self.gen = torch.Generator(device=device).manual_seed(seed)
+
+    def full(self, shape, value, d):
+        return self.torch.full(shape, value, dtype=arrays.torch_dtype(d), device=self.device)
+
+    def integers(self, low, high, shape):
+        return self.torch.randint(low, high, shape, generator=self.gen, device=self.device)
+
+    def normal(self, shape):
+        return self.torch.randn(shape, generator=self.gen, device=self.device)
+
+    def uniform(self, shape):
+        return self.torch.rand(shape, generator=self.gen, device=self.device) * 2 - 1
+
+    def cast(self, values, d):
+        return (values.float() if d.is_float else values).to(arrays.torch_dtype(d))
+
+
+def make_input(p: Buffer, supply: TensorSupplyType, rng):
+    """Random values for input p: rng is a numpy Generator (a host array) or a TorchRandom (a
+    tensor on its device)."""
+    draw = rng if isinstance(rng, TorchRandom) else _NumpyRandom(rng)
     shape = p.static_shape()
     if shape is None:
         raise TileError(f"cannot make an input for {p.name}: its shape is symbolic; pass "
                         "input_tensors")
     d = p.dtype
-    if supply == TensorSupplyType.Zero:
-        return np.zeros(shape, d.numpy)
-    if supply == TensorSupplyType.One:
-        return np.ones(shape, d.numpy)
+    if supply in (TensorSupplyType.Zero, TensorSupplyType.One):
+        return draw.full(shape, int(supply == TensorSupplyType.One), d)
     if d.is_bool:
-        return rng.integers(0, 2, shape).astype(np.bool_)
+        return draw.cast(draw.integers(0, 2, shape), d)
     if d.is_int:
-        low = 0 if d.is_unsigned else -2
-        return rng.integers(low, 3, shape).astype(d.numpy)
+        return draw.cast(draw.integers(0 if d.is_unsigned else -2, 3, shape), d)
     if supply in (TensorSupplyType.Normal, TensorSupplyType.Randn):
-        values = rng.standard_normal(shape)
+        values = draw.normal(shape)
     elif supply == TensorSupplyType.Integer:
-        values = rng.integers(-2, 3, shape)
+        values = draw.integers(-2, 3, shape)
     else:
-        values = rng.uniform(-1.0, 1.0, shape)
-    return values.astype(np.float32).astype(d.numpy)
-
-
-def make_input_on_gpu(p: Buffer, supply: TensorSupplyType, seed: int):
-    """make_input's values drawn on the GPU by torch (an 8192 x 8192 input drawn by numpy and
-    copied over costs about a second): the same distributions, not the same numbers."""
-    import torch
-    shape = p.static_shape()
-    if shape is None:
-        raise TileError(f"cannot make an input for {p.name}: its shape is symbolic; pass "
-                        "input_tensors")
-    d, want = p.dtype, arrays.torch_dtype(p.dtype)
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    kw = dict(device="cuda", generator=gen)
-    if supply == TensorSupplyType.Zero:
-        return torch.zeros(shape, dtype=want, device="cuda")
-    if supply == TensorSupplyType.One:
-        return torch.ones(shape, dtype=want, device="cuda")
-    if d.is_bool:
-        return torch.randint(0, 2, shape, **kw).bool()
-    if d.is_int:
-        return torch.randint(0 if d.is_unsigned else -2, 3, shape, **kw).to(want)
-    if supply in (TensorSupplyType.Normal, TensorSupplyType.Randn):
-        values = torch.randn(shape, **kw)
-    elif supply == TensorSupplyType.Integer:
-        values = torch.randint(-2, 3, shape, **kw).float()
-    else:
-        values = torch.rand(shape, **kw) * 2 - 1
-    return values.to(want)
+        values = draw.uniform(shape)
+    return draw.cast(values, d)
 
 
 def compare(name: str, got, want, atol: float, rtol: float, max_mismatched_ratio: float):

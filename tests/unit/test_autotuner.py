@@ -460,3 +460,21 @@ def test_sm80_candidates_compile_in_workers_and_load_from_the_disk_cache(monkeyp
 def _has_gpu():
     from tilecraft.runtime.device import has_cuda_device
     return has_cuda_device()
+
+
+@pytest.mark.parametrize("dtype,supply,low,high", [
+    ("float16", "Uniform", -1, 1), ("bfloat16", "Normal", -10, 10), ("int8", "Auto", -2, 2),
+    ("uint8", "Auto", 0, 2), ("float32", "Integer", -2, 2), ("float16", "One", 1, 1)])
+def test_inputs_drawn_by_torch_follow_the_host_distributions(dtype, supply, low, high):
+    torch = pytest.importorskip("torch")
+    from tilecraft.ir import dtypes as dt
+    from tilecraft.ir.buffer import Buffer
+    from tilecraft.profiler import TensorSupplyType, TorchRandom, make_input
+    p = Buffer("x", (64, 48), dt.dtype(dtype), "global")
+    kind = TensorSupplyType[supply]
+    t = make_input(p, kind, TorchRandom(7, "cpu"))
+    host = make_input(p, kind, np.random.default_rng(7))
+    assert t.shape == host.shape == (64, 48) and str(t.dtype).endswith(str(host.dtype))
+    assert low <= float(t.min()) and float(t.max()) <= high
+    again = make_input(p, kind, TorchRandom(7, "cpu"))
+    assert torch.equal(t, again)  # seeded

@@ -55,7 +55,7 @@ def make_inputs(kernel, supply_prog=None, supply_type=None, seed: int = 0) -> li
     torch CUDA tensors, on the CPU as numpy arrays."""
     if supply_prog is not None:
         return list(supply_prog([kernel.params[i] for i in kernel.inputs]))
-    from ..profiler import TensorSupplyType, make_input, make_input_on_gpu
+    from ..profiler import TensorSupplyType, TorchRandom, make_input
     supply = TensorSupplyType(supply_type) if supply_type is not None else TensorSupplyType.Auto
     rng = np.random.default_rng(seed)
     on_gpu = kernel.backend == "cuda" and device_name("cuda") != "no-gpu"
@@ -65,8 +65,7 @@ def make_inputs(kernel, supply_prog=None, supply_type=None, seed: int = 0) -> li
         if not isinstance(p, Buffer):
             raise TileError(f"autotune: cannot choose a value for the scalar parameter {p.name} "
                             f"of {kernel.func.name}; pass supply_prog= to make the inputs")
-        values.append(make_input_on_gpu(p, supply, seed + len(values)) if on_gpu
-                      else make_input(p, supply, rng))
+        values.append(make_input(p, supply, TorchRandom(seed + len(values)) if on_gpu else rng))
     return values
 
 
