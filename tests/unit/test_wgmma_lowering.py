@@ -107,19 +107,23 @@ def test_batches_are_fenced_committed_and_waited_and_barriers_fence_the_async_pr
     assert "fence_proxy_async" not in lowered_text(gemm_func(), "sm_80")
 
 
-def test_clear_accum_zeroes_through_the_first_k_step():
+def one_block_gemm(M, N, K, dtype, accum, out):
+    """C = A @ B by one block of 128 threads, the accumulator cleared by T.gemm itself."""
     @T.prim_func
-    def main(A: T.Tensor((128, 64), "float16"), B: T.Tensor((64, 128), "float16"),
-             C: T.Tensor((128, 128), "float32")):
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), out)):
         with T.Kernel(1, threads=128):
-            A_s = T.alloc_shared((128, 64), "float16")
-            B_s = T.alloc_shared((64, 128), "float16")
-            C_f = T.alloc_fragment((128, 128), "float32")
+            A_s = T.alloc_shared((M, K), dtype)
+            B_s = T.alloc_shared((K, N), dtype)
+            C_f = T.alloc_fragment((M, N), accum)
             T.copy(A, A_s)
             T.copy(B, B_s)
             T.gemm(A_s, B_s, C_f, clear_accum=True)
             T.copy(C_f, C)
-    text = lowered_text(main)
+    return main
+
+
+def test_clear_accum_zeroes_through_the_first_k_step():
+    text = lowered_text(one_block_gemm(128, 128, 64, "float16", "float32", "float32"))
     assert re.search(r"wgmma_m64n128k16_f32_f16<0, 1>\([^;]*\(kk > 0\)", text) or \
         "T.if_then_else(kk > 0, 1, 0)" in text
 
@@ -149,18 +153,7 @@ def test_accumulator_epilogue_stores_column_pairs_when_rows_are_even(N, paired):
 
 def test_integer_epilogues_are_not_packed_as_floats():
     from tilecraft.codegen.cuda import emit_cuda
-
-    @T.prim_func
-    def main(A: T.Tensor((64, 64), "int8"), B: T.Tensor((64, 64), "int8"),
-             C: T.Tensor((64, 64), "int16")):
-        with T.Kernel(1, threads=128):
-            A_s = T.alloc_shared((64, 64), "int8")
-            B_s = T.alloc_shared((64, 64), "int8")
-            C_f = T.alloc_fragment((64, 64), "int32")
-            T.copy(A, A_s)
-            T.copy(B, B_s)
-            T.gemm(A_s, B_s, C_f, clear_accum=True)
-            T.copy(C_f, C)
+    main = one_block_gemm(64, 64, 64, "int8", "int32", "int16")
     text = emit_cuda(pipelines.cuda(main, "sm_80", 163 * 1024))[0]
     assert "pack_bf162" not in text and "pack_half2" not in text
     assert "((short)C_f[" in text  # one element at a time, converted as an integer
