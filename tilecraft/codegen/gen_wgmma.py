@@ -201,26 +201,35 @@ def _outputs(count: int, per_line: int = 6) -> str:
                                for i in range(0, count, per_line))
 
 
-def _ss(n: int, suffix: str, ptx_type: str) -> str:
+def _ss(n: int, suffix: str, a_type: str, b_type: str | None = None, k: int = 16) -> str:
+    """The shared x shared wrapper. 16-bit types (k16) take transpose immediates; the fp8 forms
+    (k32, A and B types may differ) read both operands K-major and take none."""
+    b_type = b_type or a_type
+    trans = k == 16
     nd = n // 2
     desc_a, desc_b, scale_d = nd, nd + 1, nd + 2
-    imm = nd + 3  # scale-a, scale-b, trans-a, trans-b
-    name = f"wgmma_m64n{n}k16_f32_{suffix}"
+    imm = nd + 3  # scale-a, scale-b[, trans-a, trans-b]
+    name = f"wgmma_m64n{n}k{k}_f32_{suffix}"
+    a_note, b_note = ("", "") if trans else (f" {a_type}", f" {b_type}")
+    params = ["TransA = 0", "TransB = 0"] * trans + ["ScaleA = 1", "ScaleB = 1"]
+    immediates = ", ".join(f"%{imm + i}" for i in range(4 if trans else 2))
+    asserts = ('  static_assert((TransA == 0 || TransA == 1) && (TransB == 0 || TransB == 1), '
+               '"0 or 1");\n') * trans
+    inputs = ('"l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(ScaleA), "n"(ScaleB)' +
+              (', "n"(TransA),\n        "n"(TransB)' if trans else ""))
     return f"""
-// D(64x{n}) = A(64x16, smem desc) * B(16x{n}, smem desc) [+ D]; {nd} floats per thread.
-template <int TransA = 0, int TransB = 0, int ScaleA = 1, int ScaleB = 1>
+// D(64x{n}) = A(64x{k}{a_note}, smem desc) * B({k}x{n}{b_note}, smem desc) [+ D]; {nd} floats per thread.
+template <int {", int ".join(params)}>
 TC_DEVICE void {name}(float* d, uint64_t desc_a, uint64_t desc_b,
 {" " * (16 + len(name))}int scale_d) {{
-  static_assert((TransA == 0 || TransA == 1) && (TransB == 0 || TransB == 1), "0 or 1");
-  static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
+{asserts}  static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{scale_d}, 0;\\n"
-      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_type}.{ptx_type}\\n"
+      "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{a_type}.{b_type}\\n"
       {_register_list(0, nd)},\\n"
-      " %{desc_a}, %{desc_b}, p, %{imm}, %{imm + 1}, %{imm + 2}, %{imm + 3};\\n}}\\n"
+      " %{desc_a}, %{desc_b}, p, {immediates};\\n}}\\n"
       : {_outputs(nd)}
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(ScaleA), "n"(ScaleB), "n"(TransA),
-        "n"(TransB)
+      : {inputs}
       : "memory");
 }}
 """
@@ -276,35 +285,13 @@ namespace tc {
 """
 
 
-def _fp8(n: int, a: str, b: str) -> str:
-    nd = n // 2
-    desc_a, desc_b, scale_d = nd, nd + 1, nd + 2
-    imm = nd + 3  # scale-a, scale-b
-    name = f"wgmma_m64n{n}k32_f32_{a}_{b}"
-    return f"""
-// D(64x{n}) = A(64x32 {a}, smem desc) * B(32x{n} {b}, smem desc) [+ D]; {nd} floats per thread.
-template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void {name}(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {{
-  static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
-  asm volatile(
-      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{scale_d}, 0;\\n"
-      "wgmma.mma_async.sync.aligned.m64n{n}k32.f32.{a}.{b}\\n"
-      {_register_list(0, nd)},\\n"
-      " %{desc_a}, %{desc_b}, p, %{imm}, %{imm + 1};\\n}}\\n"
-      : {_outputs(nd)}
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(ScaleA), "n"(ScaleB)
-      : "memory");
-}}
-"""
-
-
 def generate_fp8() -> str:
     parts = [FP8_PRELUDE]
     for a in FP8_TYPES:
         for b in FP8_TYPES:
             parts.append(f"\n// ================================================================ "
                          f"{a} x {b} inputs, f32 accumulators\n")
-            parts.extend(_fp8(n, a, b) for n in N_VALUES)
+            parts.extend(_ss(n, f"{a}_{b}", a, b, k=32) for n in N_VALUES)
     parts.append(EPILOGUE)
     return "".join(parts)
 

@@ -21,7 +21,8 @@ namespace tc {
 
 // D(64x8) = A(64x32 e4m3, smem desc) * B(32x8 e4m3, smem desc) [+ D]; 4 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n8k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n8k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                            int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
@@ -35,7 +36,8 @@ TC_DEVICE void wgmma_m64n8k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t 
 
 // D(64x16) = A(64x32 e4m3, smem desc) * B(32x16 e4m3, smem desc) [+ D]; 8 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n16k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n16k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
@@ -50,7 +52,8 @@ TC_DEVICE void wgmma_m64n16k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t
 
 // D(64x24) = A(64x32 e4m3, smem desc) * B(32x24 e4m3, smem desc) [+ D]; 12 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n24k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n24k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %14, 0;\n"
@@ -66,7 +69,8 @@ TC_DEVICE void wgmma_m64n24k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t
 
 // D(64x32) = A(64x32 e4m3, smem desc) * B(32x32 e4m3, smem desc) [+ D]; 16 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n32k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n32k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
@@ -83,7 +87,8 @@ TC_DEVICE void wgmma_m64n32k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t
 
 // D(64x40) = A(64x32 e4m3, smem desc) * B(32x40 e4m3, smem desc) [+ D]; 20 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n40k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n40k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %22, 0;\n"
@@ -102,7 +107,8 @@ TC_DEVICE void wgmma_m64n40k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t
 
 // D(64x48) = A(64x32 e4m3, smem desc) * B(32x48 e4m3, smem desc) [+ D]; 24 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n48k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n48k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %26, 0;\n"
@@ -121,7 +127,8 @@ TC_DEVICE void wgmma_m64n48k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t
 
 // D(64x56) = A(64x32 e4m3, smem desc) * B(32x56 e4m3, smem desc) [+ D]; 28 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n56k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n56k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %30, 0;\n"
@@ -142,7 +149,8 @@ TC_DEVICE void wgmma_m64n56k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t
 
 // D(64x64) = A(64x32 e4m3, smem desc) * B(32x64 e4m3, smem desc) [+ D]; 32 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n64k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n64k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
@@ -164,7 +172,8 @@ TC_DEVICE void wgmma_m64n64k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t
 
 // D(64x72) = A(64x32 e4m3, smem desc) * B(32x72 e4m3, smem desc) [+ D]; 36 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n72k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n72k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
@@ -187,7 +196,8 @@ TC_DEVICE void wgmma_m64n72k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t
 
 // D(64x80) = A(64x32 e4m3, smem desc) * B(32x80 e4m3, smem desc) [+ D]; 40 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n80k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n80k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
@@ -211,7 +221,8 @@ TC_DEVICE void wgmma_m64n80k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t
 
 // D(64x88) = A(64x32 e4m3, smem desc) * B(32x88 e4m3, smem desc) [+ D]; 44 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n88k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n88k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %46, 0;\n"
@@ -237,7 +248,8 @@ TC_DEVICE void wgmma_m64n88k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t
 
 // D(64x96) = A(64x32 e4m3, smem desc) * B(32x96 e4m3, smem desc) [+ D]; 48 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n96k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n96k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
@@ -263,7 +275,8 @@ TC_DEVICE void wgmma_m64n96k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t
 
 // D(64x104) = A(64x32 e4m3, smem desc) * B(32x104 e4m3, smem desc) [+ D]; 52 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n104k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n104k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %54, 0;\n"
@@ -291,7 +304,8 @@ TC_DEVICE void wgmma_m64n104k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x112) = A(64x32 e4m3, smem desc) * B(32x112 e4m3, smem desc) [+ D]; 56 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n112k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n112k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %58, 0;\n"
@@ -320,7 +334,8 @@ TC_DEVICE void wgmma_m64n112k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x120) = A(64x32 e4m3, smem desc) * B(32x120 e4m3, smem desc) [+ D]; 60 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n120k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n120k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %62, 0;\n"
@@ -350,7 +365,8 @@ TC_DEVICE void wgmma_m64n120k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x128) = A(64x32 e4m3, smem desc) * B(32x128 e4m3, smem desc) [+ D]; 64 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n128k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n128k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
@@ -381,7 +397,8 @@ TC_DEVICE void wgmma_m64n128k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x136) = A(64x32 e4m3, smem desc) * B(32x136 e4m3, smem desc) [+ D]; 68 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n136k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n136k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %70, 0;\n"
@@ -414,7 +431,8 @@ TC_DEVICE void wgmma_m64n136k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x144) = A(64x32 e4m3, smem desc) * B(32x144 e4m3, smem desc) [+ D]; 72 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n144k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n144k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %74, 0;\n"
@@ -447,7 +465,8 @@ TC_DEVICE void wgmma_m64n144k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x152) = A(64x32 e4m3, smem desc) * B(32x152 e4m3, smem desc) [+ D]; 76 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n152k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n152k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %78, 0;\n"
@@ -482,7 +501,8 @@ TC_DEVICE void wgmma_m64n152k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x160) = A(64x32 e4m3, smem desc) * B(32x160 e4m3, smem desc) [+ D]; 80 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n160k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n160k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %82, 0;\n"
@@ -518,7 +538,8 @@ TC_DEVICE void wgmma_m64n160k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x168) = A(64x32 e4m3, smem desc) * B(32x168 e4m3, smem desc) [+ D]; 84 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n168k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n168k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %86, 0;\n"
@@ -555,7 +576,8 @@ TC_DEVICE void wgmma_m64n168k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x176) = A(64x32 e4m3, smem desc) * B(32x176 e4m3, smem desc) [+ D]; 88 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n176k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n176k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
@@ -593,7 +615,8 @@ TC_DEVICE void wgmma_m64n176k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x184) = A(64x32 e4m3, smem desc) * B(32x184 e4m3, smem desc) [+ D]; 92 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n184k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n184k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %94, 0;\n"
@@ -633,7 +656,8 @@ TC_DEVICE void wgmma_m64n184k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x192) = A(64x32 e4m3, smem desc) * B(32x192 e4m3, smem desc) [+ D]; 96 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n192k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n192k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
@@ -673,7 +697,8 @@ TC_DEVICE void wgmma_m64n192k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x200) = A(64x32 e4m3, smem desc) * B(32x200 e4m3, smem desc) [+ D]; 100 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n200k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n200k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %102, 0;\n"
@@ -715,7 +740,8 @@ TC_DEVICE void wgmma_m64n200k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x208) = A(64x32 e4m3, smem desc) * B(32x208 e4m3, smem desc) [+ D]; 104 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n208k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n208k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %106, 0;\n"
@@ -758,7 +784,8 @@ TC_DEVICE void wgmma_m64n208k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x216) = A(64x32 e4m3, smem desc) * B(32x216 e4m3, smem desc) [+ D]; 108 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n216k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n216k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %110, 0;\n"
@@ -802,7 +829,8 @@ TC_DEVICE void wgmma_m64n216k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x224) = A(64x32 e4m3, smem desc) * B(32x224 e4m3, smem desc) [+ D]; 112 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n224k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n224k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %114, 0;\n"
@@ -847,7 +875,8 @@ TC_DEVICE void wgmma_m64n224k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x232) = A(64x32 e4m3, smem desc) * B(32x232 e4m3, smem desc) [+ D]; 116 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n232k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n232k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %118, 0;\n"
@@ -894,7 +923,8 @@ TC_DEVICE void wgmma_m64n232k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x240) = A(64x32 e4m3, smem desc) * B(32x240 e4m3, smem desc) [+ D]; 120 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n240k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n240k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %122, 0;\n"
@@ -941,7 +971,8 @@ TC_DEVICE void wgmma_m64n240k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x248) = A(64x32 e4m3, smem desc) * B(32x248 e4m3, smem desc) [+ D]; 124 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n248k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n248k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %126, 0;\n"
@@ -990,7 +1021,8 @@ TC_DEVICE void wgmma_m64n248k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x256) = A(64x32 e4m3, smem desc) * B(32x256 e4m3, smem desc) [+ D]; 128 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n256k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n256k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
@@ -1042,7 +1074,8 @@ TC_DEVICE void wgmma_m64n256k32_f32_e4m3_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x8) = A(64x32 e4m3, smem desc) * B(32x8 e5m2, smem desc) [+ D]; 4 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n8k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n8k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                            int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
@@ -1056,7 +1089,8 @@ TC_DEVICE void wgmma_m64n8k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t 
 
 // D(64x16) = A(64x32 e4m3, smem desc) * B(32x16 e5m2, smem desc) [+ D]; 8 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n16k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n16k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
@@ -1071,7 +1105,8 @@ TC_DEVICE void wgmma_m64n16k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t
 
 // D(64x24) = A(64x32 e4m3, smem desc) * B(32x24 e5m2, smem desc) [+ D]; 12 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n24k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n24k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %14, 0;\n"
@@ -1087,7 +1122,8 @@ TC_DEVICE void wgmma_m64n24k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t
 
 // D(64x32) = A(64x32 e4m3, smem desc) * B(32x32 e5m2, smem desc) [+ D]; 16 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n32k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n32k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
@@ -1104,7 +1140,8 @@ TC_DEVICE void wgmma_m64n32k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t
 
 // D(64x40) = A(64x32 e4m3, smem desc) * B(32x40 e5m2, smem desc) [+ D]; 20 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n40k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n40k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %22, 0;\n"
@@ -1123,7 +1160,8 @@ TC_DEVICE void wgmma_m64n40k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t
 
 // D(64x48) = A(64x32 e4m3, smem desc) * B(32x48 e5m2, smem desc) [+ D]; 24 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n48k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n48k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %26, 0;\n"
@@ -1142,7 +1180,8 @@ TC_DEVICE void wgmma_m64n48k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t
 
 // D(64x56) = A(64x32 e4m3, smem desc) * B(32x56 e5m2, smem desc) [+ D]; 28 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n56k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n56k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %30, 0;\n"
@@ -1163,7 +1202,8 @@ TC_DEVICE void wgmma_m64n56k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t
 
 // D(64x64) = A(64x32 e4m3, smem desc) * B(32x64 e5m2, smem desc) [+ D]; 32 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n64k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n64k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
@@ -1185,7 +1225,8 @@ TC_DEVICE void wgmma_m64n64k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t
 
 // D(64x72) = A(64x32 e4m3, smem desc) * B(32x72 e5m2, smem desc) [+ D]; 36 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n72k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n72k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
@@ -1208,7 +1249,8 @@ TC_DEVICE void wgmma_m64n72k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t
 
 // D(64x80) = A(64x32 e4m3, smem desc) * B(32x80 e5m2, smem desc) [+ D]; 40 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n80k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n80k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
@@ -1232,7 +1274,8 @@ TC_DEVICE void wgmma_m64n80k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t
 
 // D(64x88) = A(64x32 e4m3, smem desc) * B(32x88 e5m2, smem desc) [+ D]; 44 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n88k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n88k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %46, 0;\n"
@@ -1258,7 +1301,8 @@ TC_DEVICE void wgmma_m64n88k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t
 
 // D(64x96) = A(64x32 e4m3, smem desc) * B(32x96 e5m2, smem desc) [+ D]; 48 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n96k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n96k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
@@ -1284,7 +1328,8 @@ TC_DEVICE void wgmma_m64n96k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t
 
 // D(64x104) = A(64x32 e4m3, smem desc) * B(32x104 e5m2, smem desc) [+ D]; 52 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n104k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n104k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %54, 0;\n"
@@ -1312,7 +1357,8 @@ TC_DEVICE void wgmma_m64n104k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x112) = A(64x32 e4m3, smem desc) * B(32x112 e5m2, smem desc) [+ D]; 56 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n112k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n112k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %58, 0;\n"
@@ -1341,7 +1387,8 @@ TC_DEVICE void wgmma_m64n112k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x120) = A(64x32 e4m3, smem desc) * B(32x120 e5m2, smem desc) [+ D]; 60 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n120k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n120k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %62, 0;\n"
@@ -1371,7 +1418,8 @@ TC_DEVICE void wgmma_m64n120k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x128) = A(64x32 e4m3, smem desc) * B(32x128 e5m2, smem desc) [+ D]; 64 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n128k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n128k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
@@ -1402,7 +1450,8 @@ TC_DEVICE void wgmma_m64n128k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x136) = A(64x32 e4m3, smem desc) * B(32x136 e5m2, smem desc) [+ D]; 68 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n136k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n136k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %70, 0;\n"
@@ -1435,7 +1484,8 @@ TC_DEVICE void wgmma_m64n136k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x144) = A(64x32 e4m3, smem desc) * B(32x144 e5m2, smem desc) [+ D]; 72 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n144k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n144k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %74, 0;\n"
@@ -1468,7 +1518,8 @@ TC_DEVICE void wgmma_m64n144k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x152) = A(64x32 e4m3, smem desc) * B(32x152 e5m2, smem desc) [+ D]; 76 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n152k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n152k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %78, 0;\n"
@@ -1503,7 +1554,8 @@ TC_DEVICE void wgmma_m64n152k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x160) = A(64x32 e4m3, smem desc) * B(32x160 e5m2, smem desc) [+ D]; 80 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n160k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n160k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %82, 0;\n"
@@ -1539,7 +1591,8 @@ TC_DEVICE void wgmma_m64n160k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x168) = A(64x32 e4m3, smem desc) * B(32x168 e5m2, smem desc) [+ D]; 84 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n168k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n168k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %86, 0;\n"
@@ -1576,7 +1629,8 @@ TC_DEVICE void wgmma_m64n168k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x176) = A(64x32 e4m3, smem desc) * B(32x176 e5m2, smem desc) [+ D]; 88 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n176k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n176k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
@@ -1614,7 +1668,8 @@ TC_DEVICE void wgmma_m64n176k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x184) = A(64x32 e4m3, smem desc) * B(32x184 e5m2, smem desc) [+ D]; 92 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n184k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n184k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %94, 0;\n"
@@ -1654,7 +1709,8 @@ TC_DEVICE void wgmma_m64n184k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x192) = A(64x32 e4m3, smem desc) * B(32x192 e5m2, smem desc) [+ D]; 96 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n192k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n192k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
@@ -1694,7 +1750,8 @@ TC_DEVICE void wgmma_m64n192k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x200) = A(64x32 e4m3, smem desc) * B(32x200 e5m2, smem desc) [+ D]; 100 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n200k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n200k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %102, 0;\n"
@@ -1736,7 +1793,8 @@ TC_DEVICE void wgmma_m64n200k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x208) = A(64x32 e4m3, smem desc) * B(32x208 e5m2, smem desc) [+ D]; 104 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n208k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n208k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %106, 0;\n"
@@ -1779,7 +1837,8 @@ TC_DEVICE void wgmma_m64n208k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x216) = A(64x32 e4m3, smem desc) * B(32x216 e5m2, smem desc) [+ D]; 108 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n216k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n216k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %110, 0;\n"
@@ -1823,7 +1882,8 @@ TC_DEVICE void wgmma_m64n216k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x224) = A(64x32 e4m3, smem desc) * B(32x224 e5m2, smem desc) [+ D]; 112 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n224k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n224k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %114, 0;\n"
@@ -1868,7 +1928,8 @@ TC_DEVICE void wgmma_m64n224k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x232) = A(64x32 e4m3, smem desc) * B(32x232 e5m2, smem desc) [+ D]; 116 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n232k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n232k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %118, 0;\n"
@@ -1915,7 +1976,8 @@ TC_DEVICE void wgmma_m64n232k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x240) = A(64x32 e4m3, smem desc) * B(32x240 e5m2, smem desc) [+ D]; 120 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n240k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n240k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %122, 0;\n"
@@ -1962,7 +2024,8 @@ TC_DEVICE void wgmma_m64n240k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x248) = A(64x32 e4m3, smem desc) * B(32x248 e5m2, smem desc) [+ D]; 124 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n248k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n248k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %126, 0;\n"
@@ -2011,7 +2074,8 @@ TC_DEVICE void wgmma_m64n248k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x256) = A(64x32 e4m3, smem desc) * B(32x256 e5m2, smem desc) [+ D]; 128 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n256k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n256k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
@@ -2063,7 +2127,8 @@ TC_DEVICE void wgmma_m64n256k32_f32_e4m3_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x8) = A(64x32 e5m2, smem desc) * B(32x8 e4m3, smem desc) [+ D]; 4 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n8k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n8k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                            int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
@@ -2077,7 +2142,8 @@ TC_DEVICE void wgmma_m64n8k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t 
 
 // D(64x16) = A(64x32 e5m2, smem desc) * B(32x16 e4m3, smem desc) [+ D]; 8 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n16k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n16k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
@@ -2092,7 +2158,8 @@ TC_DEVICE void wgmma_m64n16k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t
 
 // D(64x24) = A(64x32 e5m2, smem desc) * B(32x24 e4m3, smem desc) [+ D]; 12 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n24k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n24k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %14, 0;\n"
@@ -2108,7 +2175,8 @@ TC_DEVICE void wgmma_m64n24k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t
 
 // D(64x32) = A(64x32 e5m2, smem desc) * B(32x32 e4m3, smem desc) [+ D]; 16 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n32k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n32k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
@@ -2125,7 +2193,8 @@ TC_DEVICE void wgmma_m64n32k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t
 
 // D(64x40) = A(64x32 e5m2, smem desc) * B(32x40 e4m3, smem desc) [+ D]; 20 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n40k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n40k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %22, 0;\n"
@@ -2144,7 +2213,8 @@ TC_DEVICE void wgmma_m64n40k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t
 
 // D(64x48) = A(64x32 e5m2, smem desc) * B(32x48 e4m3, smem desc) [+ D]; 24 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n48k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n48k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %26, 0;\n"
@@ -2163,7 +2233,8 @@ TC_DEVICE void wgmma_m64n48k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t
 
 // D(64x56) = A(64x32 e5m2, smem desc) * B(32x56 e4m3, smem desc) [+ D]; 28 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n56k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n56k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %30, 0;\n"
@@ -2184,7 +2255,8 @@ TC_DEVICE void wgmma_m64n56k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t
 
 // D(64x64) = A(64x32 e5m2, smem desc) * B(32x64 e4m3, smem desc) [+ D]; 32 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n64k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n64k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
@@ -2206,7 +2278,8 @@ TC_DEVICE void wgmma_m64n64k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t
 
 // D(64x72) = A(64x32 e5m2, smem desc) * B(32x72 e4m3, smem desc) [+ D]; 36 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n72k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n72k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
@@ -2229,7 +2302,8 @@ TC_DEVICE void wgmma_m64n72k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t
 
 // D(64x80) = A(64x32 e5m2, smem desc) * B(32x80 e4m3, smem desc) [+ D]; 40 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n80k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n80k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
@@ -2253,7 +2327,8 @@ TC_DEVICE void wgmma_m64n80k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t
 
 // D(64x88) = A(64x32 e5m2, smem desc) * B(32x88 e4m3, smem desc) [+ D]; 44 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n88k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n88k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %46, 0;\n"
@@ -2279,7 +2354,8 @@ TC_DEVICE void wgmma_m64n88k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t
 
 // D(64x96) = A(64x32 e5m2, smem desc) * B(32x96 e4m3, smem desc) [+ D]; 48 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n96k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n96k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
@@ -2305,7 +2381,8 @@ TC_DEVICE void wgmma_m64n96k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t
 
 // D(64x104) = A(64x32 e5m2, smem desc) * B(32x104 e4m3, smem desc) [+ D]; 52 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n104k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n104k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %54, 0;\n"
@@ -2333,7 +2410,8 @@ TC_DEVICE void wgmma_m64n104k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x112) = A(64x32 e5m2, smem desc) * B(32x112 e4m3, smem desc) [+ D]; 56 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n112k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n112k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %58, 0;\n"
@@ -2362,7 +2440,8 @@ TC_DEVICE void wgmma_m64n112k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x120) = A(64x32 e5m2, smem desc) * B(32x120 e4m3, smem desc) [+ D]; 60 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n120k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n120k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %62, 0;\n"
@@ -2392,7 +2471,8 @@ TC_DEVICE void wgmma_m64n120k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x128) = A(64x32 e5m2, smem desc) * B(32x128 e4m3, smem desc) [+ D]; 64 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n128k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n128k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
@@ -2423,7 +2503,8 @@ TC_DEVICE void wgmma_m64n128k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x136) = A(64x32 e5m2, smem desc) * B(32x136 e4m3, smem desc) [+ D]; 68 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n136k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n136k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %70, 0;\n"
@@ -2456,7 +2537,8 @@ TC_DEVICE void wgmma_m64n136k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x144) = A(64x32 e5m2, smem desc) * B(32x144 e4m3, smem desc) [+ D]; 72 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n144k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n144k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %74, 0;\n"
@@ -2489,7 +2571,8 @@ TC_DEVICE void wgmma_m64n144k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x152) = A(64x32 e5m2, smem desc) * B(32x152 e4m3, smem desc) [+ D]; 76 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n152k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n152k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %78, 0;\n"
@@ -2524,7 +2607,8 @@ TC_DEVICE void wgmma_m64n152k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x160) = A(64x32 e5m2, smem desc) * B(32x160 e4m3, smem desc) [+ D]; 80 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n160k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n160k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %82, 0;\n"
@@ -2560,7 +2644,8 @@ TC_DEVICE void wgmma_m64n160k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x168) = A(64x32 e5m2, smem desc) * B(32x168 e4m3, smem desc) [+ D]; 84 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n168k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n168k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %86, 0;\n"
@@ -2597,7 +2682,8 @@ TC_DEVICE void wgmma_m64n168k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x176) = A(64x32 e5m2, smem desc) * B(32x176 e4m3, smem desc) [+ D]; 88 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n176k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n176k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
@@ -2635,7 +2721,8 @@ TC_DEVICE void wgmma_m64n176k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x184) = A(64x32 e5m2, smem desc) * B(32x184 e4m3, smem desc) [+ D]; 92 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n184k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n184k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %94, 0;\n"
@@ -2675,7 +2762,8 @@ TC_DEVICE void wgmma_m64n184k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x192) = A(64x32 e5m2, smem desc) * B(32x192 e4m3, smem desc) [+ D]; 96 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n192k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n192k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
@@ -2715,7 +2803,8 @@ TC_DEVICE void wgmma_m64n192k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x200) = A(64x32 e5m2, smem desc) * B(32x200 e4m3, smem desc) [+ D]; 100 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n200k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n200k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %102, 0;\n"
@@ -2757,7 +2846,8 @@ TC_DEVICE void wgmma_m64n200k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x208) = A(64x32 e5m2, smem desc) * B(32x208 e4m3, smem desc) [+ D]; 104 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n208k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n208k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %106, 0;\n"
@@ -2800,7 +2890,8 @@ TC_DEVICE void wgmma_m64n208k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x216) = A(64x32 e5m2, smem desc) * B(32x216 e4m3, smem desc) [+ D]; 108 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n216k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n216k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %110, 0;\n"
@@ -2844,7 +2935,8 @@ TC_DEVICE void wgmma_m64n216k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x224) = A(64x32 e5m2, smem desc) * B(32x224 e4m3, smem desc) [+ D]; 112 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n224k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n224k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %114, 0;\n"
@@ -2889,7 +2981,8 @@ TC_DEVICE void wgmma_m64n224k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x232) = A(64x32 e5m2, smem desc) * B(32x232 e4m3, smem desc) [+ D]; 116 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n232k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n232k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %118, 0;\n"
@@ -2936,7 +3029,8 @@ TC_DEVICE void wgmma_m64n232k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x240) = A(64x32 e5m2, smem desc) * B(32x240 e4m3, smem desc) [+ D]; 120 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n240k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n240k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %122, 0;\n"
@@ -2983,7 +3077,8 @@ TC_DEVICE void wgmma_m64n240k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x248) = A(64x32 e5m2, smem desc) * B(32x248 e4m3, smem desc) [+ D]; 124 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n248k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n248k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %126, 0;\n"
@@ -3032,7 +3127,8 @@ TC_DEVICE void wgmma_m64n248k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x256) = A(64x32 e5m2, smem desc) * B(32x256 e4m3, smem desc) [+ D]; 128 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n256k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n256k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
@@ -3084,7 +3180,8 @@ TC_DEVICE void wgmma_m64n256k32_f32_e5m2_e4m3(float* d, uint64_t desc_a, uint64_
 
 // D(64x8) = A(64x32 e5m2, smem desc) * B(32x8 e5m2, smem desc) [+ D]; 4 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n8k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n8k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                            int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
@@ -3098,7 +3195,8 @@ TC_DEVICE void wgmma_m64n8k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t 
 
 // D(64x16) = A(64x32 e5m2, smem desc) * B(32x16 e5m2, smem desc) [+ D]; 8 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n16k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n16k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
@@ -3113,7 +3211,8 @@ TC_DEVICE void wgmma_m64n16k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t
 
 // D(64x24) = A(64x32 e5m2, smem desc) * B(32x24 e5m2, smem desc) [+ D]; 12 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n24k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n24k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %14, 0;\n"
@@ -3129,7 +3228,8 @@ TC_DEVICE void wgmma_m64n24k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t
 
 // D(64x32) = A(64x32 e5m2, smem desc) * B(32x32 e5m2, smem desc) [+ D]; 16 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n32k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n32k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
@@ -3146,7 +3246,8 @@ TC_DEVICE void wgmma_m64n32k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t
 
 // D(64x40) = A(64x32 e5m2, smem desc) * B(32x40 e5m2, smem desc) [+ D]; 20 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n40k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n40k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %22, 0;\n"
@@ -3165,7 +3266,8 @@ TC_DEVICE void wgmma_m64n40k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t
 
 // D(64x48) = A(64x32 e5m2, smem desc) * B(32x48 e5m2, smem desc) [+ D]; 24 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n48k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n48k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %26, 0;\n"
@@ -3184,7 +3286,8 @@ TC_DEVICE void wgmma_m64n48k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t
 
 // D(64x56) = A(64x32 e5m2, smem desc) * B(32x56 e5m2, smem desc) [+ D]; 28 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n56k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n56k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %30, 0;\n"
@@ -3205,7 +3308,8 @@ TC_DEVICE void wgmma_m64n56k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t
 
 // D(64x64) = A(64x32 e5m2, smem desc) * B(32x64 e5m2, smem desc) [+ D]; 32 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n64k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n64k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
@@ -3227,7 +3331,8 @@ TC_DEVICE void wgmma_m64n64k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t
 
 // D(64x72) = A(64x32 e5m2, smem desc) * B(32x72 e5m2, smem desc) [+ D]; 36 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n72k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n72k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
@@ -3250,7 +3355,8 @@ TC_DEVICE void wgmma_m64n72k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t
 
 // D(64x80) = A(64x32 e5m2, smem desc) * B(32x80 e5m2, smem desc) [+ D]; 40 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n80k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n80k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
@@ -3274,7 +3380,8 @@ TC_DEVICE void wgmma_m64n80k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t
 
 // D(64x88) = A(64x32 e5m2, smem desc) * B(32x88 e5m2, smem desc) [+ D]; 44 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n88k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n88k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %46, 0;\n"
@@ -3300,7 +3407,8 @@ TC_DEVICE void wgmma_m64n88k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t
 
 // D(64x96) = A(64x32 e5m2, smem desc) * B(32x96 e5m2, smem desc) [+ D]; 48 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n96k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n96k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
@@ -3326,7 +3434,8 @@ TC_DEVICE void wgmma_m64n96k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t
 
 // D(64x104) = A(64x32 e5m2, smem desc) * B(32x104 e5m2, smem desc) [+ D]; 52 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n104k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n104k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %54, 0;\n"
@@ -3354,7 +3463,8 @@ TC_DEVICE void wgmma_m64n104k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x112) = A(64x32 e5m2, smem desc) * B(32x112 e5m2, smem desc) [+ D]; 56 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n112k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n112k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %58, 0;\n"
@@ -3383,7 +3493,8 @@ TC_DEVICE void wgmma_m64n112k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x120) = A(64x32 e5m2, smem desc) * B(32x120 e5m2, smem desc) [+ D]; 60 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n120k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n120k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %62, 0;\n"
@@ -3413,7 +3524,8 @@ TC_DEVICE void wgmma_m64n120k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x128) = A(64x32 e5m2, smem desc) * B(32x128 e5m2, smem desc) [+ D]; 64 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n128k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n128k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
@@ -3444,7 +3556,8 @@ TC_DEVICE void wgmma_m64n128k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x136) = A(64x32 e5m2, smem desc) * B(32x136 e5m2, smem desc) [+ D]; 68 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n136k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n136k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %70, 0;\n"
@@ -3477,7 +3590,8 @@ TC_DEVICE void wgmma_m64n136k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x144) = A(64x32 e5m2, smem desc) * B(32x144 e5m2, smem desc) [+ D]; 72 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n144k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n144k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %74, 0;\n"
@@ -3510,7 +3624,8 @@ TC_DEVICE void wgmma_m64n144k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x152) = A(64x32 e5m2, smem desc) * B(32x152 e5m2, smem desc) [+ D]; 76 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n152k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n152k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %78, 0;\n"
@@ -3545,7 +3660,8 @@ TC_DEVICE void wgmma_m64n152k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x160) = A(64x32 e5m2, smem desc) * B(32x160 e5m2, smem desc) [+ D]; 80 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n160k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n160k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %82, 0;\n"
@@ -3581,7 +3697,8 @@ TC_DEVICE void wgmma_m64n160k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x168) = A(64x32 e5m2, smem desc) * B(32x168 e5m2, smem desc) [+ D]; 84 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n168k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n168k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %86, 0;\n"
@@ -3618,7 +3735,8 @@ TC_DEVICE void wgmma_m64n168k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x176) = A(64x32 e5m2, smem desc) * B(32x176 e5m2, smem desc) [+ D]; 88 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n176k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n176k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
@@ -3656,7 +3774,8 @@ TC_DEVICE void wgmma_m64n176k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x184) = A(64x32 e5m2, smem desc) * B(32x184 e5m2, smem desc) [+ D]; 92 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n184k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n184k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %94, 0;\n"
@@ -3696,7 +3815,8 @@ TC_DEVICE void wgmma_m64n184k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x192) = A(64x32 e5m2, smem desc) * B(32x192 e5m2, smem desc) [+ D]; 96 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n192k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n192k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
@@ -3736,7 +3856,8 @@ TC_DEVICE void wgmma_m64n192k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x200) = A(64x32 e5m2, smem desc) * B(32x200 e5m2, smem desc) [+ D]; 100 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n200k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n200k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %102, 0;\n"
@@ -3778,7 +3899,8 @@ TC_DEVICE void wgmma_m64n200k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x208) = A(64x32 e5m2, smem desc) * B(32x208 e5m2, smem desc) [+ D]; 104 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n208k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n208k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %106, 0;\n"
@@ -3821,7 +3943,8 @@ TC_DEVICE void wgmma_m64n208k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x216) = A(64x32 e5m2, smem desc) * B(32x216 e5m2, smem desc) [+ D]; 108 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n216k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n216k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %110, 0;\n"
@@ -3865,7 +3988,8 @@ TC_DEVICE void wgmma_m64n216k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x224) = A(64x32 e5m2, smem desc) * B(32x224 e5m2, smem desc) [+ D]; 112 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n224k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n224k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %114, 0;\n"
@@ -3910,7 +4034,8 @@ TC_DEVICE void wgmma_m64n224k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x232) = A(64x32 e5m2, smem desc) * B(32x232 e5m2, smem desc) [+ D]; 116 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n232k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n232k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %118, 0;\n"
@@ -3957,7 +4082,8 @@ TC_DEVICE void wgmma_m64n232k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x240) = A(64x32 e5m2, smem desc) * B(32x240 e5m2, smem desc) [+ D]; 120 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n240k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n240k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %122, 0;\n"
@@ -4004,7 +4130,8 @@ TC_DEVICE void wgmma_m64n240k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x248) = A(64x32 e5m2, smem desc) * B(32x248 e5m2, smem desc) [+ D]; 124 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n248k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n248k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %126, 0;\n"
@@ -4053,7 +4180,8 @@ TC_DEVICE void wgmma_m64n248k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_
 
 // D(64x256) = A(64x32 e5m2, smem desc) * B(32x256 e5m2, smem desc) [+ D]; 128 floats per thread.
 template <int ScaleA = 1, int ScaleB = 1>
-TC_DEVICE void wgmma_m64n256k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+TC_DEVICE void wgmma_m64n256k32_f32_e5m2_e5m2(float* d, uint64_t desc_a, uint64_t desc_b,
+                                              int scale_d) {
   static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
