@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from ..arith.bounds import simplify
 from ..arith.linear import constant_value
 from ..ir.expr import Var
-from ..ir.visitor import substitute, walk
+from ..ir.visitor import substitute
+from .lowering import uses_var
 
 CLUSTER_SIZE = 2
 
@@ -39,20 +40,16 @@ class ClusterPlan:
         return tuple(dims)
 
 
-def _uses(node, var) -> bool:
-    return any(isinstance(n, Var) and n is var for n in walk(node))
-
-
 def _same_in_pair(expr, var, extent: int) -> bool:
     """Whether expr takes the same value for var = 2j and var = 2j + 1 (any j): written with
     var = 2 * j + r, r in [0, 1], it must simplify to something free of r (`by // 2`, the KV
     head of MLA's two head blocks, does; `by * 64` does not)."""
-    if not _uses(expr, var):
+    if not uses_var(expr, var):
         return True
     pair, rank = Var("cluster_pair", var.dtype), Var("cluster_rank", var.dtype)
     bounds = {id(pair): (0, extent // CLUSTER_SIZE - 1), id(rank): (0, CLUSTER_SIZE - 1)}
     split = substitute(expr, {id(var): pair * CLUSTER_SIZE + rank})
-    return not _uses(simplify(split, bounds), rank)
+    return not uses_var(simplify(split, bounds), rank)
 
 
 def cluster_plan(kernel, loop, ahead: dict) -> ClusterPlan | None:
