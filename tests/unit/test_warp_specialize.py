@@ -120,3 +120,28 @@ def test_row_strides_tma_cannot_address_are_refused(K):
     from tilecraft.tileops.tma import tma_plan
     a_copy = _copies(gemm(K=K))[0]   # rows of A are 2K bytes apart: not a multiple of 16
     assert tma_plan(a_copy) is None
+
+
+def test_tiles_first_read_by_different_statements_get_their_own_barriers():
+    """Attention's K is read by the first gemm and V only after the softmax: each has its own
+    full / empty pair, waited for right before its reader and released right after it, while
+    a GEMM's A and B (read by the same gemm) share one pair as before."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    import flash_attention as fa
+    from tilecraft.carver.recommend import underlying
+    func = underlying(fa.flash_attention)(2, 4, 1024, 128, False, block_M=128, block_N=128,
+                                          num_stages=2, threads=256)
+    text = source(func)
+    producer, consumer = text.split("} else {", 1)
+    assert "tc::mbarrier_init((&tma_full[3]), 1)" in text      # 2 groups x 2 stages
+    assert "tc::mbarrier_arrive_expect_tx((&tma_full[k % 2]), 32768)" in producer
+    assert "tc::mbarrier_arrive_expect_tx((&tma_full[k % 2 + 2]), 32768)" in producer
+    order = [consumer.index(s) for s in (
+        "tc::mbarrier_wait_parity((&tma_full[k % 2]), k / 2 % 2)", "wgmma_m64n128k16_f32_f16<",
+        "tc::mbarrier_arrive_warp((&tma_empty[k % 2]))", "exp2f(",
+        "tc::mbarrier_wait_parity((&tma_full[k % 2 + 2]), k / 2 % 2)",
+        "wgmma_m64n128k16_f32_f16_rs", "tc::mbarrier_arrive_warp((&tma_empty[k % 2 + 2]))")]
+    assert order == sorted(order)
+    gemm_text = source(gemm(stages=3))
+    assert "tc::mbarrier_init((&tma_full[2]), 1)" in gemm_text      # one group x 3 stages
+    assert "tma_full[3]" not in gemm_text and "tma_empty[3]" not in gemm_text

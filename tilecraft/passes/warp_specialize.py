@@ -138,50 +138,94 @@ class _Specializer:
             b = body[i].dst.buffer
             versions.setdefault(id(b), Buffer(b.name, (depth,) + tuple(b.shape), b.dtype,
                                               b.scope, b.span))
+        issue = sorted(range(len(body)), key=lambda i: order[i])
+        rest = [i for i in issue if i not in ahead]
+        groups = _barrier_groups(body, ahead, rest)
         u64 = dt.dtype("uint64")
-        full = Buffer("tma_full", (depth,), u64, "shared", loop.span)
-        empty = Buffer("tma_empty", (depth,), u64, "shared", loop.span)
+        slots = depth * len(groups)
+        full = Buffer("tma_full", (slots,), u64, "shared", loop.span)
+        empty = Buffer("tma_empty", (slots,), u64, "shared", loop.span)
         init = [call_stmt("tc::mbarrier_init", address_of(full, const(s)), const(1)) for s in
-                range(depth)]
+                range(slots)]
         blocks = self.cluster.size if self.cluster else 1
         init += [call_stmt("tc::mbarrier_init", address_of(empty, const(s)),
-                           const(self.T // 32 * blocks)) for s in range(depth)]
+                           const(self.T // 32 * blocks)) for s in range(slots)]
         init.append(call_stmt("tc::fence_barrier_init"))
         barriers = [Allocate(full, loop.span), Allocate(empty, loop.span),
                     IfThenElse(_cond("tc::is_block_leader"), seq(init), None, loop.span),
                     call_stmt("tc::cluster_sync" if self.cluster else "tc::barrier_all",
                               span=loop.span)]
-        issue = sorted(range(len(body)), key=lambda i: order[i])
         k = loop.var
         step = k - loop.start
         stage, parity = step % depth, (step // depth) % 2
-        copies = []
-        total = 0
-        for i in issue:
-            if i not in ahead:
-                continue
-            copy = Versioned(versions, stage).visit(body[i])
-            total += ahead[i].bytes
-            notes = {"tma_barrier": BufferLoad(full, (stage,)), "scheduled": True}
-            if self.cluster and i in self.cluster.shared:
-                notes["tma_multicast"] = self.cluster.size
-            copies.append(dataclasses.replace(copy, annotations={**copy.annotations, **notes}))
-        produce = [call_stmt("tc::mbarrier_wait_parity", address_of(empty, stage), parity ^ 1),
-                   call_stmt("tc::mbarrier_arrive_expect_tx", address_of(full, stage), const(total))]
-        produce_loop = dataclasses.replace(loop, kind="serial", body=seq(produce + copies),
+
+        def slot(g):
+            return stage if g == 0 else const(g * depth) + stage
+        produce = []
+        for g, group in enumerate(groups):
+            copies = []
+            total = 0
+            for i in group.copies:
+                copy = Versioned(versions, stage).visit(body[i])
+                total += ahead[i].bytes
+                notes = {"tma_barrier": BufferLoad(full, (slot(g),)), "scheduled": True}
+                if self.cluster and i in self.cluster.shared:
+                    notes["tma_multicast"] = self.cluster.size
+                copies.append(dataclasses.replace(copy, annotations={**copy.annotations,
+                                                                     **notes}))
+            produce += [call_stmt("tc::mbarrier_wait_parity", address_of(empty, slot(g)),
+                                  parity ^ 1),
+                        call_stmt("tc::mbarrier_arrive_expect_tx", address_of(full, slot(g)),
+                                  const(total))] + copies
+        produce_loop = dataclasses.replace(loop, kind="serial", body=seq(produce),
                                            annotations={})
         shrink = [] if consumer_registers(self.T) is None else [
             call_stmt(f"tc::setmaxnreg_dec<{PRODUCER_REGISTERS}>")]
         producer = seq(shrink + [IfThenElse(_cond("tc::is_producer_leader", const(self.T)),
                                             produce_loop, None, loop.span)])
-        rest = [Versioned(versions, stage).visit(body[i]) for i in issue if i not in ahead]
         release = (f"tc::mbarrier_arrive_warp_cluster<{self.cluster.size}>" if self.cluster
                    else "tc::mbarrier_arrive_warp")
-        consume = seq([call_stmt("tc::mbarrier_wait_parity", address_of(full, stage), parity)] +
-                      rest + [call_stmt(release, address_of(empty, stage))])
-        consumer = dataclasses.replace(loop, kind="serial", body=consume,
+        consume = []
+        for at, i in enumerate(rest + [None]):
+            consume += [call_stmt(release, address_of(empty, slot(g)))
+                        for g, group in enumerate(groups) if group.last == at - 1]
+            consume += [call_stmt("tc::mbarrier_wait_parity", address_of(full, slot(g)), parity)
+                        for g, group in enumerate(groups) if group.first == at]
+            if i is not None:
+                consume.append(Versioned(versions, stage).visit(body[i]))
+        consumer = dataclasses.replace(loop, kind="serial", body=seq(consume),
                                        annotations={"warp_specialized": depth})
         return producer, consumer, versions, barriers
+
+
+@dataclasses.dataclass
+class _Group:
+    """TMA copies that complete on one full / empty barrier pair: those whose tiles the
+    consumers first read in the same statement. The consumers wait right before that statement
+    (`first`, a position among the statements they run) and release the tiles right after the
+    last statement that reads any of them (`last`), so a tile needed later in the body (the V
+    of attention, after the softmax) neither delays the work before it nor is held longer than
+    it is read."""
+    copies: list
+    first: int
+    last: int
+
+
+def _barrier_groups(body: list, ahead: dict, rest: list) -> list:
+    """The copies ahead grouped by the first statement that reads their tiles, in the order the
+    consumers reach them (copies no statement reads: waited for first, released last)."""
+    def readers(i):
+        b = body[i].dst.buffer
+        return [at for at, j in enumerate(rest)
+                if any(getattr(n, "buffer", None) is b for n in walk(body[j]))]
+    groups: dict = {}
+    for i in sorted(ahead, key=lambda i: (readers(i) or [0])[0]):
+        uses = readers(i)
+        first, last = (uses[0], uses[-1]) if uses else (0, len(rest) - 1)
+        group = groups.setdefault(first, _Group([], first, last))
+        group.copies.append(i)
+        group.last = max(group.last, last)
+    return list(groups.values())
 
 
 def warp_specialize(func, arch: str | None = None, configs: dict | None = None):
