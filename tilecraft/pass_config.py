@@ -10,9 +10,10 @@ class PassConfigKey:
     TL_DISABLE_TMA_LOWER = "tl.disable_tma_lower"
     TL_DISABLE_WGMMA = "tl.disable_wgmma"
     TL_ENABLE_TMA_MULTICAST = "tl.enable_tma_multicast"
+    TL_DISABLE_WGMMA_ROTATION = "tl.disable_wgmma_rotation"
 
 
-# What each key does here (the last four matter on sm_90a, the only target with TMA, WGMMA
+# What each key does here (all but the first matter on sm_90a, the only target with TMA, WGMMA
 # and warp specialization).
 KNOWN = {PassConfigKey.TL_ENABLE_FAST_MATH: "compile with --use_fast_math",
          PassConfigKey.TL_DISABLE_WARP_SPECIALIZED: "pipelined loops on cp.async, no producer "
@@ -21,7 +22,11 @@ KNOWN = {PassConfigKey.TL_ENABLE_FAST_MATH: "compile with --use_fast_math",
          PassConfigKey.TL_DISABLE_WGMMA: "gemms on mma.sync, not wgmma (sm_90a)",
          PassConfigKey.TL_ENABLE_TMA_MULTICAST: "warp-specialized blocks that load the same "
                                                 "tiles run as clusters of two sharing them by "
-                                                "TMA multicast"}
+                                                "TMA multicast",
+         PassConfigKey.TL_DISABLE_WGMMA_ROTATION: "attention-like consumer loops keep each "
+                                                  "wgmma batch's softmax between its waits "
+                                                  "instead of overlapping it with the next "
+                                                  "batch (rotate_wgmma_loop)"}
 
 
 def check_pass_configs(configs) -> dict:

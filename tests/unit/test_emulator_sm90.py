@@ -19,7 +19,7 @@ from tilecraft.emulator.hopper import canonical_offsets, decode, swizzle
 from tilecraft.ir import dtypes as dt
 from tilecraft.ir.expr import Call, Const
 from tilecraft.ir.stmt import Evaluate, SeqStmt
-from tilecraft.ir.visitor import Mutator
+from tilecraft.ir.visitor import Mutator, walk
 from tilecraft.layout.swizzle import make_xor_swizzle
 
 from test_emulator_checker import calls, dropped, plant
@@ -225,21 +225,29 @@ def test_named_barrier_over_too_many_threads_is_a_deadlock(example):
 
 
 def test_consumers_releasing_a_stage_early(example):
-    """Each consumer warp arrives on the empty barrier right after its wait instead of after its
-    last read: the producer refills the stage under it."""
+    """Each consumer warp arrives on each empty barrier right after its wait on the matching
+    full barrier instead of after its last reads: the producer refills the stages under it."""
     fa = example("flash_attention")
     func = underlying(fa.flash_attention)(1, 2, 77, 32, True, block_M=64, block_N=32,
                                          num_stages=2)
-    lowered = E.lower(func, "sm_90a")
+    lowered = E.lower(func, "sm_90a", {"tl.disable_wgmma_rotation": True})
+    release = calls("tc::mbarrier_arrive_warp")
 
     class Early(Mutator):
         def visit_For(self, s):
             s = self.generic_visit(s)
             body = s.body.stmts if isinstance(s.body, SeqStmt) else ()
-            if body and calls("tc::mbarrier_arrive_warp")(body[-1]):
-                body = (body[0], body[-1]) + tuple(body[1:-1])
-                return dataclasses.replace(s, body=SeqStmt(body))
-            return s
+            if not any(release(x) for x in body):
+                return s
+            # The tile groups are released in the order they are waited for.
+            early = iter([x for x in body if release(x)])
+            moved = []
+            for x in body:
+                if not release(x):
+                    moved.append(x)
+                if calls("tc::mbarrier_wait_parity")(x):
+                    moved.append(next(early))
+            return dataclasses.replace(s, body=SeqStmt(tuple(moved)))
     rng = np.random.default_rng(5)
     Q, K, V = (rng.standard_normal((1, 77, 2, 32)).astype(np.float16) for _ in range(3))
     O = np.zeros_like(Q)
@@ -250,6 +258,41 @@ def test_consumers_releasing_a_stage_early(example):
     assert any(gemm_line in r.lines for r in reports)
     want = fa.ref_program(Q, K, V, True)
     assert np.abs(O.astype(np.float64) - want).max() > 0.1
+
+
+def test_rotated_loop_releasing_v_while_its_batch_is_in_flight(example):
+    """In the rotated attention loop, the V stage of iteration k - 1 is released only after the
+    wgmma batch reading it has retired (wait_group 0). Released right after that batch is
+    committed instead, the producer's TMA refills V under the tensor cores: the checker names
+    the write into bytes an in-flight wgmma reads."""
+    fa = example("flash_attention")
+    func = underlying(fa.flash_attention)(1, 1, 300, 32, False, block_M=64, block_N=32,
+                                         num_stages=3)
+    lowered = E.lower(func, "sm_90a")
+    commit, release = calls("tc::wgmma_commit_group"), calls("tc::mbarrier_arrive_warp")
+    planted = []
+
+    class Early(Mutator):
+        def visit_For(self, s):
+            s = self.generic_visit(s)
+            body = list(s.body.stmts) if isinstance(s.body, SeqStmt) else []
+            if sum(1 for x in body if commit(x)) != 2 or \
+                    not any(calls("tc::wgmma_wait_group<1>")(x) for x in body):
+                return s
+            v_release = [x for x in body if release(x)][-1]
+            body.remove(v_release)
+            second = [i for i, x in enumerate(body) if commit(x)][1]
+            body.insert(second + 1, v_release)
+            planted.append(True)
+            return dataclasses.replace(s, body=SeqStmt(tuple(body)))
+    bad = Early().visit(lowered)
+    assert planted, "the loop was not rotated"
+    rng = np.random.default_rng(6)
+    Q, K, V = (rng.standard_normal((1, 300, 1, 32)).astype(np.float16) for _ in range(3))
+    O = np.zeros_like(Q)
+    reports = list(E.run(bad, [Q, K, V, O]))
+    # (the unplanted kernel reports nothing: test_rotated_attention_loop_agrees_with_numpy)
+    assert any(r.buffer == "V_shared" for r in reports), [str(r) for r in reports]
 
 
 def test_missing_proxy_fence_before_wgmma(example):
@@ -333,3 +376,37 @@ def test_a_wgmma_batch_kept_in_flight_over_a_rewritten_operand(example, monkeypa
     assert races and races[0].buffer == "data_shared"
     assert "may still be reading it" in races[0].message
     assert line_of(conv.convolution, "T.gemm(") in races[0].lines
+
+
+@pytest.mark.parametrize("seq, causal, block_N", [
+    pytest.param(300, False, 32, id="s300-ragged"),
+    pytest.param(77, True, 32, id="s77-causal-ragged"),
+    pytest.param(40, False, 32, id="s40-two-iterations"),   # fewer iterations than stages
+    pytest.param(20, False, 32, id="s20-one-iteration"),
+    pytest.param(64, True, 16, id="s64-causal-bn16"),        # first query tile: 4 iterations
+])
+def test_rotated_attention_loop_agrees_with_numpy(example, seq, causal, block_N):
+    """Attention with a three-stage ring: the consumer loop is rotated (batch 1 of iteration k
+    in flight beside batch 2 of k - 1, the softmax between them), including trip counts below
+    the ring's depth and causal tiles whose loops differ in length, with nothing reported."""
+    fa = example("flash_attention")
+    func = underlying(fa.flash_attention)(1, 2, seq, 32, causal, block_M=64, block_N=block_N,
+                                         num_stages=3)
+    lowered = E.lower(func, "sm_90a")
+    waits = [n.name for n in walk(lowered.body) if isinstance(n, Call) and
+             n.name.startswith("tc::wgmma_wait_group")]
+    assert "tc::wgmma_wait_group<1>" in waits, "the loop was not rotated"
+    rng = np.random.default_rng(seq)
+    Q, K, V = (rng.standard_normal((1, seq, 2, 32)).astype(np.float16) for _ in range(3))
+    O = np.full_like(Q, np.nan)
+    assert not list(E.run(lowered, [Q, K, V, O]))
+    np.testing.assert_allclose(O.astype(np.float64), fa.ref_program(Q, K, V, causal),
+                               atol=2e-2, rtol=2e-2)
+
+
+def test_two_stage_rings_are_not_rotated(example):
+    fa = example("flash_attention")
+    func = underlying(fa.flash_attention)(1, 1, 300, 32, False, block_M=64, block_N=32,
+                                         num_stages=2)
+    names = {n.name for n in walk(E.lower(func, "sm_90a").body) if isinstance(n, Call)}
+    assert "tc::wgmma_wait_group<1>" not in names and "tc::wgmma_wait_group<0>" in names

@@ -103,25 +103,36 @@ def _overlapped(loop: For):
     return dataclasses.replace(loop, body=seq(new_body)), tail
 
 
-class _Overlap(Mutator):
+class _ConsumerLoops(Mutator):
+    def __init__(self, rewrite):
+        self.rewrite = rewrite
+
     def visit_SeqStmt(self, s: SeqStmt):
         out = []
         for x in s.stmts:
             if isinstance(x, For) and x.annotations.get("warp_specialized"):
-                done = _overlapped(x)
+                done = self.rewrite(x)
                 if done is not None:
-                    out.append(done[0])
-                    out.extend(done[1])
+                    out.extend(done)
                     continue
             out.append(self.visit(x))
         return seq(out, s.span)
 
 
-def overlap_wgmma(func):
+def rewrite_consumer_loops(func, rewrite):
+    """func with each warp-specialized consumer loop replaced by the statements rewrite(loop)
+    returns (a loop it returns None for stays as it is)."""
     def rebuild(s):
         if isinstance(s, Kernel):
-            return _Overlap().visit(s) if s.attrs.get("producer_threads") else s
+            return _ConsumerLoops(rewrite).visit(s) if s.attrs.get("producer_threads") else s
         if isinstance(s, SeqStmt):
             return seq([rebuild(x) for x in s.stmts])
         return s
     return dataclasses.replace(func, body=rebuild(func.body))
+
+
+def overlap_wgmma(func):
+    def rewrite(loop):
+        done = _overlapped(loop)
+        return None if done is None else [done[0]] + list(done[1])
+    return rewrite_consumer_loops(func, rewrite)

@@ -15,6 +15,7 @@ from .pipeline_loops import pipeline_loops
 from .lower_tile_ops import lower_tile_ops
 from .overlap_wgmma import overlap_wgmma
 from .plan_shared_memory import plan_shared_memory
+from .rotate_wgmma_loop import rotate_wgmma_loop
 from .warp_specialize import warp_specialize
 
 
@@ -42,6 +43,7 @@ def cuda(func, arch: str = "sm_80", smem_limit: int | None = None, configs: dict
              ("insert_barriers", insert_barriers),
              ("lower_tile_ops", lower_tile_ops),
              ("overlap_wgmma", overlap_wgmma),
+             ("rotate_wgmma_loop", lambda f: rotate_wgmma_loop(f, configs)),
              ("finalize_barriers", finalize_barriers)]
     for i, (name, run) in enumerate(steps, start=1):
         func = run(func)
