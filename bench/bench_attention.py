@@ -11,6 +11,7 @@ GPUs run).
 import argparse
 import os
 import sys
+from statistics import median
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -19,13 +20,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 sys.path.insert(0, HERE)
 from flash_attention import flash_attention  # noqa: E402
-from bench_gemm import warm_gpu, write_results  # noqa: E402
+from bench_gemm import parse_configs, warm_gpu, write_results  # noqa: E402
 from tilecraft.profiler import cuda_median_ms  # noqa: E402
 from tilecraft.carver.recommend import underlying  # noqa: E402
 import tilecraft  # noqa: E402
 
 SHAPES = [(8, 32, 4096, 128, False), (8, 32, 4096, 128, True), (8, 32, 8192, 128, False)]
 CONFIGS = [dict(block_M=128, block_N=128, num_stages=2, threads=256),
+           dict(block_M=128, block_N=128, num_stages=3, threads=256),
            dict(block_M=128, block_N=64, num_stages=2, threads=256),
            dict(block_M=64, block_N=64, num_stages=2, threads=128)]
 
@@ -46,10 +48,16 @@ def main():
     parser.add_argument("--tag", default="mha_fwd")
     parser.add_argument("--pass-config", action="append", default=[], metavar="KEY=VALUE",
                         help="a pass config for every kernel, e.g. tl.disable_wgmma=1")
+    parser.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE",
+                        help="also time every config compiled with this pass config added, "
+                             "in the same rounds (an A/B of one compiler decision)")
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     # The example's own configs (fast math) plus the ones given here.
-    pass_configs = {tilecraft.PassConfigKey.TL_ENABLE_FAST_MATH: True,
-                    **{k: bool(int(v)) for k, v in (x.split("=") for x in args.pass_config)}}
+    pass_configs = {tilecraft.PassConfigKey.TL_ENABLE_FAST_MATH: True, **parse_configs(args.pass_config)}
+    variants = [("", pass_configs)]
+    if args.variant:
+        variants.append((",".join(args.variant), {**pass_configs, **parse_configs(args.variant)}))
     rows = []
     warm_gpu()
     for B, H, S, D, causal in SHAPES:
@@ -60,34 +68,50 @@ def main():
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
             ref = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
         ref = ref.transpose(1, 2).float()
+        cases = []
         for cfg in CONFIGS:
-            # Peers timed right before each candidate: clocks drift over a run.
-            flash = sdpa_ms(qt, kt, vt, causal, SDPBackend.FLASH_ATTENTION)
-            cudnn = sdpa_ms(qt, kt, vt, causal, SDPBackend.CUDNN_ATTENTION)
-            kernel = tilecraft.compile(underlying(flash_attention)(B, H, S, D, causal, **cfg),
-                                       out_idx=[-1], pass_configs=pass_configs)
-            out = kernel(q, k, v)
-            err = float((out.float() - ref).norm() / ref.norm())
-            ms = cuda_median_ms(lambda: kernel(q, k, v), 5, 20, False)
-            row = {"shape": [B, H, S, D], "causal": causal, "config": cfg, "ms": ms,
-                   "tflops": flop / ms / 1e9, "flash_tflops": flop / flash / 1e9,
-                   "cudnn_tflops": flop / cudnn / 1e9, "vs_flash": flash / ms,
-                   "vs_cudnn": cudnn / ms, "rel_error": err, "registers": kernel.n_regs,
-                   "spills": kernel.n_spills, "pass_configs": pass_configs,
+            for label, configs in variants:
+                kernel = tilecraft.compile(underlying(flash_attention)(B, H, S, D, causal, **cfg),
+                                           out_idx=[-1], pass_configs=configs)
+                out = kernel(q, k, v)
+                err = float((out.float() - ref).norm() / ref.norm())
+                cases.append((cfg, label, configs, kernel, err))
+        # Rounds alternate the peers and every candidate: clocks drift over a run by more than
+        # the differences measured, so each ratio compares timings taken together, and the
+        # median over rounds is reported.
+        flash, cudnn, ours = [], [], [[] for _ in cases]
+        for _ in range(args.rounds):
+            flash.append(sdpa_ms(qt, kt, vt, causal, SDPBackend.FLASH_ATTENTION))
+            cudnn.append(sdpa_ms(qt, kt, vt, causal, SDPBackend.CUDNN_ATTENTION))
+            for times, (_, _, _, kernel, _) in zip(ours, cases):
+                times.append(cuda_median_ms(lambda: kernel(q, k, v), 3, 10, False))
+        for times, (cfg, label, configs, kernel, err) in zip(ours, cases):
+            ms = median(times)
+            row = {"shape": [B, H, S, D], "causal": causal, "config": cfg, "variant": label,
+                   "ms": ms, "ms_rounds": times, "tflops": flop / ms / 1e9,
+                   "flash_tflops": flop / median(flash) / 1e9,
+                   "cudnn_tflops": flop / median(cudnn) / 1e9,
+                   "vs_flash": median([f / t for f, t in zip(flash, times)]),
+                   "vs_cudnn": median([c / t for c, t in zip(cudnn, times)]),
+                   "rel_error": err, "registers": kernel.n_regs,
+                   "spills": kernel.n_spills, "pass_configs": configs,
                    "wgmma": "wgmma_m64n" in kernel.get_kernel_source()}
             rows.append(row)
-            print(f"S{S} causal={causal} {cfg}: {row['tflops']:.0f} TFLOP/s; flash "
+            print(f"S{S} causal={causal} {cfg} {label}: {row['tflops']:.0f} TFLOP/s; flash "
                   f"{row['flash_tflops']:.0f} ({row['vs_flash']:.2f}x), cuDNN "
                   f"{row['cudnn_tflops']:.0f} ({row['vs_cudnn']:.2f}x); err {err:.1e}",
                   flush=True)
     path = write_results(args.out, args.tag, rows, [
         ("B,H,S,D", lambda r: str(r["shape"])), ("causal", lambda r: str(r["causal"])),
-        ("config", lambda r: str(r["config"])), ("TFLOP/s", lambda r: f"{r['tflops']:.0f}"),
+        ("config", lambda r: str(r["config"])), ("variant", lambda r: r["variant"] or "-"),
+        ("TFLOP/s", lambda r: f"{r['tflops']:.0f}"),
         ("SDPA flash", lambda r: f"{r['flash_tflops']:.0f}"),
         ("x flash", lambda r: f"{r['vs_flash']:.2f}"),
         ("SDPA cuDNN", lambda r: f"{r['cudnn_tflops']:.0f}"),
         ("x cuDNN", lambda r: f"{r['vs_cudnn']:.2f}"), ("rel err", lambda r: f"{r['rel_error']:.1e}"),
-        ("regs", lambda r: str(r["registers"]))], notes=f"pass configs: {pass_configs}")
+        ("regs", lambda r: str(r["registers"]))], notes=f"pass configs: {pass_configs}; variant: that pass config added. Medians over "
+              f"{args.rounds} rounds, each timing the peers and every candidate in turn; a ratio "
+              "is the median of the per-round ratios.")
     print(open(path).read())
 
 
