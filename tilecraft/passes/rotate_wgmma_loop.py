@@ -148,15 +148,16 @@ def _rotated(loop: For):
     if batches is None or len(batches) != 2:
         return None
     b1, b2 = batches
-    tail = body[b2.commit + 3:]
-    if not tail or not all(_is_barrier_call(s) and "arrive" in _call_name(s) for s in tail):
+    c_release = body[b2.commit + 3:]
+    if not c_release or not all(_is_barrier_call(s) and "arrive" in _call_name(s)
+                                for s in c_release):
         return None
     A, sync1 = body[:b1.commit + 1], body[b1.commit + 1:b1.commit + 3]
     c0 = _c_start(body, b2)
     if c0 <= b1.commit + 2:
         return None
     M, C = body[b1.commit + 3:c0], body[c0:]
-    c_issue, sync2, c_release = C[:b2.commit + 1 - c0], C[b2.commit + 1 - c0:b2.commit + 3 - c0], tail
+    c_issue, sync2 = body[c0:b2.commit + 1], body[b2.commit + 1:b2.commit + 3]
     refs_a = set().union(*(_refs(s) for s in A))
     refs_c = set().union(*(_refs(s) for s in C))
     if refs_a & refs_c or b1.acc in refs_c or b2.acc in refs_a:
@@ -179,7 +180,7 @@ def _rotated(loop: For):
     at = lambda stmts, e: [substitute(s, {id(k): e}) for s in stmts]  # noqa: E731
     first, last = loop.start, loop.start + loop.extent - const(1)
     span = loop.span
-    wait_one = Evaluate(Call(WAIT_ONE, (), body[b1.commit + 1].value.dtype), body[b1.commit + 1].span)
+    wait_one = Evaluate(Call(WAIT_ONE, (), sync1[0].value.dtype), sync1[0].span)
     steady = A + at(c_issue, k - const(1)) + [wait_one, sync1[1]] + early + \
         at(sync2 + c_release, k - const(1)) + late
     rotated = dataclasses.replace(loop, start=loop.start + const(1),

@@ -140,7 +140,7 @@ class _Specializer:
                                               b.scope, b.span))
         issue = sorted(range(len(body)), key=lambda i: order[i])
         rest = [i for i in issue if i not in ahead]
-        groups = _barrier_groups(body, ahead, rest)
+        groups = _barrier_groups(body, issue, ahead, rest)
         u64 = dt.dtype("uint64")
         slots = depth * len(groups)
         full = Buffer("tma_full", (slots,), u64, "shared", loop.span)
@@ -211,21 +211,22 @@ class _Group:
     last: int
 
 
-def _barrier_groups(body: list, ahead: dict, rest: list) -> list:
+def _barrier_groups(body: list, issue: list, ahead: dict, rest: list) -> list:
     """The copies ahead grouped by the first statement that reads their tiles, in the order the
-    consumers reach them (copies no statement reads: waited for first, released last)."""
-    def readers(i):
-        b = body[i].dst.buffer
-        return [at for at, j in enumerate(rest)
-                if any(getattr(n, "buffer", None) is b for n in walk(body[j]))]
+    consumers reach them, each group's copies in issue order (copies no statement reads:
+    waited for first, released last)."""
     groups: dict = {}
-    for i in sorted(ahead, key=lambda i: (readers(i) or [0])[0]):
-        uses = readers(i)
+    for i in issue:
+        if i not in ahead:
+            continue
+        b = body[i].dst.buffer
+        uses = [at for at, j in enumerate(rest)
+                if any(getattr(n, "buffer", None) is b for n in walk(body[j]))]
         first, last = (uses[0], uses[-1]) if uses else (0, len(rest) - 1)
         group = groups.setdefault(first, _Group([], first, last))
         group.copies.append(i)
         group.last = max(group.last, last)
-    return list(groups.values())
+    return [groups[first] for first in sorted(groups)]
 
 
 def warp_specialize(func, arch: str | None = None, configs: dict | None = None):
