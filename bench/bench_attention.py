@@ -20,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 sys.path.insert(0, HERE)
 from flash_attention import flash_attention  # noqa: E402
-from bench_gemm import parse_configs, warm_gpu, write_results  # noqa: E402
+from bench_gemm import in_rounds, parse_configs, warm_gpu, write_results  # noqa: E402
 from tilecraft.profiler import cuda_median_ms  # noqa: E402
 from tilecraft.carver.recommend import underlying  # noqa: E402
 import tilecraft  # noqa: E402
@@ -54,7 +54,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     # The example's own configs (fast math) plus the ones given here.
-    pass_configs = {tilecraft.PassConfigKey.TL_ENABLE_FAST_MATH: True, **parse_configs(args.pass_config)}
+    pass_configs = {tilecraft.PassConfigKey.TL_ENABLE_FAST_MATH: True,
+                    **parse_configs(args.pass_config)}
     variants = [("", pass_configs)]
     if args.variant:
         variants.append((",".join(args.variant), {**pass_configs, **parse_configs(args.variant)}))
@@ -76,15 +77,11 @@ def main():
                 out = kernel(q, k, v)
                 err = float((out.float() - ref).norm() / ref.norm())
                 cases.append((cfg, label, configs, kernel, err))
-        # Rounds alternate the peers and every candidate: clocks drift over a run by more than
-        # the differences measured, so each ratio compares timings taken together, and the
-        # median over rounds is reported.
-        flash, cudnn, ours = [], [], [[] for _ in cases]
-        for _ in range(args.rounds):
-            flash.append(sdpa_ms(qt, kt, vt, causal, SDPBackend.FLASH_ATTENTION))
-            cudnn.append(sdpa_ms(qt, kt, vt, causal, SDPBackend.CUDNN_ATTENTION))
-            for times, (_, _, _, kernel, _) in zip(ours, cases):
-                times.append(cuda_median_ms(lambda: kernel(q, k, v), 3, 10, False))
+        flash, cudnn, *ours = in_rounds(args.rounds, [
+            lambda: sdpa_ms(qt, kt, vt, causal, SDPBackend.FLASH_ATTENTION),
+            lambda: sdpa_ms(qt, kt, vt, causal, SDPBackend.CUDNN_ATTENTION)] + [
+            lambda kern=kernel: cuda_median_ms(lambda: kern(q, k, v), 3, 10, False)
+            for _, _, _, kernel, _ in cases])
         for times, (cfg, label, configs, kernel, err) in zip(ours, cases):
             ms = median(times)
             row = {"shape": [B, H, S, D], "causal": causal, "config": cfg, "variant": label,
@@ -109,7 +106,8 @@ def main():
         ("x flash", lambda r: f"{r['vs_flash']:.2f}"),
         ("SDPA cuDNN", lambda r: f"{r['cudnn_tflops']:.0f}"),
         ("x cuDNN", lambda r: f"{r['vs_cudnn']:.2f}"), ("rel err", lambda r: f"{r['rel_error']:.1e}"),
-        ("regs", lambda r: str(r["registers"]))], notes=f"pass configs: {pass_configs}; variant: that pass config added. Medians over "
+        ("regs", lambda r: str(r["registers"]))],
+        notes=f"pass configs: {pass_configs}; variant: that pass config added. Medians over "
               f"{args.rounds} rounds, each timing the peers and every candidate in turn; a ratio "
               "is the median of the per-round ratios.")
     print(open(path).read())

@@ -70,6 +70,17 @@ def synced_median_ms(fn, reps=20, warmup=5):
     return times[len(times) // 2]
 
 
+def in_rounds(rounds: int, timers: list) -> list:
+    """[times of timer i over the rounds] for each timer, each round running every timer in
+    turn: clocks drift over a run by more than the differences measured, so ratios are taken
+    between timings of one round (and their median reported)."""
+    times = [[] for _ in timers]
+    for _ in range(rounds):
+        for out, timer in zip(times, timers):
+            out.append(timer())
+    return times
+
+
 def parse_configs(texts) -> dict:
     """{key: bool} from KEY=0/1 command-line pass configs."""
     return {k: bool(int(v)) for k, v in (x.split("=") for x in texts)}
@@ -144,14 +155,9 @@ def main():
             compile_s = time.time() - t0
             c = kernel(a, b)
             cases.append((cfg, kernel, float((c.float() - ref).norm() / ref.norm()), compile_s))
-        # Rounds alternate the peer and every candidate: clocks drift over a run by more than
-        # the differences measured, so each ratio compares timings taken together, and the
-        # median over rounds is reported.
-        peer, ours = [], [[] for _ in cases]
-        for _ in range(args.rounds):
-            peer.append(median_ms(lambda: torch.matmul(a, b)))
-            for times, (_, kernel, _, _) in zip(ours, cases):
-                times.append(median_ms(lambda: kernel(a, b)))
+        peer, *ours = in_rounds(args.rounds, [lambda: median_ms(lambda: torch.matmul(a, b))] +
+                                [lambda k=kernel: median_ms(lambda: k(a, b))
+                                 for _, kernel, _, _ in cases])
         torch_synced = synced_median_ms(lambda: torch.matmul(a, b))
         for times, (cfg, kernel, err, compile_s) in zip(ours, cases):
             ms, torch_ms = median(times), median(peer)
