@@ -11,6 +11,7 @@ class PassConfigKey:
     TL_DISABLE_WGMMA = "tl.disable_wgmma"
     TL_ENABLE_TMA_MULTICAST = "tl.enable_tma_multicast"
     TL_DISABLE_WGMMA_ROTATION = "tl.disable_wgmma_rotation"
+    TL_DISABLE_UNIFORM_MASKS = "tl.disable_uniform_masks"
 
 
 # What each key does here (all but the first matter on sm_90a, the only target with TMA, WGMMA
@@ -26,7 +27,10 @@ KNOWN = {PassConfigKey.TL_ENABLE_FAST_MATH: "compile with --use_fast_math",
          PassConfigKey.TL_DISABLE_WGMMA_ROTATION: "attention-like consumer loops keep each "
                                                   "wgmma batch's softmax between its waits "
                                                   "instead of overlapping it with the next "
-                                                  "batch (rotate_wgmma_loop)"}
+                                                  "batch (rotate_wgmma_loop)",
+         PassConfigKey.TL_DISABLE_UNIFORM_MASKS: "element-wise selects are evaluated per "
+                                                 "element even where a whole tile agrees "
+                                                 "(tileops/uniform_select)"}
 
 
 def check_pass_configs(configs) -> dict:

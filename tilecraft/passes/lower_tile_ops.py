@@ -17,6 +17,7 @@ from ..ir.stmt import (Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel,
 from ..tileops.cumsum import lower_cumsum
 from ..tileops.copy import lower_atomic_tile, lower_copy, lower_fill
 from ..tileops.gemm import lower_gemm
+from ..pass_config import PassConfigKey
 from ..tileops.lowering import AccessRewriter, ThreadContext
 from ..tileops.parallel import lower_parallel
 from ..tileops.tma import lower_tma_copy
@@ -25,11 +26,11 @@ from .infer_layouts import infer_layouts
 
 
 class _KernelLowering:
-    def __init__(self, kernel: Kernel):
+    def __init__(self, kernel: Kernel, unswitch_masks: bool = True):
         self.kernel = kernel
         tx = Var("tx")
         layouts = kernel.attrs.get("layouts") or infer_layouts(kernel)
-        self.ctx = ThreadContext(tx, kernel.num_threads, layouts)
+        self.ctx = ThreadContext(tx, kernel.num_threads, layouts, unswitch_masks=unswitch_masks)
         self.ctx.var_bounds[id(tx)] = (0, kernel.num_threads - 1)
         for v, g in zip(kernel.block_vars, kernel.grid):
             n = constant_value(g)
@@ -141,14 +142,15 @@ class _KernelLowering:
         raise TileError(f"T.{op.op_name} is not supported by the CUDA backend yet", op.span)
 
 
-def lower_tile_ops(func):
+def lower_tile_ops(func, configs: dict | None = None):
     """Return func with every kernel lowered to thread-level code."""
+    unswitch = not (configs or {}).get(PassConfigKey.TL_DISABLE_UNIFORM_MASKS)
     arena = {}
     planned = func.attrs.get("smem_offsets", {})
 
     def rebuild(s):
         if isinstance(s, Kernel):
-            lowering = _KernelLowering(s)
+            lowering = _KernelLowering(s, unswitch)
             kernel = lowering.run()
             top = kernel.attrs.get("smem_bytes", 0)
             for key, flat in lowering.ctx.flat_shared.items():

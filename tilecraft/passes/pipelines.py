@@ -41,7 +41,7 @@ def cuda(func, arch: str = "sm_80", smem_limit: int | None = None, configs: dict
              ("infer_layouts", infer_layouts),
              ("plan_shared_memory", lambda f: plan_shared_memory(f, smem_limit)),
              ("insert_barriers", insert_barriers),
-             ("lower_tile_ops", lower_tile_ops),
+             ("lower_tile_ops", lambda f: lower_tile_ops(f, configs)),
              ("overlap_wgmma", overlap_wgmma),
              ("rotate_wgmma_loop", lambda f: rotate_wgmma_loop(f, configs)),
              ("finalize_barriers", finalize_barriers)]

@@ -33,6 +33,7 @@ class ThreadContext:
     allocations: list = field(default_factory=list)  # new Allocate statements to hoist
     tensor_maps: dict = field(default_factory=dict)  # (buffer, box, swizzle) -> TensorMapVar
     counter: int = 0
+    unswitch_masks: bool = True  # tileops/uniform_select (off: tl.disable_uniform_masks)
 
     def fresh(self, name: str, extent: int | None = None) -> Var:
         self.counter += 1

@@ -17,6 +17,7 @@ from ..ir.buffer import FRAGMENT
 from ..ir.expr import BufferLoad, Const, Var, const, logical
 from ..ir.stmt import BufferStore, For, IfThenElse, seq
 from ..ir.visitor import substitute, walk
+from .uniform_select import unswitch_selects
 from .lowering import AccessRewriter, ThreadContext, evaluate_table, fold_provable, uses_var
 
 
@@ -39,27 +40,41 @@ def lower_parallel(loop: For, ctx: ThreadContext) -> object:
     l = ctx.fresh("l", n)
     logical_idx = [ctx.simplify(x) for x in frag.logical_of(ctx.tx, l)]
     mapping = {id(v): ctx.simplify(idx + s) for v, idx, s in zip(loop_vars, logical_idx, starts)}
-    sub = fold_provable(substitute(body, mapping), ctx)
-    if frag.replicate > 1:
-        sub = _first_replica_writes(sub, frag, ctx, l)
-    own = [mapping[id(v)] for v in loop_vars] if all(
-        isinstance(x, Const) and x.value == 0 for x in starts) else None
-    check_ownership(sub, frag, ctx, l, loop)
     guard = _coverage_guard(frag, extents, logical_idx, ctx, l)
-    try:
-        inner = AccessRewriter(ctx, _resolver(ctx, l, n, None, frag, own)).visit(sub)
-        if guard is not None:
-            inner = IfThenElse(guard, inner, None, loop.span)
-        out = For(l, const(0), const(n), "unroll", inner, {}, loop.span)
-    except _NeedsUnroll:
-        parts = []
-        for value in range(n):
-            concrete = substitute(sub, {id(l): const(value)})
-            part = AccessRewriter(ctx, _resolver(ctx, l, n, value, frag, own)).visit(concrete)
+
+    def lower(body):
+        sub = fold_provable(substitute(body, mapping), ctx)
+        if frag.replicate > 1:
+            sub = _first_replica_writes(sub, frag, ctx, l)
+        own = [mapping[id(v)] for v in loop_vars] if all(
+            isinstance(x, Const) and x.value == 0 for x in starts) else None
+        check_ownership(sub, frag, ctx, l, loop)
+        try:
+            inner = AccessRewriter(ctx, _resolver(ctx, l, n, None, frag, own)).visit(sub)
             if guard is not None:
-                part = IfThenElse(substitute(guard, {id(l): const(value)}), part, None, loop.span)
-            parts.append(part)
-        out = seq(parts)
+                inner = IfThenElse(guard, inner, None, loop.span)
+            return For(l, const(0), const(n), "unroll", inner, {}, loop.span)
+        except _NeedsUnroll:
+            parts = []
+            for value in range(n):
+                concrete = substitute(sub, {id(l): const(value)})
+                part = AccessRewriter(ctx, _resolver(ctx, l, n, value, frag, own)).visit(concrete)
+                if guard is not None:
+                    part = IfThenElse(substitute(guard, {id(l): const(value)}), part, None,
+                                      loop.span)
+                parts.append(part)
+            return seq(parts)
+
+    out = lower(body)
+    unswitched = unswitch_selects(loop_vars, extents, starts, body) if ctx.unswitch_masks \
+        else None
+    if unswitched is not None:
+        whole, fast = unswitched
+        whole = fold_provable(whole, ctx)
+        if not isinstance(whole, Const):
+            out = IfThenElse(whole, lower(fast), out, loop.span)
+        elif whole.value:
+            out = lower(fast)
     return _thread_guard(out, frag, ctx, loop.span)
 
 
