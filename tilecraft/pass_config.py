@@ -12,6 +12,7 @@ class PassConfigKey:
     TL_ENABLE_TMA_MULTICAST = "tl.enable_tma_multicast"
     TL_DISABLE_WGMMA_ROTATION = "tl.disable_wgmma_rotation"
     TL_DISABLE_UNIFORM_MASKS = "tl.disable_uniform_masks"
+    TL_DISABLE_EPILOGUE_STAGING = "tl.disable_epilogue_staging"
 
 
 # What each key does here (all but the first matter on sm_90a, the only target with TMA, WGMMA
@@ -30,7 +31,10 @@ KNOWN = {PassConfigKey.TL_ENABLE_FAST_MATH: "compile with --use_fast_math",
                                                   "batch (rotate_wgmma_loop)",
          PassConfigKey.TL_DISABLE_UNIFORM_MASKS: "element-wise selects are evaluated per "
                                                  "element even where a whole tile agrees "
-                                                 "(tileops/uniform_select)"}
+                                                 "(tileops/uniform_select)",
+         PassConfigKey.TL_DISABLE_EPILOGUE_STAGING: "gemm accumulators are stored to global "
+                                                    "memory from registers, not through a "
+                                                    "shared tile (stage_epilogue)"}
 
 
 def check_pass_configs(configs) -> dict:

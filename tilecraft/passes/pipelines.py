@@ -16,6 +16,7 @@ from .lower_tile_ops import lower_tile_ops
 from .overlap_wgmma import overlap_wgmma
 from .plan_shared_memory import plan_shared_memory
 from .rotate_wgmma_loop import rotate_wgmma_loop
+from .stage_epilogue import stage_epilogue
 from .warp_specialize import warp_specialize
 
 
@@ -34,7 +35,8 @@ def cuda(func, arch: str = "sm_80", smem_limit: int | None = None, configs: dict
     GPUs (and the rest) take the mma.sync path."""
     verify(func)
     _dump(func, 0, "input")
-    steps = [("infer_instructions", lambda f: infer_instructions(f, arch, configs)),
+    steps = [("stage_epilogue", lambda f: stage_epilogue(f, configs)),
+             ("infer_instructions", lambda f: infer_instructions(f, arch, configs)),
              ("infer_pipeline", infer_pipeline),
              ("warp_specialize", lambda f: warp_specialize(f, arch, configs)),
              ("pipeline_loops", pipeline_loops),
