@@ -20,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 sys.path.insert(0, HERE)
 from flash_attention import flash_attention  # noqa: E402
-from bench_gemm import in_rounds, parse_configs, warm_gpu, write_results  # noqa: E402
+from bench_gemm import in_rounds, parse_configs, variant_arms, warm_gpu, write_results  # noqa: E402
 from tilecraft.profiler import cuda_median_ms  # noqa: E402
 from tilecraft.carver.recommend import underlying  # noqa: E402
 import tilecraft  # noqa: E402
@@ -49,19 +49,23 @@ def main():
     parser.add_argument("--pass-config", action="append", default=[], metavar="KEY=VALUE",
                         help="a pass config for every kernel, e.g. tl.disable_wgmma=1")
     parser.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE",
-                        help="also time every config compiled with this pass config added, "
-                             "in the same rounds (an A/B of one compiler decision)")
+                        help="also time every config compiled with these pass configs added "
+                             "(KEY=1[,KEY2=1]; repeat for more arms), in the same rounds")
+    parser.add_argument("--only", default="", help="comma-separated indices of the configs to "
+                                                   "time (default: all)")
+    parser.add_argument("--shapes", default="", help="comma-separated indices of the shapes to "
+                                                     "time (default: all)")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
+    configs_timed = [CONFIGS[int(i)] for i in args.only.split(",")] if args.only else CONFIGS
+    shapes = [SHAPES[int(i)] for i in args.shapes.split(",")] if args.shapes else SHAPES
     # The example's own configs (fast math) plus the ones given here.
     pass_configs = {tilecraft.PassConfigKey.TL_ENABLE_FAST_MATH: True,
                     **parse_configs(args.pass_config)}
-    variants = [("", pass_configs)]
-    if args.variant:
-        variants.append((",".join(args.variant), {**pass_configs, **parse_configs(args.variant)}))
+    variants = variant_arms(pass_configs, args.variant)
     rows = []
     warm_gpu()
-    for B, H, S, D, causal in SHAPES:
+    for B, H, S, D, causal in shapes:
         flop = 4.0 * B * H * S * S * D * (0.5 if causal else 1.0)
         q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=torch.float16) for _ in range(3))
         qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
@@ -70,7 +74,7 @@ def main():
             ref = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
         ref = ref.transpose(1, 2).float()
         cases = []
-        for cfg in CONFIGS:
+        for cfg in configs_timed:
             for label, configs in variants:
                 kernel = tilecraft.compile(underlying(flash_attention)(B, H, S, D, causal, **cfg),
                                            out_idx=[-1], pass_configs=configs)

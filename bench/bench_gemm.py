@@ -86,6 +86,13 @@ def parse_configs(texts) -> dict:
     return {k: bool(int(v)) for k, v in (x.split("=") for x in texts)}
 
 
+def variant_arms(base: dict, variants: list) -> list:
+    """[(label, pass configs)]: the base configs, then one arm per --variant (each a
+    comma-separated KEY=0/1 list added to the base), all timed in the same rounds."""
+    return [("", base)] + [(text, {**base, **parse_configs(text.split(","))})
+                           for text in variants]
+
+
 def warm_gpu(seconds: float = 2.0):
     """Run matrix products until the clocks have settled, so the first shape measured is not
     timed on an idle GPU ramping up."""
@@ -135,10 +142,18 @@ def main():
     parser.add_argument("--configs", choices=["hopper", "sm80"], default="hopper")
     parser.add_argument("--pass-config", action="append", default=[], metavar="KEY=VALUE",
                         help="a pass config for every kernel, e.g. tl.disable_wgmma=1")
+    parser.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE",
+                        help="also time every config compiled with these pass configs added "
+                             "(KEY=1[,KEY2=1]; repeat for more arms), in the same rounds")
+    parser.add_argument("--only", default="", help="comma-separated indices of the configs to "
+                                                   "time (default: all)")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     configs = HOPPER_CONFIGS if args.configs == "hopper" else SM80_CONFIGS
+    if args.only:
+        configs = [configs[int(i)] for i in args.only.split(",")]
     pass_configs = parse_configs(args.pass_config)
+    variants = variant_arms(pass_configs, args.variant)
     rows = []
     warm_gpu()
     for text in args.shapes.split(","):
@@ -149,12 +164,14 @@ def main():
         ref = a.float() @ b.float()
         cases = []
         for cfg in configs:
-            t0 = time.time()
-            func = underlying(matmul)(M, N, K, swizzle_panel=8, **cfg)
-            kernel = tilecraft.compile(func, out_idx=[-1], pass_configs=pass_configs)
-            compile_s = time.time() - t0
-            c = kernel(a, b)
-            cases.append((cfg, kernel, float((c.float() - ref).norm() / ref.norm()), compile_s))
+            for label, configs_here in variants:
+                t0 = time.time()
+                func = underlying(matmul)(M, N, K, swizzle_panel=8, **cfg)
+                kernel = tilecraft.compile(func, out_idx=[-1], pass_configs=configs_here)
+                compile_s = time.time() - t0
+                c = kernel(a, b)
+                cases.append(({**cfg, **({"variant": label} if label else {})}, kernel,
+                              float((c.float() - ref).norm() / ref.norm()), compile_s))
         peer, *ours = in_rounds(args.rounds, [lambda: median_ms(lambda: torch.matmul(a, b))] +
                                 [lambda k=kernel: median_ms(lambda: k(a, b))
                                  for _, kernel, _, _ in cases])
