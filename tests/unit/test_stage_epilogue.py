@@ -1,4 +1,4 @@
-"""stage_epilogue: a gemm accumulator stored to global memory after the pipelined loop goes
+"""stage_epilogue (sm_90a): a gemm accumulator stored to global memory after the pipelined loop goes
 through a shared tile in the loop's dead bytes (16-byte coalesced global stores), never growing
 the kernel's shared memory; where the loop's tiles are too small to hold it, or with
 tl.disable_epilogue_staging, the accumulator is stored from registers. The emulator tests of the
@@ -26,10 +26,11 @@ def _smem(func):
     return max(k.attrs["smem_bytes"] for k in func.kernels())
 
 
-@pytest.mark.parametrize("arch, cfg", [
-    ("sm_90a", dict(block_M=128, block_N=256, block_K=64, threads=256, num_stages=4)),
-    ("sm_80", dict(block_M=128, block_N=128, block_K=32, threads=128, num_stages=3))])
-def test_accumulator_goes_through_the_dead_ring(arch, cfg):
+@pytest.mark.parametrize("cfg", [
+    dict(block_M=128, block_N=256, block_K=64, threads=256, num_stages=4),
+    dict(block_M=128, block_N=128, block_K=64, threads=256, num_stages=2, swizzle_panel=4)])
+def test_accumulator_goes_through_the_dead_ring(cfg):
+    arch = "sm_90a"
     staged, plain = _lower(arch, **cfg), _lower(arch, OFF, **cfg)
     text, plain_text = emit_cuda(staged)[0], emit_cuda(plain)[0]
     assert "C_local_staged" in text and "tc::st_global_128(" in text
@@ -39,5 +40,10 @@ def test_accumulator_goes_through_the_dead_ring(arch, cfg):
 
 def test_no_staging_when_the_ring_is_smaller_than_the_tile():
     # Ring: (128x16 + 16x128) halves x 2 stages = 16 KiB; C tile: 128x128 halves = 32 KiB.
-    func = _lower("sm_80", block_M=128, block_N=128, block_K=16, threads=128, num_stages=2)
+    func = _lower("sm_90a", block_M=128, block_N=128, block_K=16, threads=128, num_stages=2)
+    assert "C_local_staged" not in emit_cuda(func)[0]
+
+
+def test_mma_sync_path_stores_from_registers():
+    func = _lower("sm_80", block_M=128, block_N=128, block_K=32, threads=128, num_stages=3)
     assert "C_local_staged" not in emit_cuda(func)[0]

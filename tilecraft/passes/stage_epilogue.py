@@ -12,8 +12,10 @@ and the store queue throttles the epilogue. Written instead as
 the global stores are full, coalesced lines. The staging tile is only added where it costs no
 shared memory: after the kernel's last T.Pipelined loop, in place of the loop's tiles, which
 are dead by then (plan_shared_memory gives it their bytes; insert_barriers separates it from
-their last reads). Measured on an H100 it lifted the 128x256 GEMM by 3-9% (bench/results).
-Turned off with the pass config tl.disable_epilogue_staging.
+their last reads). Measured on an H100 it lifted the wgmma GEMM by 2-8% of cuBLAS's speed
+(bench/results/2026-11-24_gemm_hopper_staged_epilogue.md). On the mma.sync path it was mixed
+(-8% to +4%, 2026-11-24_gemm_sm80_path_staged_epilogue.md), so it runs on sm_90a only. Turned
+off with the pass config tl.disable_epilogue_staging.
 """
 from __future__ import annotations
 
@@ -86,8 +88,8 @@ def _stage_kernel(k: Kernel) -> Kernel:
     return dataclasses.replace(k, body=seq(out))
 
 
-def stage_epilogue(func, configs: dict | None = None):
-    if (configs or {}).get(PassConfigKey.TL_DISABLE_EPILOGUE_STAGING):
+def stage_epilogue(func, arch: str | None = None, configs: dict | None = None):
+    if arch != "sm_90a" or (configs or {}).get(PassConfigKey.TL_DISABLE_EPILOGUE_STAGING):
         return func
 
     def rebuild(s):

@@ -22,8 +22,6 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(half_t* __restric
   half_t* B_shared = reinterpret_cast<half_t*>(tc_smem + 24576);
   // gemm.py:28
   float C_local[128];
-  // gemm.py:37
-  half_t* C_local_staged = reinterpret_cast<half_t*>(tc_smem + 0);
   // gemm.py:32
   #pragma unroll
   for (int l = 0; l < 128; ++l) {
@@ -101,14 +99,8 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(half_t* __restric
   // gemm.py:33
   tc::cp_async_wait_all();
   // gemm.py:37
-  tc::syncthreads();
   #pragma unroll
   for (int l_7 = 0; l_7 < 64; ++l_7) {
-    tc::st_shared_32((&C_local_staged[tx / 64 * 8192 + tx / 32 % 2 * 4096 + l_7 * 2 / 32 * 1024 + tx % 32 / 4 * 64 + l_7 * 2 % 4 / 2 * 512 + (l_7 * 2 / 4 % 8 ^ tx % 32 / 4) * 8 + tx % 32 % 4 * 2 + l_7 * 2 % 4 % 2]), tc::pack_half2(C_local[l_7 * 2], C_local[l_7 * 2 + 1]));
-  }
-  tc::syncthreads();
-  #pragma unroll
-  for (int l_8 = 0; l_8 < 16; ++l_8) {
-    tc::st_global_128((&C[((by * 128 + l_8 * 8 + tx / 16)) * 128 + bx * 128 + tx % 16 * 8]), tc::ld_shared_128((&C_local_staged[tx % 16 * 8 / 64 * 8192 + l_8 * 512 + tx / 16 * 64 + (tx % 16 * 8 % 64 / 8 ^ tx / 16) * 8])));
+    tc::st_global_32((&C[((by * 128 + tx / 32 % 2 * 64 + l_7 * 2 / 32 * 16 + tx % 32 / 4 + l_7 * 2 % 4 / 2 * 8)) * 128 + bx * 128 + tx / 64 * 64 + l_7 * 2 / 4 % 8 * 8 + tx % 32 % 4 * 2 + l_7 * 2 % 4 % 2]), tc::pack_half2(C_local[l_7 * 2], C_local[l_7 * 2 + 1]));
   }
 }

@@ -24,8 +24,6 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(half_t* __restric
   half_t A_f[16];
   // golden_corpus.py:76
   float C_f[32];
-  // golden_corpus.py:83
-  half_t* C_f_staged = reinterpret_cast<half_t*>(tc_smem + 0);
   // golden_corpus.py:77
   #pragma unroll
   for (int l = 0; l < 32; ++l) {
@@ -76,14 +74,8 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(half_t* __restric
     }
   }
   // golden_corpus.py:83
-  tc::syncthreads();
   #pragma unroll
   for (int l_4 = 0; l_4 < 16; ++l_4) {
-    tc::st_shared_32((&C_f_staged[tx / 32 * 1024 + tx % 32 / 4 * 64 + l_4 * 2 % 4 / 2 * 512 + (l_4 * 2 / 4 ^ tx % 32 / 4) * 8 + tx % 32 % 4 * 2 + l_4 * 2 % 4 % 2]), tc::pack_half2(C_f[l_4 * 2], C_f[l_4 * 2 + 1]));
-  }
-  tc::syncthreads();
-  #pragma unroll
-  for (int l_5 = 0; l_5 < 4; ++l_5) {
-    tc::st_global_128((&C[((by * 64 + l_5 * 16 + tx / 8)) * 64 + bx * 64 + tx % 8 * 8]), tc::ld_shared_128((&C_f_staged[l_5 * 1024 + tx / 8 * 64 + (tx % 8 ^ tx / 8 % 8) * 8])));
+    tc::st_global_32((&C[((by * 64 + tx / 32 * 16 + tx % 32 / 4 + l_4 * 2 % 4 / 2 * 8)) * 64 + bx * 64 + l_4 * 2 / 4 * 8 + tx % 32 % 4 * 2 + l_4 * 2 % 4 % 2]), tc::pack_half2(C_f[l_4 * 2], C_f[l_4 * 2 + 1]));
   }
 }
