@@ -20,9 +20,9 @@ off with the pass config tl.disable_epilogue_staging.
 from __future__ import annotations
 
 import dataclasses
+import math
 
-from ..ir.buffer import FRAGMENT, GLOBAL, Buffer, BufferRegion, is_shared
-from ..ir.expr import Const, const
+from ..ir.buffer import FRAGMENT, GLOBAL, Buffer, is_shared
 from ..ir.stmt import Allocate, For, Kernel, SeqStmt, seq, stmts_of
 from ..ir.tileop import Copy, Gemm
 from ..ir.visitor import walk
@@ -30,10 +30,7 @@ from ..pass_config import PassConfigKey
 
 
 def _tile_bytes(buffer: Buffer) -> int:
-    n = buffer.dtype.bytes
-    for d in buffer.shape:
-        n *= int(d.value if isinstance(d, Const) else d)
-    return n
+    return math.prod(buffer.static_shape()) * buffer.dtype.bytes
 
 
 def _ring_bytes(loop: For) -> int:
@@ -42,15 +39,6 @@ def _ring_bytes(loop: For) -> int:
     tiles = {id(n.dst.buffer): n.dst.buffer for n in walk(loop.body)
              if isinstance(n, Copy) and is_shared(n.dst.buffer.scope)}
     return sum(_tile_bytes(b) for b in tiles.values()) * stages
-
-
-def _extents(region: BufferRegion):
-    out = []
-    for _, extent in region.ranges:
-        if not isinstance(extent, Const):
-            return None
-        out.append(int(extent.value))
-    return out
 
 
 def _stage_kernel(k: Kernel) -> Kernel:
@@ -67,17 +55,17 @@ def _stage_kernel(k: Kernel) -> Kernel:
                              s.dst.buffer.scope == GLOBAL and id(s.src.buffer) in accumulators):
             out.append(s)
             continue
-        shape = _extents(s.src)
+        shape = s.src.static_extents()
         if shape is None:
             out.append(s)
             continue
-        staged = Buffer(f"{s.src.buffer.name}_staged", tuple(shape), s.dst.buffer.dtype,
+        staged = Buffer(f"{s.src.buffer.name}_staged", shape, s.dst.buffer.dtype,
                         "shared.dyn", s.span)
         if _tile_bytes(staged) > budget:
             out.append(s)
             continue
         budget -= _tile_bytes(staged)
-        whole = BufferRegion(staged, tuple((const(0), const(n)) for n in shape), s.span)
+        whole = staged.region()
         allocs.append(Allocate(staged, s.span))
         out += [dataclasses.replace(s, dst=whole), dataclasses.replace(s, src=whole)]
     if not allocs:

@@ -41,13 +41,13 @@ def lower_parallel(loop: For, ctx: ThreadContext) -> object:
     logical_idx = [ctx.simplify(x) for x in frag.logical_of(ctx.tx, l)]
     mapping = {id(v): ctx.simplify(idx + s) for v, idx, s in zip(loop_vars, logical_idx, starts)}
     guard = _coverage_guard(frag, extents, logical_idx, ctx, l)
+    own = [mapping[id(v)] for v in loop_vars] if all(
+        isinstance(x, Const) and x.value == 0 for x in starts) else None
 
     def lower(body):
         sub = fold_provable(substitute(body, mapping), ctx)
         if frag.replicate > 1:
             sub = _first_replica_writes(sub, frag, ctx, l)
-        own = [mapping[id(v)] for v in loop_vars] if all(
-            isinstance(x, Const) and x.value == 0 for x in starts) else None
         check_ownership(sub, frag, ctx, l, loop)
         try:
             inner = AccessRewriter(ctx, _resolver(ctx, l, n, None, frag, own)).visit(sub)
@@ -65,16 +65,18 @@ def lower_parallel(loop: For, ctx: ThreadContext) -> object:
                 parts.append(part)
             return seq(parts)
 
-    out = lower(body)
     unswitched = unswitch_selects(loop_vars, extents, starts, body) if ctx.unswitch_masks \
         else None
-    if unswitched is not None:
+    if unswitched is None:
+        out = lower(body)
+    else:
         whole, fast = unswitched
         whole = fold_provable(whole, ctx)
         if not isinstance(whole, Const):
-            out = IfThenElse(whole, lower(fast), out, loop.span)
-        elif whole.value:
-            out = lower(fast)
+            slow = lower(body)
+            out = IfThenElse(whole, lower(fast), slow, loop.span)
+        else:  # the ranges decide it: one body, without the mask where it always holds
+            out = lower(fast if whole.value else body)
     return _thread_guard(out, frag, ctx, loop.span)
 
 
