@@ -1,19 +1,22 @@
 """MLA decode fp16 (examples/mla_decode.py) beside the torch reference (einsum + softmax), in
 one process on one GPU: batch 64, 128 heads, one KV head, dim 512 + rope 64 (ANCHORS.md).
 
-    python bench/bench_mla.py [--out bench/results] [--tag ...]
+    python bench/bench_mla.py [--kv 1024,4096] [--variant KEY=1] [--rounds 3] [--tag ...]
 """
 import argparse
 import os
 import sys
+from statistics import median
 
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 sys.path.insert(0, HERE)
+import tilecraft  # noqa: E402
 from mla_decode import flash_mla_decode  # noqa: E402
-from bench_gemm import warm_gpu, write_results  # noqa: E402
+from bench_gemm import in_rounds, variant_arms, warm_gpu, write_results  # noqa: E402
+from tilecraft.carver.recommend import underlying  # noqa: E402
 from tilecraft.profiler import cuda_median_ms  # noqa: E402
 
 B, H, D, PE = 64, 128, 512, 64
@@ -35,7 +38,12 @@ def main():
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     parser.add_argument("--tag", default="mla_decode")
     parser.add_argument("--kv", default="1024,4096,8192")
+    parser.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE",
+                        help="also time every config compiled with these pass configs added "
+                             "(KEY=1[,KEY2=1]; repeat for more arms), in the same rounds")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    variants = variant_arms({tilecraft.PassConfigKey.TL_ENABLE_FAST_MATH: True}, args.variant)
     rows = []
     warm_gpu()
     for S in (int(x) for x in args.kv.split(",")):
@@ -45,29 +53,43 @@ def main():
         kv = torch.randn(B, S, 1, D, device="cuda", dtype=torch.float16)
         k_pe = torch.randn(B, S, 1, PE, device="cuda", dtype=torch.float16)
         ref = torch_mla(q.float(), q_pe.float(), kv.float(), k_pe.float())
+        cases = []
         for cfg in CONFIGS:
-            # The peer is timed right before each candidate: clocks drift over a run.
-            # Both timed from a cold L2 (the profiler's flush between runs): a KV-1024 call is
-            # short enough that back-to-back timing would also count host launch time.
-            torch_ms = cuda_median_ms(lambda: torch_mla(q, q_pe, kv, k_pe), 3, 20, True)
-            kernel = flash_mla_decode(B, H, 1, S, D, PE, **cfg)
-            out = kernel(q, q_pe, kv, k_pe)
-            err = float((out.float() - ref).norm() / ref.norm())
-            ms = cuda_median_ms(lambda: kernel(q, q_pe, kv, k_pe), 5, 30, True)
-            row = {"kv": S, "config": cfg, "ms": ms, "tflops": flop / ms / 1e9,
-                   "torch_ms": torch_ms, "torch_tflops": flop / torch_ms / 1e9,
-                   "vs_torch": torch_ms / ms, "rel_error": err, "registers": kernel.n_regs,
-                   "spills": kernel.n_spills, "shared_memory": kernel.shared_memory}
+            for label, configs in variants:
+                kernel = tilecraft.compile(underlying(flash_mla_decode)(B, H, 1, S, D, PE, **cfg),
+                                           out_idx=[-1], pass_configs=configs)
+                out = kernel(q, q_pe, kv, k_pe)
+                cases.append((cfg, label, kernel,
+                              float((out.float() - ref).norm() / ref.norm())))
+        # Both timed from a cold L2 (the profiler's flush between runs): a KV-1024 call is
+        # short enough that back-to-back timing would also count host launch time. Rounds
+        # time the peer and every candidate in turn: clocks drift over a run.
+        peer, *ours = in_rounds(args.rounds, [
+            lambda: cuda_median_ms(lambda: torch_mla(q, q_pe, kv, k_pe), 3, 20, True)] + [
+            lambda kern=kernel: cuda_median_ms(lambda: kern(q, q_pe, kv, k_pe), 5, 30, True)
+            for _, _, kernel, _ in cases])
+        for times, (cfg, label, kernel, err) in zip(ours, cases):
+            ms, torch_ms = median(times), median(peer)
+            row = {"kv": S, "config": cfg, "variant": label, "ms": ms,
+                   "tflops": flop / ms / 1e9, "torch_ms": torch_ms,
+                   "torch_tflops": flop / torch_ms / 1e9,
+                   "vs_torch": median([p / t for p, t in zip(peer, times)]), "rel_error": err,
+                   "registers": kernel.n_regs, "spills": kernel.n_spills,
+                   "shared_memory": kernel.shared_memory}
             rows.append(row)
-            print(f"KV {S} {cfg}: {row['tflops']:.0f} TFLOP/s vs torch {row['torch_tflops']:.0f} "
-                  f"({row['vs_torch']:.2f}x) err {err:.1e} regs {kernel.n_regs} "
-                  f"spills {kernel.n_spills}", flush=True)
+            print(f"KV {S} {cfg} {label or '-'}: {row['tflops']:.0f} TFLOP/s vs torch "
+                  f"{row['torch_tflops']:.0f} ({row['vs_torch']:.2f}x) err {err:.1e} "
+                  f"regs {kernel.n_regs} spills {kernel.n_spills}", flush=True)
     write_results(args.out, args.tag, rows, [
         ("KV", lambda r: str(r["kv"])), ("config", lambda r: str(r["config"])),
+        ("variant", lambda r: r["variant"] or "-"),
         ("TFLOP/s", lambda r: f"{r['tflops']:.0f}"),
         ("torch TFLOP/s", lambda r: f"{r['torch_tflops']:.0f}"),
         ("ratio", lambda r: f"{r['vs_torch']:.2f}"), ("rel err", lambda r: f"{r['rel_error']:.1e}"),
-        ("regs", lambda r: str(r["registers"])), ("spills", lambda r: str(r["spills"]))])
+        ("regs", lambda r: str(r["registers"])), ("spills", lambda r: str(r["spills"]))],
+        notes="ratio: the median over rounds of torch's time / ours, each round timing torch "
+              "and every candidate in turn on a cold L2; variant: that pass config added.")
+
 
 if __name__ == "__main__":
     main()

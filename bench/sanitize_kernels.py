@@ -3,7 +3,8 @@
     compute-sanitizer --tool memcheck python3 bench/sanitize_kernels.py
     compute-sanitizer --tool racecheck python3 bench/sanitize_kernels.py
 
-Each kernel runs once on random inputs and is checked against torch; the sanitizer reports
+Each kernel runs once on random inputs (and once more persistent, two blocks looping over
+the tiles) and is checked against torch; the sanitizer reports
 any invalid access, shared-memory hazard or barrier misuse on top. Ragged sizes included.
 """
 import os
@@ -15,6 +16,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 from flash_attention import flash_attention, ref_program as mha_ref  # noqa: E402
 from gemm import matmul  # noqa: E402
+import tilecraft  # noqa: E402
+from tilecraft.carver.recommend import underlying  # noqa: E402
+
+FAST = {tilecraft.PassConfigKey.TL_ENABLE_FAST_MATH: True}
+PERSISTENT = tilecraft.PassConfigKey.TL_ENABLE_PERSISTENT_TILES
 
 
 def check(name, got, want, tol):
@@ -23,24 +29,31 @@ def check(name, got, want, tol):
     assert err < tol, (name, err)
 
 
+def build(factory, *args, configs=None, **tiles):
+    return tilecraft.compile(underlying(factory)(*args, **tiles), out_idx=[-1],
+                             pass_configs={**FAST, **(configs or {})})
+
+
 def main():
     torch.manual_seed(0)
-    for M, N, K, cfg in [(256, 256, 256, dict(block_M=128, block_N=256, block_K=64,
-                                               threads=256, num_stages=3)),
-                         (200, 136, 72, dict(block_M=128, block_N=128, block_K=64,
-                                             threads=256, num_stages=2))]:
-        a = torch.randn(M, K, device="cuda", dtype=torch.float16)
-        b = torch.randn(K, N, device="cuda", dtype=torch.float16)
-        c = matmul(M, N, K, **cfg)(a, b)
-        check(f"gemm {M}x{N}x{K}", c, a.float() @ b.float(), 1e-2)
-    for S, causal in [(256, False), (200, True)]:
-        q, k, v = (torch.randn(1, S, 2, 128, device="cuda", dtype=torch.float16)
-                   for _ in range(3))
-        kernel = flash_attention(1, 2, S, 128, causal, block_M=128, block_N=128, num_stages=2,
-                                 threads=256)
-        out = kernel(q, k, v)
-        ref = mha_ref(q.cpu().numpy(), k.cpu().numpy(), v.cpu().numpy(), causal)
-        check(f"mha S{S} causal={causal}", out, torch.as_tensor(ref).cuda(), 1e-2)
+    # Each kernel also persistent, in two blocks that loop over every tile of the grid.
+    for arm, configs in (("", {}), (" persistent", {PERSISTENT: 2})):
+        for M, N, K, cfg in [(256, 256, 256, dict(block_M=128, block_N=256, block_K=64,
+                                                   threads=256, num_stages=3)),
+                             (200, 136, 72, dict(block_M=128, block_N=128, block_K=64,
+                                                 threads=256, num_stages=2))]:
+            a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+            b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+            c = build(matmul, M, N, K, configs=configs, **cfg)(a, b)
+            check(f"gemm{arm} {M}x{N}x{K}", c, a.float() @ b.float(), 1e-2)
+        for S, causal in [(256, False), (200, True)]:
+            q, k, v = (torch.randn(1, S, 2, 128, device="cuda", dtype=torch.float16)
+                       for _ in range(3))
+            kernel = build(flash_attention, 1, 2, S, 128, causal, configs=configs,
+                           block_M=128, block_N=128, num_stages=2, threads=256)
+            out = kernel(q, k, v)
+            ref = mha_ref(q.cpu().numpy(), k.cpu().numpy(), v.cpu().numpy(), causal)
+            check(f"mha{arm} S{S} causal={causal}", out, torch.as_tensor(ref).cuda(), 1e-2)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ class PassConfigKey:
     TL_DISABLE_WGMMA_ROTATION = "tl.disable_wgmma_rotation"
     TL_DISABLE_UNIFORM_MASKS = "tl.disable_uniform_masks"
     TL_DISABLE_EPILOGUE_STAGING = "tl.disable_epilogue_staging"
+    TL_ENABLE_PERSISTENT_TILES = "tl.enable_persistent_tiles"
 
 
 # What each key does here (all but the first matter on sm_90a, the only target with TMA, WGMMA
@@ -34,7 +35,11 @@ KNOWN = {PassConfigKey.TL_ENABLE_FAST_MATH: "compile with --use_fast_math",
                                                  "(tileops/uniform_select)",
          PassConfigKey.TL_DISABLE_EPILOGUE_STAGING: "gemm accumulators are stored to global "
                                                     "memory from registers, not through a "
-                                                    "shared tile (stage_epilogue)"}
+                                                    "shared tile (stage_epilogue)",
+         PassConfigKey.TL_ENABLE_PERSISTENT_TILES: "a warp-specialized kernel launches one "
+                                                   "block per SM (or at most the int given), "
+                                                   "each looping over the grid's tiles while "
+                                                   "its producer loads the next tile's data"}
 
 
 def check_pass_configs(configs) -> dict:
@@ -42,4 +47,18 @@ def check_pass_configs(configs) -> dict:
     for key in configs:
         if key not in KNOWN:
             raise TileError(f"unknown pass config {key!r}; known: {', '.join(sorted(KNOWN))}")
+    blocks = configs.get(PassConfigKey.TL_ENABLE_PERSISTENT_TILES)
+    if blocks is not None and not isinstance(blocks, bool) and \
+            not (isinstance(blocks, int) and blocks >= 1):
+        raise TileError(f"pass config {PassConfigKey.TL_ENABLE_PERSISTENT_TILES!r} takes True, "
+                        f"False or a number of blocks >= 1, got {blocks!r}")
     return configs
+
+
+def persistent_blocks(configs) -> int | None:
+    """None: no persistent tile loop; 0: one block per SM of the device it runs on; n: at most
+    n blocks."""
+    value = (configs or {}).get(PassConfigKey.TL_ENABLE_PERSISTENT_TILES)
+    if value is None or value is False:
+        return None
+    return 0 if value is True else int(value)

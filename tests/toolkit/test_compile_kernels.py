@@ -86,3 +86,29 @@ def test_examples_compile(arch):
             continue
         assert kernel.n_regs > 0, name
     assert not failures, "\n".join(failures)
+
+
+# The paper's kernels at their benchmarked tiles, persistent (tl.enable_persistent_tiles).
+PERSISTENT = [
+    ("gemm", "matmul", (8192, 8192, 8192), dict(block_M=128, block_N=256, block_K=64,
+                                                threads=256, num_stages=3, swizzle_panel=8)),
+    ("flash_attention", "flash_attention", (8, 32, 4096, 128, True),
+     dict(block_M=128, block_N=128, threads=256, num_stages=3)),
+    ("mla_decode", "flash_mla_decode", (64, 128, 1, 4096, 512, 64), {}),
+]
+
+
+@pytest.mark.parametrize("module_name, factory, args, kwargs", PERSISTENT,
+                         ids=[p[0] for p in PERSISTENT])
+def test_persistent_kernels_compile_for_sm90a_without_spills(module_name, factory, args,
+                                                             kwargs):
+    path = ROOT / "examples" / f"{module_name}.py"
+    spec = importlib.util.spec_from_file_location(f"ex_{module_name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    func = getattr(module, factory).__wrapped__(*args, **kwargs)
+    kernel = tilecraft.compile(func, target="sm_90a", pass_configs={
+        tilecraft.PassConfigKey.TL_ENABLE_PERSISTENT_TILES: True})
+    source = kernel.get_kernel_source()
+    assert source.count("+= gridDim.x) {") == 2     # the producer's and the consumers' tiles
+    assert kernel.n_spills == 0

@@ -60,16 +60,40 @@ def test_a_tile_used_in_a_loop_lives_for_the_whole_loop():
     def main(X: T.Tensor((4, 64, 64), "float16"), Y: T.Tensor((64, 64), "float16")):
         with T.Kernel(1, threads=128) as bx:
             acc = T.alloc_fragment((64, 64), "float32")
+            prev = T.alloc_fragment((64, 64), "float32")
             tile = T.alloc_shared((64, 64), "float16")
             late = T.alloc_shared((64, 64), "float16")
             T.clear(acc)
+            T.copy(acc, late)
             for k in T.serial(4):
                 T.copy(X[k, :, :], tile)
+                T.copy(late, prev)  # the previous iteration's late: carried over the back edge
                 T.copy(tile, acc)
-                T.copy(acc, late)  # late is used only at the end of each iteration
+                T.copy(acc, late)
             T.copy(late, Y)
     _, off = planned(main)
     assert not overlap(off["tile"], off["late"])
+
+
+def test_a_tile_each_iteration_overwrites_first_is_live_from_that_write_on():
+    """The persistent kernels' query / output tiles: each iteration loads `q` whole before
+    touching it and writes `out` whole after its last read of `q`, so the two share bytes, with
+    a barrier at the top of the body (the next load of `q` overwrites the previous `out`)."""
+    @T.prim_func
+    def main(X: T.Tensor((4, 64, 64), "float16"), Y: T.Tensor((4, 64, 64), "float16")):
+        with T.Kernel(1, threads=128) as bx:
+            acc = T.alloc_fragment((64, 64), "float32")
+            q = T.alloc_shared((64, 64), "float16")
+            out = T.alloc_shared((64, 64), "float16")
+            for k in T.serial(4):
+                T.copy(X[k, :, :], q)
+                T.copy(q, acc)
+                T.copy(acc, out)
+                T.copy(out, Y[k, :, :])
+    func, off = planned(main)
+    assert overlap(off["q"], off["out"])
+    loop = next(s for s in kernel_body(insert_barriers(func)) if isinstance(s, For))
+    assert is_sync(stmts_of(loop.body)[0])
 
 
 def barriers(func):

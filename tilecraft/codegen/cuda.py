@@ -16,8 +16,8 @@ from ..arith.bounds import bound_of
 from ..errors import TileError
 from ..ir.buffer import GLOBAL, LOCAL, LOCAL_VAR, Buffer, is_shared
 from ..ir.expr import Binary, BufferLoad, Call, Cast, Const, Select, Unary, Var
-from ..ir.stmt import (Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel, PrimFunc,
-                       SeqStmt)
+from ..ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel,
+                       PrimFunc, SeqStmt)
 
 _NATIVE = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
            "float32", "float64"}
@@ -220,6 +220,8 @@ class CudaEmitter:
         if isinstance(s, SeqStmt):
             for x in s.stmts:
                 self.stmt(x, depth)
+        elif isinstance(s, For) and s.annotations.get(PERSISTENT_TILES):
+            self.tile_loop(s, depth)
         elif isinstance(s, For):
             v = self.name(s.var)
             start, extent = self.expr(s.start), self.expr(s.extent)
@@ -298,24 +300,49 @@ class CudaEmitter:
             f"threadIdx.x + {dims[0]} * (threadIdx.y + {dims[1]} * threadIdx.z)")
         self.emit(1, f"const int {tx} = {flat};")
         self.var_bounds[id(k.thread_var)] = (0, threads - 1)
+        self.kernel_node = k
+        if k.attrs.get("persistent_blocks") is None:
+            self.bind_block_vars(k, 1, ("blockIdx.x", "blockIdx.y", "blockIdx.z"), "gridDim")
+        self.stmt(k.body, 1)
+        self.emit(0, "}")
+        return name
+
+    def bind_block_vars(self, k: Kernel, depth: int, index: tuple, grid: str,
+                        prefix: str = ""):
+        """`const int bx = ...` for each block variable, from the block's (or, in a persistent
+        kernel, the tile's) coordinates `index` in a launch grid `grid` (a uint3)."""
         swizzle = k.attrs.get("use_swizzle")
         if swizzle is not None and len(k.block_vars) >= 2:
             # T.use_swizzle: blocks that run together cover a compact patch of the grid.
             panel, order = swizzle
             kind = "row" if order == "row" else "col"
+            cluster = k.attrs.get("cluster_dims")
             # Over the grid of clusters, so the blocks of a cluster keep sharing their tiles.
             kind += f"_clustered<{cluster[0]}, {cluster[1]}>" if cluster else ""
-            self.emit(1, f"const int2 tc_tile = tc::rasterize_{kind}"
-                         f"({panel}, gridDim, blockIdx.x, blockIdx.y);")
-            axes = ["tc_tile.x", "tc_tile.y", "blockIdx.z"]
-        else:
-            axes = ["blockIdx.x", "blockIdx.y", "blockIdx.z"]
-        for var, axis, extent in zip(k.block_vars, axes, k.grid):
-            self.emit(1, f"const int {self.name(var)} = {axis};")
+            self.emit(depth, f"const int2 tc_raster = tc::rasterize_{kind}"
+                             f"({panel}, {grid}, {index[0]}, {index[1]});")
+            index = ("tc_raster.x", "tc_raster.y", index[2])
+        for var, axis, extent in zip(k.block_vars, index, k.grid):
+            self.emit(depth, f"{prefix}const int {self.name(var)} = {axis};")
             self.var_bounds[id(var)] = (0, bound_of(extent, self.var_bounds)[1] - 1)
-        self.stmt(k.body, 1)
-        self.emit(0, "}")
-        return name
+
+    def tile_loop(self, s: For, depth: int):
+        """A persistent kernel's loop over the tiles of its grid (PERSISTENT_TILES): this
+        block's share of them, with the block variables bound per tile."""
+        k, v = self.kernel_node, self.name(s.var)
+        self.var_bounds[id(s.var)] = (0, bound_of(s.extent, self.var_bounds)[1] - 1)
+        self.emit(depth, f"for (int {v} = blockIdx.x; {v} < {self.expr(s.extent)}; "
+                         f"{v} += gridDim.x) {{", s.span)
+        extents = [self.expr(g) for g in k.grid] + ["1", "1"]
+        gx, gy = (f"({e})" for e in extents[:2])
+        self.emit(depth + 1, f"const uint3 tc_grid = make_uint3({extents[0]}, {extents[1]}, "
+                             f"{extents[2]});")
+        # A role may not need every coordinate (the producer of a GEMM loads no C).
+        self.bind_block_vars(k, depth + 1, (f"{v} % {gx}", f"{v} / {gx} % {gy}",
+                                            f"{v} / ({gx} * {gy})"), "tc_grid",
+                             "[[maybe_unused]] ")
+        self.stmt(s.body, depth + 1)
+        self.emit(depth, "}")
 
 
 def _f32():

@@ -204,9 +204,7 @@ class Scheduler:
                 for x in s.stmts:
                     yield from self.exec(x)
             elif isinstance(s, For):
-                start, extent = m.uniform(s.start), m.uniform(s.extent)
-                for i in range(start, start + extent):
-                    m.env[id(s.var)] = np.int64(i)
+                for _ in m.iterations(s):
                     yield from self.exec(s.body)
             elif isinstance(s, IfThenElse):
                 yield from self._if(s)

@@ -21,7 +21,8 @@ import numpy as np
 from ..errors import TileError
 from ..interp.values import Evaluator, to_dtype
 from ..ir.expr import Call
-from ..ir.stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt
+from ..ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, Evaluate, For, IfThenElse,
+                       Kernel, SeqStmt)
 from ..ir.visitor import walk
 from ..tileops.tma import TensorMapVar
 from . import intrinsics
@@ -31,6 +32,11 @@ from .checker import Reports, SharedTracker, Site
 from .copies import AsyncCopies
 from .hopper import WARPGROUP, Hopper
 from .memory import BlockMemory, Pointer
+
+
+# The SMs of the GPU the emulator pretends to be, for persistent kernels: few enough that each
+# block runs several tiles of a small test problem (the ring's rounds carry over tiles).
+EMULATED_SMS = 2
 
 
 class ThreadEvaluator(Evaluator):
@@ -69,8 +75,11 @@ class ThreadEvaluator(Evaluator):
 class BlockMachine:
     """The state of the block being run and the statement executor."""
 
-    def __init__(self, emulator, kernel: Kernel, coords: tuple, plan: "KernelPlan"):
+    def __init__(self, emulator, kernel: Kernel, coords: tuple, plan: "KernelPlan",
+                 tiles: "TileWalk | None" = None):
         self.env = emulator.env
+        self.kernel = kernel
+        self.tiles = tiles
         self.reports = emulator.reports
         self.plan = plan
         self.consumers = kernel.num_threads
@@ -91,12 +100,29 @@ class BlockMachine:
         self.lanes = self.tx
         self.span = kernel.span
         self.ev = ThreadEvaluator(self)
-        for var, i in zip(kernel.block_vars, coords):
-            self.env[id(var)] = np.int64(i)
+        self.bind_block(coords)
         if kernel.thread_var is None:
             raise TileError("the emulator runs lowered kernels; this one has no thread index "
                             "(run the sm_80 pipeline first)", kernel.span)
         self.env[id(kernel.thread_var)] = self.tx
+
+    def bind_block(self, coords: tuple):
+        for var, i in zip(self.kernel.block_vars, coords):
+            self.env[id(var)] = np.int64(i)
+
+    def iterations(self, s: For):
+        """Runs a loop's iterations: binds its variable (and, for a persistent kernel's loop
+        over tiles, the block variables) and yields before each."""
+        if s.annotations.get(PERSISTENT_TILES):
+            for t in self.tiles.mine(self.uniform(s.extent)):
+                self.env[id(s.var)] = np.int64(t)
+                self.bind_block(self.tiles.coords(t))
+                yield
+            return
+        start, extent = self.uniform(s.start), self.uniform(s.extent)
+        for i in range(start, start + extent):
+            self.env[id(s.var)] = np.int64(i)
+            yield
 
     def run(self, body):
         with np.errstate(all="ignore"):
@@ -173,9 +199,7 @@ class BlockMachine:
     def exec_For(self, s: For):
         if s.kind == "parallel":
             raise TileError("internal: a T.Parallel loop reached the emulator", s.span)
-        start, extent = self.uniform(s.start), self.uniform(s.extent)
-        for i in range(start, start + extent):
-            self.env[id(s.var)] = np.int64(i)
+        for _ in self.iterations(s):
             self.exec(s.body)
 
     def exec_IfThenElse(self, s: IfThenElse):
@@ -243,6 +267,26 @@ def _rasterize(panel: int, order: str, gx: int, gy: int, bx: int, by: int) -> tu
     return x, (gy - 1 - y if p % 2 else y)
 
 
+class TileWalk:
+    """A persistent kernel's blocks: block `index` of `count` runs tiles index, index + count,
+    ... of the grid (gx, gy, gz), each at the coordinates the CUDA code gives it."""
+
+    def __init__(self, index: int, count: int, grid: tuple, swizzle, rank: int):
+        self.index, self.count, self.grid, self.swizzle, self.rank = index, count, grid, \
+            swizzle, rank
+
+    def mine(self, tiles: int):
+        return range(self.index, tiles, self.count)
+
+    def coords(self, t: int) -> tuple:
+        gx, gy, _ = self.grid
+        coords = (t % gx, t // gx % gy, t // (gx * gy))
+        if self.swizzle is not None and self.rank >= 2:
+            coords = _rasterize(self.swizzle[0], self.swizzle[1], gx, gy, *coords[:2]) + \
+                coords[2:]
+        return coords[:self.rank]
+
+
 class KernelPlan:
     """What one kernel needs beyond the sm_80 model, found once per launch."""
 
@@ -284,6 +328,18 @@ class Emulator:
         gx, gy, gz = grid[:3]
         swizzle = k.attrs.get("use_swizzle")
         plan = KernelPlan(k)
+        persistent = k.attrs.get("persistent_blocks")
+        if persistent is not None:
+            count = min(gx * gy * gz, persistent or EMULATED_SMS)
+            for b in range(count):
+                self.reports.block = (b,)
+                walk_ = TileWalk(b, count, (gx, gy, gz), swizzle, len(k.block_vars))
+                block = BlockMachine(self, k, (), plan, walk_)
+                block.run(k.body)
+                if block.deadlocked:
+                    break
+            self.reports.block = ()
+            return
         for bz, by, bx in itertools.product(range(gz), range(gy), range(gx)):
             coords = (bx, by, bz)
             if swizzle is not None and len(k.block_vars) >= 2:

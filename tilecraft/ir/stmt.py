@@ -41,6 +41,12 @@ def stmts_of(s: Stmt) -> tuple:
 
 LOOP_KINDS = ("serial", "parallel", "pipelined", "unroll", "vectorized")
 
+# Annotation of a serial loop over the tiles of its kernel's grid (`var` in [0, tiles)) in a
+# persistent kernel: each block runs the iterations var = blockIdx.x, blockIdx.x + gridDim.x,
+# ..., with the kernel's block variables bound to the coordinates of tile `var` (after
+# T.use_swizzle's rasterization). Everywhere else it is an ordinary loop.
+PERSISTENT_TILES = "persistent_tiles"
+
 
 @dataclass(eq=False, repr=False)
 class For(Stmt):

@@ -13,7 +13,8 @@ from ..errors import TileError
 from ..ir import tileop as top
 from ..ir.buffer import FRAGMENT, GLOBAL, BufferRegion, is_shared
 from ..ir.expr import Expr, Var
-from ..ir.stmt import (Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt, seq)
+from ..ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, Evaluate, For, IfThenElse,
+                       Kernel, SeqStmt, seq)
 from ..tileops.cumsum import lower_cumsum
 from ..tileops.copy import lower_atomic_tile, lower_copy, lower_fill
 from ..tileops.gemm import lower_gemm
@@ -66,8 +67,10 @@ class _KernelLowering:
                 ctx.var_bounds[id(s.var)] = (0, float("inf"))
             kind = "serial" if s.kind == "pipelined" else s.kind
             # Tile-level annotations are spent here; which loop is a warp-specialized consumer
-            # stays known to the passes on thread-level code (overlap_wgmma).
-            kept = {k: v for k, v in s.annotations.items() if k == "warp_specialized"}
+            # (overlap_wgmma) or a persistent kernel's loop over tiles (the code generator)
+            # stays known to thread-level code.
+            kept = {k: v for k, v in s.annotations.items()
+                    if k in ("warp_specialized", PERSISTENT_TILES)}
             return dataclasses.replace(s, body=self.stmt(s.body), kind=kind, annotations=kept)
         if isinstance(s, IfThenElse):
             cond = self.scalar_rewriter().visit(s.cond)

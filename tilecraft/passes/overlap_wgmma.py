@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..ir.expr import BufferLoad, Call, address_of, const
+from ..ir.expr import BufferLoad, Call, const
 from ..ir.stmt import Evaluate, For, IfThenElse, Kernel, SeqStmt, seq, stmts_of
-from ..ir.visitor import Mutator, walk
+from ..ir.visitor import Mutator, substitute, walk
 
 WAIT_ALL = "tc::wgmma_wait_group<0>"
 WAIT_ONE = "tc::wgmma_wait_group<1>"
@@ -58,7 +58,11 @@ def _only_wgmma_touches(body, acc) -> bool:
             if "_rs<" in node.name:
                 return False  # A from registers: rewritten every iteration, see above
             allowed.update(id(n) for n in walk(node))
-            operands.update(id(n.buffer) for n in walk(node) if isinstance(n, BufferLoad))
+            # Its operands are the tiles it takes the address of (the buffers its indices
+            # read, a persistent kernel's count of ring rounds, are not).
+            operands.update(id(n.args[0].buffer) for n in walk(node)
+                            if isinstance(n, Call) and n.name == "address_of" and
+                            isinstance(n.args[0], BufferLoad))
         elif isinstance(node, Call) and node.name.startswith("tc::wgmma_fence_registers"):
             allowed.update(id(n) for n in walk(node))
     return not any(id(getattr(n, "buffer", None)) in operands and id(n) not in allowed
@@ -85,13 +89,12 @@ def _overlapped(loop: For):
     if not _only_wgmma_touches(loop.body, acc):
         return None
     k = loop.var
-    # The released version is (k - start) % depth (warp_specialize; the index may have been
-    # simplified since, so it is rebuilt here rather than substituted into).
-    depth = loop.annotations["warp_specialized"]
-    empty = _addressed_buffer(release)
-    step = k - loop.start
-    previous = address_of(empty, (step + const(depth - 1)) % const(depth))
-    last = address_of(empty, (loop.extent - const(1)) % const(depth))
+    # The versions of iterations k - 1 and start + extent - 1: the release's own address at
+    # those iterations (it counts a persistent kernel's earlier rounds too), each used only
+    # where that iteration exists.
+    address = release.args[0]
+    previous = substitute(address, {id(k): k - const(1)})
+    last = substitute(address, {id(k): loop.start + loop.extent - const(1)})
     span = body[at].span
     new_body = body[:at] + [Evaluate(Call(WAIT_ONE, (), waits[0].dtype), span)] + \
         body[at + 2:-1] + [IfThenElse(k > loop.start, Evaluate(

@@ -35,7 +35,7 @@ def cuda(func, arch: str = "sm_80", smem_limit: int | None = None, configs: dict
     GPUs (and the rest) take the mma.sync path."""
     verify(func)
     _dump(func, 0, "input")
-    steps = [("stage_epilogue", lambda f: stage_epilogue(f, arch, configs)),
+    steps = [("stage_epilogue", lambda f: stage_epilogue(f, arch, configs, smem_limit)),
              ("infer_instructions", lambda f: infer_instructions(f, arch, configs)),
              ("infer_pipeline", infer_pipeline),
              ("warp_specialize", lambda f: warp_specialize(f, arch, configs)),

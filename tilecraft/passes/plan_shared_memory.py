@@ -2,7 +2,8 @@
 
 Runs on tile-level IR with layouts inferred (a tile's footprint is its layout's, padding
 included). Each tile is live from its first to its last use in program order; a use inside a
-loop keeps it live for the whole loop, since the next iteration comes back to it. Tiles whose
+loop keeps it live for the whole loop, since the next iteration comes back to it, unless each
+iteration starts by overwriting the whole tile. Tiles whose
 live ranges do not meet may share bytes (the paper's MLA kernel writes its output tile where
 the query tile was). Placement is first fit in order of first use, at the alignment each
 layout needs (a 128-byte swizzle repeats every 1024 bytes, the bulk-copy engine wants tiles
@@ -15,8 +16,8 @@ import dataclasses
 
 from ..errors import TileError
 from ..ir.buffer import is_shared
-from ..ir.stmt import Allocate, For, IfThenElse, Kernel, SeqStmt, seq
-from ..ir.tileop import TileOp
+from ..ir.stmt import Allocate, For, IfThenElse, Kernel, SeqStmt, seq, stmts_of
+from ..ir.tileop import Copy, TileOp
 
 
 def _align(x: int, a: int) -> int:
@@ -49,8 +50,12 @@ class _Liveness:
             inner.visit(s.body)
             end = inner.position
             self.position = end + 1
+            fresh = _rewritten_each_iteration(s.body)
             for key, b in inner.buffers.items():
-                self.touch([b], start, end)
+                if key in fresh:
+                    self.touch([b], *inner.ranges[key])
+                else:
+                    self.touch([b], start, end)
         elif isinstance(s, IfThenElse) and not isinstance(s, TileOp):
             self.touch(shared_buffers_of(s.cond), self.position, self.position)
             self.position += 1
@@ -62,6 +67,23 @@ class _Liveness:
         else:
             self.touch(shared_buffers_of(s), self.position, self.position)
             self.position += 1
+
+
+def _rewritten_each_iteration(body) -> set:
+    """ids of the shared tiles a loop body overwrites whole (a copy into the entire tile, not
+    under a condition) before anything else in the body touches them: no value of theirs
+    crosses the back edge, so they are live only from that copy on (a persistent kernel's
+    query tile, reloaded per tile, can share bytes with its output tile)."""
+    from .insert_barriers import shared_buffers_of
+    fresh, seen = set(), set()
+    for s in stmts_of(body):
+        if isinstance(s, Copy) and is_shared(s.dst.buffer.scope) and \
+                id(s.dst.buffer) not in seen and s.src.buffer is not s.dst.buffer and \
+                s.dst.buffer.static_shape() is not None and \
+                s.dst.static_extents() == s.dst.buffer.static_shape():
+            fresh.add(id(s.dst.buffer))
+        seen.update(id(b) for b in shared_buffers_of(s))
+    return fresh
 
 
 def _footprint(b, layouts) -> int:

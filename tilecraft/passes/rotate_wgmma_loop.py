@@ -160,7 +160,11 @@ def _rotated(loop: For):
     c_issue, sync2 = body[c0:b2.commit + 1], body[b2.commit + 1:b2.commit + 3]
     refs_a = set().union(*(_refs(s) for s in A))
     refs_c = set().union(*(_refs(s) for s in C))
-    if refs_a & refs_c or b1.acc in refs_c or b2.acc in refs_a:
+    writes_a = set().union(*(_writes(s) for s in A))
+    writes_c = set().union(*(_writes(s) for s in C))
+    # Buffers both only read (a persistent kernel's count of ring rounds, in every stage
+    # index) do not order A and C.
+    if writes_a & refs_c or refs_a & writes_c or b1.acc in refs_c or b2.acc in refs_a:
         return None
     # While batch 2 is in flight it reads its operands and writes Y; the statements of C
     # before it (the packing of its register operand) have run in program order already.

@@ -12,7 +12,9 @@ and the store queue throttles the epilogue. Written instead as
 the global stores are full, coalesced lines. The staging tile is only added where it costs no
 shared memory: after the kernel's last T.Pipelined loop, in place of the loop's tiles, which
 are dead by then (plan_shared_memory gives it their bytes; insert_barriers separates it from
-their last reads). Measured on an H100 it lifted the wgmma GEMM by 2-8% of cuBLAS's speed
+their last reads). In a persistent kernel (tl.enable_persistent_tiles) the ring is live
+across tiles, so the staging tile is added only where shared memory has room for it beside
+the ring. Measured on an H100 it lifted the wgmma GEMM by 2-8% of cuBLAS's speed
 (bench/results/2026-11-24_gemm_hopper_staged_epilogue.md). On the mma.sync path it was mixed
 (-8% to +4%, 2026-11-24_gemm_sm80_path_staged_epilogue.md), so it runs on sm_90a only. Turned
 off with the pass config tl.disable_epilogue_staging.
@@ -26,7 +28,7 @@ from ..ir.buffer import FRAGMENT, GLOBAL, Buffer, is_shared
 from ..ir.stmt import Allocate, For, Kernel, SeqStmt, seq, stmts_of
 from ..ir.tileop import Copy, Gemm
 from ..ir.visitor import walk
-from ..pass_config import PassConfigKey
+from ..pass_config import PassConfigKey, persistent_blocks
 
 
 def _tile_bytes(buffer: Buffer) -> int:
@@ -41,13 +43,30 @@ def _ring_bytes(loop: For) -> int:
     return sum(_tile_bytes(b) for b in tiles.values()) * stages
 
 
-def _stage_kernel(k: Kernel) -> Kernel:
+def _spare_bytes(k: Kernel, ring: int, limit: int | None) -> int:
+    """Shared memory left beside every tile of the kernel (the ring at its depth), less room
+    for the mbarriers and alignment."""
+    if limit is None:
+        return 1 << 30
+    tiles = {id(n.buffer): n.buffer for n in walk(k.body)
+             if isinstance(n, Allocate) and is_shared(n.buffer.scope)}
+    ringed = {id(n.dst.buffer) for n in walk(k.body)
+              if isinstance(n, Copy) and is_shared(n.dst.buffer.scope)}
+    rest = sum(_tile_bytes(b) for key, b in tiles.items() if key not in ringed)
+    return limit - ring - rest - 2048
+
+
+def _stage_kernel(k: Kernel, persistent: bool, limit: int | None) -> Kernel:
     stmts = list(stmts_of(k.body))
     loops = [i for i, s in enumerate(stmts) if isinstance(s, For) and s.kind == "pipelined"]
     if not loops:
         return k
     last = loops[-1]
     budget = _ring_bytes(stmts[last])
+    if persistent:
+        # The producer refills the ring for the next tile during this one's epilogue, so the
+        # staging tile needs bytes of its own.
+        budget = _spare_bytes(k, budget, limit)
     accumulators = {id(n.C.buffer) for n in walk(k.body) if isinstance(n, Gemm)}
     allocs, out = [], []
     for i, s in enumerate(stmts):
@@ -76,13 +95,15 @@ def _stage_kernel(k: Kernel) -> Kernel:
     return dataclasses.replace(k, body=seq(out))
 
 
-def stage_epilogue(func, arch: str | None = None, configs: dict | None = None):
+def stage_epilogue(func, arch: str | None = None, configs: dict | None = None,
+                   smem_limit: int | None = None):
     if arch != "sm_90a" or (configs or {}).get(PassConfigKey.TL_DISABLE_EPILOGUE_STAGING):
         return func
+    persistent = persistent_blocks(configs) is not None
 
     def rebuild(s):
         if isinstance(s, Kernel):
-            return _stage_kernel(s)
+            return _stage_kernel(s, persistent, smem_limit)
         if isinstance(s, SeqStmt):
             return seq([rebuild(x) for x in s.stmts])
         return s

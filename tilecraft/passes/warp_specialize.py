@@ -28,6 +28,16 @@ become named barriers over T threads (finalize_barriers). Turned off by the pass
 tl.disable_warp_specialized or tl.disable_tma_lower; loops that do not qualify keep the
 cp.async pipeline (pipeline_loops).
 
+Persistent kernels (pass config tl.enable_persistent_tiles): the launch has one block per SM
+(or the number given), and each role runs its part inside a loop over the tiles of the grid
+(tiles blockIdx.x, blockIdx.x + gridDim.x, ...; the code generator binds the block variables
+per tile). A per-thread count of the ring's rounds, advanced by each tile's trip count in both
+roles, keeps the stage and parity going across tiles, so the producer loads the next tile's
+first stages while the consumers finish the last one (its epilogue) instead of a new block
+starting cold. The tiles the consumers reload per tile (attention's Q) and the output tile
+then share bytes (plan_shared_memory), and the epilogue's staging tile gets its own where it
+fits beside the ring. Not combined with clusters.
+
 Clusters (tileops.cluster_plan): when pairs of neighbouring blocks load some of the same tiles
 in lock step (a GEMM's B tile for two vertically adjacent output tiles), the blocks run as
 clusters of two along that grid axis. Each block issues half of such a tile's TMA boxes,
@@ -44,12 +54,13 @@ from __future__ import annotations
 import dataclasses
 
 from ..ir import dtypes as dt
-from ..ir.buffer import Buffer
-from ..ir.expr import BufferLoad, Call, address_of, const
-from ..ir.stmt import Allocate, For, IfThenElse, Kernel, SeqStmt, call_stmt, seq, stmts_of
+from ..ir.buffer import LOCAL_VAR, Buffer
+from ..ir.expr import BufferLoad, Call, Var, address_of, const, minmax
+from ..ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, For, IfThenElse, Kernel, SeqStmt,
+                       call_stmt, seq, stmts_of)
 from ..ir.tileop import Copy
 from ..ir.visitor import walk
-from ..pass_config import PassConfigKey
+from ..pass_config import PassConfigKey, persistent_blocks
 from ..tileops.cluster import cluster_plan
 from ..tileops.tma import tma_plan
 from .pipeline_loops import Reallocate, Versioned, check_unversioned, schedule_of
@@ -89,11 +100,13 @@ def consumer_registers(threads: int) -> int | None:
 
 
 class _Specializer:
-    def __init__(self, kernel: Kernel, multicast: bool = True):
+    def __init__(self, kernel: Kernel, multicast: bool = True, persistent: int | None = None):
         self.kernel = kernel
         self.T = kernel.num_threads
         self.multicast = multicast
+        self.persistent = persistent
         self.cluster = None
+        self.rounds = None   # the count of iterations of earlier tiles (persistent kernels)
 
     def run(self):
         stmts = list(stmts_of(self.kernel.body))
@@ -111,18 +124,45 @@ class _Specializer:
         loop = stmts[at]
         if self.multicast:
             self.cluster = cluster_plan(self.kernel, loop, ahead)
+        tiled = self.persistent is not None and not self.cluster
+        if tiled:
+            self.rounds = Buffer("tc_rounds", (1,), dt.int32, LOCAL_VAR, loop.span)
+            allocs += [Allocate(self.rounds, loop.span),
+                       BufferStore(self.rounds, (const(0),), const(0), loop.span)]
         producer, consumer, versions, barriers = self.split(loop, ahead)
+        work = before + [consumer] + after
+        if tiled:
+            work = [self.tile_loop(work + [self.advance(loop)], loop.span)]
         leave = [call_stmt("tc::cluster_sync", span=loop.span)] if self.cluster else []
         body = seq(allocs + barriers + [IfThenElse(
             _cond("tc::is_producer_thread", const(self.T)), producer,
-            seq(self.grow() + before + [consumer] + after), loop.span)] + leave)
+            seq(self.grow() + work), loop.span)] + leave)
         body = Reallocate(versions).visit(body)
         check_unversioned(body, versions)
         attrs = {**self.kernel.attrs, "producer_threads": PRODUCER_THREADS,
                  "tma_tiles": {id(v) for v in versions.values()}}
         if self.cluster:
             attrs["cluster_dims"] = self.cluster.dims
+        if tiled:
+            attrs["persistent_blocks"] = self.persistent
         return dataclasses.replace(self.kernel, body=body, attrs=attrs)
+
+    def tile_loop(self, body: list, span):
+        """`body` once per tile of the launch grid this block is given (tiles blockIdx.x,
+        blockIdx.x + gridDim.x, ...), with the block variables bound to the tile's coordinates
+        (T.use_swizzle's rasterization included) by the code generator and the emulator."""
+        tiles = const(1)
+        for extent in self.kernel.grid:
+            tiles = tiles * extent
+        return For(Var("tc_tile", dt.int32), const(0), tiles, "serial", seq(body),
+                   {PERSISTENT_TILES: True}, span)
+
+    def advance(self, loop: For):
+        """The pipelined loop's iterations added to the count of rounds: the next tile goes on
+        in the ring where this one stopped, in both roles."""
+        done = BufferLoad(self.rounds, (const(0),))
+        trips = minmax("max", loop.extent, const(0))
+        return BufferStore(self.rounds, (const(0),), done + trips, loop.span)
 
     def grow(self):
         regs = consumer_registers(self.T)
@@ -157,6 +197,8 @@ class _Specializer:
                               span=loop.span)]
         k = loop.var
         step = k - loop.start
+        if self.rounds is not None:
+            step = BufferLoad(self.rounds, (const(0),)) + step
         stage, parity = step % depth, (step // depth) % 2
 
         def slot(g):
@@ -181,6 +223,8 @@ class _Specializer:
                                            annotations={})
         shrink = [] if consumer_registers(self.T) is None else [
             call_stmt(f"tc::setmaxnreg_dec<{PRODUCER_REGISTERS}>")]
+        if self.rounds is not None:
+            produce_loop = self.tile_loop([produce_loop, self.advance(loop)], loop.span)
         producer = seq(shrink + [IfThenElse(_cond("tc::is_producer_leader", const(self.T)),
                                             produce_loop, None, loop.span)])
         release = (f"tc::mbarrier_arrive_warp_cluster<{self.cluster.size}>" if self.cluster
@@ -236,10 +280,11 @@ def warp_specialize(func, arch: str | None = None, configs: dict | None = None):
         return func
 
     multicast = bool(configs.get(PassConfigKey.TL_ENABLE_TMA_MULTICAST))
+    persistent = persistent_blocks(configs)
 
     def rebuild(s):
         if isinstance(s, Kernel):
-            return _Specializer(s, multicast).run()
+            return _Specializer(s, multicast, persistent).run()
         if isinstance(s, SeqStmt):
             return seq([rebuild(x) for x in s.stmts])
         return s

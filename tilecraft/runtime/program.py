@@ -121,9 +121,7 @@ class CudaProgram:
         positions = _positions(lowered, signature)
         binds = [(obj, pos) for (kind, obj), pos in zip(signature, positions)
                  if kind in ("scalar", "size")]
-        # Constant grid extents are stored as ints: a launch then evaluates nothing.
-        launches = [(name, tuple(_int_or_expr(g) for g in k.grid), launch_threads(k),
-                     k.attrs["smem_bytes"])
+        launches = [(name, _launch_grid(k), launch_threads(k), k.attrs["smem_bytes"])
                     for name, k in zip(names, lowered.kernels())]
         return {"source": source, "cubin": compiled.cubin, "kernel_info": dict(compiled.kernels),
                 "positions": positions, "binds": binds, "launches": launches,
@@ -179,10 +177,38 @@ class CudaProgram:
         for var, (kind, pos) in zip((b[0] for b in self.binds), (b[1] for b in self.binds)):
             env[id(var)] = np.int64(shapes[pos[0]][pos[1]] if kind == "size" else values[pos])
         for kernel, (_, grid, _, _) in zip(self._kernels, self.launches):
-            dims = [g if isinstance(g, int) else int(evaluate(g, env)) for g in grid]
+            if isinstance(grid, PersistentGrid):
+                dims = [grid.blocks(env)]
+            else:
+                dims = [g if isinstance(g, int) else int(evaluate(g, env)) for g in grid]
             if any(d <= 0 for d in dims):
                 continue  # an empty grid launches nothing
             kernel.launch(args, tuple(dims) + (1,) * (3 - len(dims)), stream)
+
+
+class PersistentGrid:
+    """The launch grid of a persistent kernel: one block per SM of the current device (or at
+    most `limit`), never more blocks than the kernel has tiles."""
+
+    def __init__(self, tiles: tuple, limit: int):
+        self.tiles, self.limit = tiles, limit
+
+    def blocks(self, env: dict) -> int:
+        tiles = 1
+        for g in self.tiles:
+            tiles *= g if isinstance(g, int) else int(evaluate(g, env))
+        limit = self.limit
+        if not limit:
+            from .device import device_properties
+            limit = device_properties().sm_count
+        return min(tiles, limit)
+
+
+def _launch_grid(k):
+    # Constant grid extents are stored as ints: a launch then evaluates nothing.
+    tiles = tuple(_int_or_expr(g) for g in k.grid)
+    blocks = k.attrs.get("persistent_blocks")
+    return tiles if blocks is None else PersistentGrid(tiles, blocks)
 
 
 def _int_or_expr(e):

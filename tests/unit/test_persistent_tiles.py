@@ -1,0 +1,99 @@
+"""Persistent warp-specialized kernels (tl.enable_persistent_tiles): the IR warp_specialize
+builds (a loop over tiles in each role, ring rounds counted across tiles), what the code
+generator makes of it, the launch grid, the staging tile's budget, and the passes after
+warp_specialize still applying (overlap_wgmma, rotate_wgmma_loop)."""
+import pytest
+
+import tilecraft
+from tilecraft.carver.recommend import underlying
+from tilecraft.codegen.cuda import emit_cuda
+from tilecraft.ir.expr import BufferLoad
+from tilecraft.ir.stmt import PERSISTENT_TILES, BufferStore, For
+from tilecraft.ir.visitor import walk
+from tilecraft.pass_config import check_pass_configs
+from tilecraft.passes import pipelines
+from tilecraft.runtime.program import PersistentGrid
+
+PERSISTENT = tilecraft.PassConfigKey.TL_ENABLE_PERSISTENT_TILES
+SMEM = 232448
+
+
+@pytest.fixture
+def gemm(example):
+    def make(M=8192, N=8192, K=8192, **tiles):
+        config = dict(block_M=128, block_N=256, block_K=64, threads=256, num_stages=3,
+                      swizzle_panel=8)
+        return underlying(example("gemm").matmul)(M, N, K, **{**config, **tiles})
+    return make
+
+
+def lowered(func, **configs):
+    return pipelines.cuda(func, "sm_90a", SMEM, configs)
+
+
+def tile_loops(func):
+    return [n for n in walk(func.body) if isinstance(n, For) and n.annotations.get(PERSISTENT_TILES)]
+
+
+def test_each_role_loops_over_the_tiles_and_counts_ring_rounds_across_them(gemm):
+    func = lowered(gemm(), **{PERSISTENT: True})
+    kernel = func.kernels()[0]
+    assert kernel.attrs["persistent_blocks"] == 0      # one block per SM
+    loops = tile_loops(func)
+    assert len(loops) == 2
+    for loop in loops:
+        # 64 x 32 tiles; the pipelined loop's 128 iterations are added to the rounds after it
+        assert int(loop.extent.value) == 64 * 32
+        advance = [n for n in walk(loop.body) if isinstance(n, BufferStore) and
+                   n.buffer.name == "tc_rounds"]
+        assert len(advance) == 1
+    # every mbarrier slot index reads the rounds
+    source, _ = emit_cuda(func)
+    assert "tma_full[((int)tc_floormod(tc_rounds[0] + k, 3))]" in source
+    assert source.count("tc_tile = blockIdx.x; tc_tile < 2048; tc_tile += gridDim.x") == 1
+    assert source.count("tc::rasterize_row(8, tc_grid,") == 2
+
+
+def test_without_the_config_nothing_changes(gemm):
+    func = lowered(gemm())
+    assert not tile_loops(func)
+    assert "persistent_blocks" not in func.kernels()[0].attrs
+    assert not any(isinstance(n, BufferLoad) and n.buffer.name == "tc_rounds"
+                   for n in walk(func.body))
+
+
+def test_a_number_of_blocks_caps_the_grid_and_bad_values_are_refused():
+    assert check_pass_configs({PERSISTENT: 4}) == {PERSISTENT: 4}
+    for bad in (0, -2, "yes", 1.5):
+        with pytest.raises(tilecraft.TileError, match="tl.enable_persistent_tiles"):
+            check_pass_configs({PERSISTENT: bad})
+    grid = PersistentGrid((32, 64), 4)
+    assert grid.blocks({}) == 4
+    assert PersistentGrid((3, 1), 132).blocks({}) == 3     # never more blocks than tiles
+
+
+def test_the_staging_tile_gets_its_own_bytes_only_where_they_fit(gemm):
+    staged = lowered(gemm(num_stages=3), **{PERSISTENT: True})
+    assert "C_local_staged" in staged.script()
+    # 3 stages x 48 KiB of ring + the 64 KiB staging tile, no longer sharing the ring's bytes
+    assert staged.kernels()[0].attrs["smem_bytes"] > 3 * 48 * 1024 + 64 * 1024
+    deep = lowered(gemm(num_stages=4), **{PERSISTENT: True})
+    assert "C_local_staged" not in deep.script()
+    assert deep.kernels()[0].attrs["smem_bytes"] <= SMEM
+
+
+def test_overlap_and_rotation_still_apply(gemm, example):
+    source, _ = emit_cuda(lowered(gemm(), **{PERSISTENT: True}))
+    assert "tc::wgmma_wait_group<1>()" in source                      # overlap_wgmma
+    fa = underlying(example("flash_attention").flash_attention)(
+        8, 32, 4096, 128, True, block_M=128, block_N=128, threads=256, num_stages=3)
+    source, _ = emit_cuda(lowered(fa, **{PERSISTENT: True}))
+    assert "tc::wgmma_wait_group<1>()" in source                      # rotate_wgmma_loop
+
+
+def test_clustered_blocks_stay_one_tile_each(gemm):
+    func = lowered(gemm(), **{PERSISTENT: True,
+                              tilecraft.PassConfigKey.TL_ENABLE_TMA_MULTICAST: True})
+    kernel = func.kernels()[0]
+    assert kernel.attrs.get("cluster_dims")
+    assert "persistent_blocks" not in kernel.attrs and not tile_loops(func)
