@@ -7,5 +7,6 @@ from .jit import jit, compile, JITKernel  # noqa: A004
 from .interp import register_extern
 from .pass_config import PassConfigKey
 from .autotuner import autotune
+from .profiler import TensorSupplyType
 
 install_excepthook()

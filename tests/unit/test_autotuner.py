@@ -125,25 +125,27 @@ def test_best_is_the_least_measured_time_on_the_interpreter():
 
 
 def test_the_fastest_few_are_timed_again_and_judged_by_their_median(monkeypatch):
-    # The default timer, scripted: block_M 16 was timed at a lucky moment in the first pass,
-    # and its two later timings (in alternation with the other contenders) expose it.
-    from tilecraft.autotuner import measure
-    script = {16: [1.0, 1.6, 1.5], 32: [1.1, 1.05, 1.0], 64: [1.2, 1.3, 1.3],
-              128: [5.0, 5.2, 4.8], 256: [9.0]}
+    # The default timer, scripted: every candidate is screened by a short timing, then the
+    # four fastest are timed with the full warmup / rep in three alternating rounds. block_M 16
+    # was screened at a lucky moment, and its later timings expose it.
+    from tilecraft.autotuner import measure, tuner as tuner_module
+    script = {16: [1.0, 1.6, 1.5, 1.55], 32: [1.1, 1.05, 1.0, 1.1], 64: [1.2, 1.3, 1.3, 1.25],
+              128: [5.0, 5.2, 4.8, 5.1], 256: [9.0]}
     seen = []
 
     def scripted(kernel, inputs, *, warmup, rep, config=None):
-        seen.append(config["block_M"])
-        return script[config["block_M"]][seen.count(config["block_M"]) - 1]
+        seen.append((config["block_M"], warmup, rep))
+        return script[config["block_M"]][sum(m == config["block_M"] for m, _, _ in seen) - 1]
 
     monkeypatch.setattr(measure, "default_measure", scripted)
-    t = tuned(configs={"block_M": [16, 32, 64, 128, 256], "block_N": [32]})
+    t = tuned(configs={"block_M": [16, 32, 64, 128, 256], "block_N": [32]}, warmup=7, rep=40)
     t(256, 32, 32)
     assert t.best_config["block_M"] == 32
-    # every candidate once, then two alternating rounds over the four fastest
-    assert seen == [16, 32, 64, 128, 256] + [16, 32, 64, 128] * 2
+    screen = (tuner_module.SCREEN_WARMUP, tuner_module.SCREEN_REP)
+    assert seen == [(m, *screen) for m in (16, 32, 64, 128, 256)] + \
+        [(m, 7, 40) for m in (16, 32, 64, 128)] * 3
     latency = {r.config["block_M"]: r.latency_ms for r in t.result.results}
-    assert latency == {16: 1.5, 32: 1.05, 64: 1.3, 128: 5.0, 256: 9.0}
+    assert latency == {16: 1.55, 32: 1.05, 64: 1.3, 128: 5.1, 256: 9.0}
 
 
 def test_the_timer_sees_every_candidate_once_and_the_least_time_wins():
@@ -216,6 +218,24 @@ def test_recommended_configs_are_the_cost_models_best():
     keep = space.keep_count(len(ranked), 0.1)
     assert timer.calls == [c.config for c in ranked[:keep]]
     assert t.best_config == max(timer.calls, key=lambda c: c["block_M"])
+
+
+def test_with_enough_workers_a_recommended_search_is_predicted_in_them(monkeypatch):
+    """Every configuration predicted exactly in the workers (not pruned by bounds here): the
+    same ones are measured as when this process prunes."""
+    from tilecraft.autotuner import tuner
+
+    def not_here(*args, **kwargs):
+        raise AssertionError("predicted in the calling process")
+    monkeypatch.setattr(tuner, "PARALLEL_PREDICTION_CPUS", 2)
+    monkeypatch.setattr(tuner, "PARALLEL_PREDICTION_MIN", 4)
+    monkeypatch.setattr(space, "predict_best", not_here)
+    monkeypatch.setattr(space, "predict_one", not_here)  # workers import their own copy
+    timer = FakeTimer(lambda c: 1000.0 / c["block_M"])
+    t = tuned(gemm_mn, configs=None, top_fraction=0.1, measure=timer, max_workers=2)
+    t(512, 512, 64)
+    ranked = recommend(gemm_mn, (512, 512, 64), target="h100", top=None)
+    assert timer.calls == [c.config for c in ranked[:space.keep_count(len(ranked), 0.1)]]
 
 
 # --- skipping failures --------------------------------------------------------------------

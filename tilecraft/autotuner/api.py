@@ -160,7 +160,10 @@ def autotune(func=None, *, configs=None, warmup: int = 25, rep: int = 100,
     configs: a list of dicts {parameter: value}, a dict {parameter: [values]} (every
       combination), a callable taking the call's arguments and returning either, or None to
       let the cost model propose legal tile configurations (tilecraft.carver).
-    warmup, rep: untimed and timed runs per candidate (run counts).
+    warmup, rep: untimed and timed runs of each timing that decides (run counts). With the
+      default timer every candidate is first screened with at most 2 and 10 runs; the four
+      fastest are then timed with warmup / rep in three alternating rounds, and judged by
+      their median. A custom measure= times each candidate once with warmup / rep.
     timeout: seconds each candidate's compilation may take (None: no limit).
     top_fraction: measure only this fraction of the candidates, those the cost model predicts
       fastest (at least one). Default: all given configs; 5% of recommended ones.

@@ -7,7 +7,8 @@ reference runs once, on copies, and each candidate's check runs on fresh copies 
 that writes into an input cannot corrupt the next candidate's check.
 
 The default timer is the kernel's profiler: on the GPU the median of CUDA-event timings with
-the L2 flushed before each run (`warmup` runs first, then `rep` timed ones), after the GPU has
+the L2 flushed before each run (`warmup` runs first, then `rep` timed ones; the tuner screens
+every candidate with fewer and gives the full counts to the fastest few), after the GPU has
 been kept busy for a second so that its clocks have settled (warm_gpu); on the
 interpreter the wall time of a few runs, which is enough to exercise tuning on a CPU. A
 `measure(kernel, inputs, *, warmup, rep, config)` callable returning milliseconds replaces it.
