@@ -14,6 +14,7 @@ class PassConfigKey:
     TL_DISABLE_UNIFORM_MASKS = "tl.disable_uniform_masks"
     TL_DISABLE_EPILOGUE_STAGING = "tl.disable_epilogue_staging"
     TL_ENABLE_PERSISTENT_TILES = "tl.enable_persistent_tiles"
+    TL_ENABLE_PRODUCER_PRELOAD = "tl.enable_producer_preload"
 
 
 # What each key does here (all but the first matter on sm_90a, the only target with TMA, WGMMA
@@ -36,6 +37,10 @@ KNOWN = {PassConfigKey.TL_ENABLE_FAST_MATH: "compile with --use_fast_math",
          PassConfigKey.TL_DISABLE_EPILOGUE_STAGING: "gemm accumulators are stored to global "
                                                     "memory from registers, not through a "
                                                     "shared tile (stage_epilogue)",
+         PassConfigKey.TL_ENABLE_PRODUCER_PRELOAD: "the producer warpgroup loads the tiles "
+                                                   "copied in front of a warp-specialized "
+                                                   "loop (a query tile) by TMA, instead of "
+                                                   "the consumers",
          PassConfigKey.TL_ENABLE_PERSISTENT_TILES: "a warp-specialized kernel launches one "
                                                    "block per SM (or at most the int given), "
                                                    "each looping over the grid's tiles while "

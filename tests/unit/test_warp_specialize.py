@@ -145,3 +145,34 @@ def test_tiles_first_read_by_different_statements_get_their_own_barriers():
     gemm_text = source(gemm(stages=3))
     assert "tc::mbarrier_init((&tma_full[2]), 1)" in gemm_text      # one group x 3 stages
     assert "tma_full[3]" not in gemm_text and "tma_empty[3]" not in gemm_text
+
+
+def _attention(example, **configs):
+    fa = example("flash_attention")
+    from tilecraft.carver.recommend import underlying
+    func = underlying(fa.flash_attention)(2, 4, 1000, 128, True, block_M=128, block_N=128,
+                                         threads=256, num_stages=3)
+    return source(func, configs)
+
+
+PRELOAD = {"tl.enable_producer_preload": True}
+
+
+def test_the_query_tile_before_the_loop_can_be_loaded_by_the_producer(example):
+    text = _attention(example, **PRELOAD)
+    producer, consumer = text.split("} else {", 1)
+    # issued once, before the loop's first stage, on a barrier of its own
+    assert "tc::mbarrier_arrive_expect_tx((&tma_ready[0]), 32768);" in producer
+    assert producer.index("(&Q_tma), (&tma_ready[0])") < producer.index("for (int k")
+    assert "tc::mbarrier_init((&tma_ready[0]), 1);" in text
+    # the consumers wait for it instead of loading Q themselves
+    assert "tc::mbarrier_wait_parity((&tma_ready[0]), 0);" in consumer
+    assert "Q[" not in consumer and "tma_load" not in consumer
+
+
+def test_by_default_and_in_persistent_kernels_the_consumers_load_the_query(example):
+    for configs in ({}, {**PRELOAD, "tl.enable_persistent_tiles": True}):
+        text = _attention(example, **configs)
+        producer, consumer = text.split("} else {", 1)
+        assert "tma_ready" not in text and "Q_tma" not in producer
+        assert "(&Q[" in consumer and "tc::st_shared_128((&Q_shared[" in consumer

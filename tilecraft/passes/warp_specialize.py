@@ -20,6 +20,13 @@ the T consumer threads stays valid):
                        on empty[s]
         the statements after the loop
 
+With tl.enable_producer_preload, copies from global into shared memory in front of the loop
+that TMA can do (the query tile of attention and MLA) are issued by the producer too, before
+the loop's first stage, completing on an mbarrier of their own (tma_ready) that the consumers
+wait for where the copies were. On an H100 it made causal attention 13% faster and non-causal
+attention 2-19% slower, MLA decode level (bench/results/2026-11-24_mha_fwd_preload_ab.md,
+..._mla_decode_preload_ab.md), so it is not the default.
+
 The producer runs up to D iterations ahead; each consumer warp releases a version only after
 all its lanes' last reads of it in program order (a wgmma batch is waited for inside T.gemm), so the
 producer never overwrites a tile being read. The loop's trip count is the same expression in
@@ -100,8 +107,10 @@ def consumer_registers(threads: int) -> int | None:
 
 
 class _Specializer:
-    def __init__(self, kernel: Kernel, multicast: bool = True, persistent: int | None = None):
+    def __init__(self, kernel: Kernel, multicast: bool = True, persistent: int | None = None,
+                 preload: bool = False):
         self.kernel = kernel
+        self.preload = preload
         self.T = kernel.num_threads
         self.multicast = multicast
         self.persistent = persistent
@@ -130,6 +139,8 @@ class _Specializer:
             allocs += [Allocate(self.rounds, loop.span),
                        BufferStore(self.rounds, (const(0),), const(0), loop.span)]
         producer, consumer, versions, barriers = self.split(loop, ahead)
+        if not tiled and self.preload:
+            producer, before, barriers = self.hoist_loads(before, producer, barriers, loop.span)
         work = before + [consumer] + after
         if tiled:
             work = [self.tile_loop(work + [self.advance(loop)], loop.span)]
@@ -146,6 +157,43 @@ class _Specializer:
         if tiled:
             attrs["persistent_blocks"] = self.persistent
         return dataclasses.replace(self.kernel, body=body, attrs=attrs)
+
+    def hoist_loads(self, before: list, producer, barriers: list, span):
+        """The copies from global into shared memory in front of the loop that TMA can do
+        (attention's and MLA's query tiles) move to the producer, which issues them before the
+        loop's first stage on a barrier of their own; the consumers wait for it where the
+        copies were instead of loading the tiles themselves. Not in persistent kernels, where
+        the next tile's load would need the consumers to release the last one."""
+        touched, hoisted, at = set(), [], None
+        for i, s in enumerate(before):
+            plan = tma_plan(s) if isinstance(s, Copy) else None
+            if plan is not None and id(s.dst.buffer) not in touched:
+                hoisted.append((s, plan))
+                at = i if at is None else at
+            touched.update(id(n.buffer) for n in walk(s) if isinstance(n, (BufferLoad,
+                                                                           BufferStore)))
+            touched.update(id(b) for n in walk(s) if isinstance(n, Copy) for b in
+                           (n.src.buffer, n.dst.buffer))
+        if not hoisted:
+            return producer, before, barriers
+        ready = Buffer("tma_ready", (1,), dt.dtype("uint64"), "shared", span)
+        signal = address_of(ready, const(0))
+        issue = [call_stmt("tc::mbarrier_arrive_expect_tx", signal,
+                           const(sum(plan.bytes for _, plan in hoisted)))]
+        issue += [dataclasses.replace(c, annotations={**c.annotations, "scheduled": True,
+                                                      "tma_barrier": BufferLoad(ready, (
+                                                          const(0),))})
+                  for c, _ in hoisted]
+        producer = _prepend_to_leader(producer, issue)
+        moved = {id(c) for c, _ in hoisted}
+        rest = [s for s in before if id(s) not in moved]
+        wait = call_stmt("tc::mbarrier_wait_parity", signal, const(0), span=span)
+        before = rest[:at] + [wait] + rest[at:]
+        init, *sync = barriers[2:]
+        init = dataclasses.replace(init, then_body=seq(
+            [call_stmt("tc::mbarrier_init", signal, const(1))] + list(stmts_of(init.then_body))))
+        barriers = barriers[:2] + [Allocate(ready, span), init] + sync
+        return producer, before, barriers
 
     def tile_loop(self, body: list, span):
         """`body` once per tile of the launch grid this block is given (tiles blockIdx.x,
@@ -242,6 +290,17 @@ class _Specializer:
         return producer, consumer, versions, barriers
 
 
+def _prepend_to_leader(producer, stmts: list):
+    """The producer's code with stmts run by its leader thread before the loop."""
+    out = []
+    for s in stmts_of(producer):
+        if isinstance(s, IfThenElse) and isinstance(s.cond, Call) and \
+                s.cond.name == "tc::is_producer_leader":
+            s = dataclasses.replace(s, then_body=seq(stmts + list(stmts_of(s.then_body))))
+        out.append(s)
+    return seq(out)
+
+
 @dataclasses.dataclass
 class _Group:
     """TMA copies that complete on one full / empty barrier pair: those whose tiles the
@@ -281,10 +340,11 @@ def warp_specialize(func, arch: str | None = None, configs: dict | None = None):
 
     multicast = bool(configs.get(PassConfigKey.TL_ENABLE_TMA_MULTICAST))
     persistent = persistent_blocks(configs)
+    preload = bool(configs.get(PassConfigKey.TL_ENABLE_PRODUCER_PRELOAD))
 
     def rebuild(s):
         if isinstance(s, Kernel):
-            return _Specializer(s, multicast, persistent).run()
+            return _Specializer(s, multicast, persistent, preload).run()
         if isinstance(s, SeqStmt):
             return seq([rebuild(x) for x in s.stmts])
         return s
