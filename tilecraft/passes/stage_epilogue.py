@@ -35,25 +35,28 @@ def _tile_bytes(buffer: Buffer) -> int:
     return math.prod(buffer.static_shape()) * buffer.dtype.bytes
 
 
+def _ring_tiles(loop: For) -> dict:
+    """{id: tile} of the shared tiles the pipelined loop copies into."""
+    return {id(n.dst.buffer): n.dst.buffer for n in walk(loop.body)
+            if isinstance(n, Copy) and is_shared(n.dst.buffer.scope)}
+
+
 def _ring_bytes(loop: For) -> int:
     """Shared memory of the tiles the pipelined loop copies into, all their versions."""
     stages = max(1, int(loop.annotations.get("num_stages", 1) or 1))
-    tiles = {id(n.dst.buffer): n.dst.buffer for n in walk(loop.body)
-             if isinstance(n, Copy) and is_shared(n.dst.buffer.scope)}
-    return sum(_tile_bytes(b) for b in tiles.values()) * stages
+    return sum(_tile_bytes(b) for b in _ring_tiles(loop).values()) * stages
 
 
-def _spare_bytes(k: Kernel, ring: int, limit: int | None) -> int:
-    """Shared memory left beside every tile of the kernel (the ring at its depth), less room
-    for the mbarriers and alignment."""
+def _spare_bytes(k: Kernel, loop: For, limit: int | None) -> int:
+    """Shared memory left beside every tile of the kernel (the loop's ring at its depth), less
+    room for the mbarriers and alignment."""
     if limit is None:
         return 1 << 30
-    tiles = {id(n.buffer): n.buffer for n in walk(k.body)
-             if isinstance(n, Allocate) and is_shared(n.buffer.scope)}
-    ringed = {id(n.dst.buffer) for n in walk(k.body)
-              if isinstance(n, Copy) and is_shared(n.dst.buffer.scope)}
-    rest = sum(_tile_bytes(b) for key, b in tiles.items() if key not in ringed)
-    return limit - ring - rest - 2048
+    ring = _ring_tiles(loop)
+    rest = sum(_tile_bytes(n.buffer) for n in walk(k.body)
+               if isinstance(n, Allocate) and is_shared(n.buffer.scope) and
+               id(n.buffer) not in ring)
+    return limit - _ring_bytes(loop) - rest - 2048
 
 
 def _stage_kernel(k: Kernel, persistent: bool, limit: int | None) -> Kernel:
@@ -62,11 +65,9 @@ def _stage_kernel(k: Kernel, persistent: bool, limit: int | None) -> Kernel:
     if not loops:
         return k
     last = loops[-1]
-    budget = _ring_bytes(stmts[last])
-    if persistent:
-        # The producer refills the ring for the next tile during this one's epilogue, so the
-        # staging tile needs bytes of its own.
-        budget = _spare_bytes(k, budget, limit)
+    # In a persistent kernel the producer refills the ring for the next tile during this
+    # one's epilogue, so the staging tile needs bytes of its own.
+    budget = _spare_bytes(k, stmts[last], limit) if persistent else _ring_bytes(stmts[last])
     accumulators = {id(n.C.buffer) for n in walk(k.body) if isinstance(n, Gemm)}
     allocs, out = [], []
     for i, s in enumerate(stmts):
