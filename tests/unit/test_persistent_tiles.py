@@ -51,7 +51,7 @@ def test_each_role_loops_over_the_tiles_and_counts_ring_rounds_across_them(gemm)
     source, _ = emit_cuda(func)
     assert "tma_full[((int)tc_floormod(tc_rounds[0] + k, 3))]" in source
     assert source.count("tc_tile = blockIdx.x; tc_tile < 2048; tc_tile += gridDim.x") == 1
-    assert source.count("tc::rasterize_row(8, tc_grid,") == 2
+    assert source.count("tc::rasterize_row(8, make_uint3(32, 64, 1),") == 2
 
 
 def test_without_the_config_nothing_changes(gemm):
@@ -68,8 +68,9 @@ def test_a_number_of_blocks_caps_the_grid_and_bad_values_are_refused():
         with pytest.raises(tilecraft.TileError, match="tl.enable_persistent_tiles"):
             check_pass_configs({PERSISTENT: bad})
     grid = PersistentGrid((32, 64), 4)
-    assert grid.blocks({}) == 4
-    assert PersistentGrid((3, 1), 132).blocks({}) == 3     # never more blocks than tiles
+    assert grid.blocks({}, 132) == 4
+    assert PersistentGrid((32, 64), 0).blocks({}, 132) == 132   # one block per SM
+    assert PersistentGrid((3, 1), 132).blocks({}, 132) == 3     # never more blocks than tiles
 
 
 def test_the_staging_tile_gets_its_own_bytes_only_where_they_fit(gemm):

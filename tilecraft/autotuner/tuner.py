@@ -271,6 +271,9 @@ def _measure(tuned, pairs) -> list | None:
     """Check (when a reference is given) and time each compiled trial; the inputs used."""
     s, name = tuned.settings, tuned.__name__
     timer = s.measure or measuring.default_measure
+    # The default timer screens (see SCREEN_WARMUP); a custom one times each candidate once.
+    warmup, rep = (s.warmup, s.rep) if s.measure is not None else \
+        (min(s.warmup, SCREEN_WARMUP), min(s.rep, SCREEN_REP))
     inputs = want = None
     with Progress(len(pairs), f"measure {name}", s.verbose) as bar:
         for trial, kernel in pairs:
@@ -286,8 +289,6 @@ def _measure(tuned, pairs) -> list | None:
             try:
                 if want is not None:
                     measuring.check(kernel, inputs, want, s.atol, s.rtol, s.max_mismatched_ratio)
-                warmup, rep = (s.warmup, s.rep) if s.measure is not None else \
-                    (min(s.warmup, SCREEN_WARMUP), min(s.rep, SCREEN_REP))
                 trial.latency_ms = measuring.timed(timer, kernel, inputs, warmup, rep,
                                                    trial.config)
                 measuring.torch_synchronize()

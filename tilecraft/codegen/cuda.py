@@ -335,12 +335,10 @@ class CudaEmitter:
                          f"{v} += gridDim.x) {{", s.span)
         extents = [self.expr(g) for g in k.grid] + ["1", "1"]
         gx, gy = (f"({e})" for e in extents[:2])
-        self.emit(depth + 1, f"const uint3 tc_grid = make_uint3({extents[0]}, {extents[1]}, "
-                             f"{extents[2]});")
         # A role may not need every coordinate (the producer of a GEMM loads no C).
         self.bind_block_vars(k, depth + 1, (f"{v} % {gx}", f"{v} / {gx} % {gy}",
-                                            f"{v} / ({gx} * {gy})"), "tc_grid",
-                             "[[maybe_unused]] ")
+                                            f"{v} / ({gx} * {gy})"),
+                             f"make_uint3({', '.join(extents[:3])})", "[[maybe_unused]] ")
         self.stmt(s.body, depth + 1)
         self.emit(depth, "}")
 

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import contextlib
 
-import itertools
-
 import numpy as np
 
 from ..errors import TileError
@@ -268,8 +266,9 @@ def _rasterize(panel: int, order: str, gx: int, gy: int, bx: int, by: int) -> tu
 
 
 class TileWalk:
-    """A persistent kernel's blocks: block `index` of `count` runs tiles index, index + count,
-    ... of the grid (gx, gy, gz), each at the coordinates the CUDA code gives it."""
+    """Block `index` of `count` in launch order. `coords(t)`: the block coordinates the CUDA
+    code gives tile t of the grid (gx, gy, gz) (T.use_swizzle's rasterization included); a
+    persistent kernel's block runs tiles index, index + count, ... (`mine`)."""
 
     def __init__(self, index: int, count: int, grid: tuple, swizzle, rank: int):
         self.index, self.count, self.grid, self.swizzle, self.rank = index, count, grid, \
@@ -328,25 +327,16 @@ class Emulator:
         gx, gy, gz = grid[:3]
         swizzle = k.attrs.get("use_swizzle")
         plan = KernelPlan(k)
+        # Blocks run in launch order. A persistent kernel's blocks bind their variables per
+        # tile (TileWalk); the others each own the tile of their own linear index.
         persistent = k.attrs.get("persistent_blocks")
-        if persistent is not None:
-            count = min(gx * gy * gz, persistent or EMULATED_SMS)
-            for b in range(count):
-                self.reports.block = (b,)
-                walk_ = TileWalk(b, count, (gx, gy, gz), swizzle, len(k.block_vars))
-                block = BlockMachine(self, k, (), plan, walk_)
-                block.run(k.body)
-                if block.deadlocked:
-                    break
-            self.reports.block = ()
-            return
-        for bz, by, bx in itertools.product(range(gz), range(gy), range(gx)):
-            coords = (bx, by, bz)
-            if swizzle is not None and len(k.block_vars) >= 2:
-                coords = _rasterize(swizzle[0], swizzle[1], gx, gy, bx, by) + (bz,)
-            coords = coords[:len(k.block_vars)]
-            self.reports.block = coords
-            block = BlockMachine(self, k, coords, plan)
+        tiles = gx * gy * gz
+        count = tiles if persistent is None else min(tiles, persistent or EMULATED_SMS)
+        for b in range(count):
+            walk_ = TileWalk(b, count, (gx, gy, gz), swizzle, len(k.block_vars))
+            coords = walk_.coords(b) if persistent is None else ()
+            self.reports.block = coords or (b,)
+            block = BlockMachine(self, k, coords, plan, walk_)
             block.run(k.body)
             if block.deadlocked:    # the GPU would hang here: the rest is not worth running
                 break

@@ -66,7 +66,7 @@ from ..ir.expr import BufferLoad, Call, Var, address_of, const, minmax
 from ..ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, For, IfThenElse, Kernel, SeqStmt,
                        call_stmt, seq, stmts_of)
 from ..ir.tileop import Copy
-from ..ir.visitor import walk
+from ..ir.visitor import buffers_used, walk
 from ..pass_config import PassConfigKey, persistent_blocks
 from ..tileops.cluster import cluster_plan
 from ..tileops.tma import tma_plan
@@ -138,9 +138,17 @@ class _Specializer:
             self.rounds = Buffer("tc_rounds", (1,), dt.int32, LOCAL_VAR, loop.span)
             allocs += [Allocate(self.rounds, loop.span),
                        BufferStore(self.rounds, (const(0),), const(0), loop.span)]
-        producer, consumer, versions, barriers = self.split(loop, ahead)
-        if not tiled and self.preload:
-            producer, before, barriers = self.hoist_loads(before, producer, barriers, loop.span)
+        preloads = self.preloads(before) if self.preload and not tiled else []
+        ready = Buffer("tma_ready", (1,), dt.dtype("uint64"), "shared", loop.span) \
+            if preloads else None
+        producer, consumer, versions, barriers = self.split(loop, ahead, preloads, ready)
+        if preloads:
+            # The consumers wait for the preloaded tiles where the first of them was loaded.
+            moved, first = {id(c) for c in preloads}, preloads[0]
+            wait = call_stmt("tc::mbarrier_wait_parity", address_of(ready, const(0)), const(0),
+                             span=loop.span)
+            before = [wait if s is first else s for s in before
+                      if s is first or id(s) not in moved]
         work = before + [consumer] + after
         if tiled:
             work = [self.tile_loop(work + [self.advance(loop)], loop.span)]
@@ -158,42 +166,20 @@ class _Specializer:
             attrs["persistent_blocks"] = self.persistent
         return dataclasses.replace(self.kernel, body=body, attrs=attrs)
 
-    def hoist_loads(self, before: list, producer, barriers: list, span):
+    @staticmethod
+    def preloads(before: list) -> list:
         """The copies from global into shared memory in front of the loop that TMA can do
-        (attention's and MLA's query tiles) move to the producer, which issues them before the
-        loop's first stage on a barrier of their own; the consumers wait for it where the
-        copies were instead of loading the tiles themselves. Not in persistent kernels, where
-        the next tile's load would need the consumers to release the last one."""
-        touched, hoisted, at = set(), [], None
-        for i, s in enumerate(before):
-            plan = tma_plan(s) if isinstance(s, Copy) else None
-            if plan is not None and id(s.dst.buffer) not in touched:
-                hoisted.append((s, plan))
-                at = i if at is None else at
-            touched.update(id(n.buffer) for n in walk(s) if isinstance(n, (BufferLoad,
-                                                                           BufferStore)))
-            touched.update(id(b) for n in walk(s) if isinstance(n, Copy) for b in
-                           (n.src.buffer, n.dst.buffer))
-        if not hoisted:
-            return producer, before, barriers
-        ready = Buffer("tma_ready", (1,), dt.dtype("uint64"), "shared", span)
-        signal = address_of(ready, const(0))
-        issue = [call_stmt("tc::mbarrier_arrive_expect_tx", signal,
-                           const(sum(plan.bytes for _, plan in hoisted)))]
-        issue += [dataclasses.replace(c, annotations={**c.annotations, "scheduled": True,
-                                                      "tma_barrier": BufferLoad(ready, (
-                                                          const(0),))})
-                  for c, _ in hoisted]
-        producer = _prepend_to_leader(producer, issue)
-        moved = {id(c) for c, _ in hoisted}
-        rest = [s for s in before if id(s) not in moved]
-        wait = call_stmt("tc::mbarrier_wait_parity", signal, const(0), span=span)
-        before = rest[:at] + [wait] + rest[at:]
-        init, *sync = barriers[2:]
-        init = dataclasses.replace(init, then_body=seq(
-            [call_stmt("tc::mbarrier_init", signal, const(1))] + list(stmts_of(init.then_body))))
-        barriers = barriers[:2] + [Allocate(ready, span), init] + sync
-        return producer, before, barriers
+        (attention's and MLA's query tiles) and that nothing before them touches: the
+        producer issues them before the loop's first stage, on a barrier of their own. Not in
+        persistent kernels, where the next tile's load would need the consumers to release the
+        last one."""
+        touched, found = set(), []
+        for s in before:
+            if isinstance(s, Copy) and id(s.dst.buffer) not in touched and \
+                    tma_plan(s) is not None:
+                found.append(s)
+            touched.update(id(b) for b in buffers_used(s))
+        return found
 
     def tile_loop(self, body: list, span):
         """`body` once per tile of the launch grid this block is given (tiles blockIdx.x,
@@ -216,7 +202,7 @@ class _Specializer:
         regs = consumer_registers(self.T)
         return [] if regs is None else [call_stmt(f"tc::setmaxnreg_inc<{regs}>")]
 
-    def split(self, loop: For, ahead: dict):
+    def split(self, loop: For, ahead: dict, preloads: list = (), ready: Buffer | None = None):
         body = list(stmts_of(loop.body))
         order, stages = schedule_of(loop)
         num = loop.annotations["num_stages"]
@@ -239,7 +225,15 @@ class _Specializer:
         init += [call_stmt("tc::mbarrier_init", address_of(empty, const(s)),
                            const(self.T // 32 * blocks)) for s in range(slots)]
         init.append(call_stmt("tc::fence_barrier_init"))
-        barriers = [Allocate(full, loop.span), Allocate(empty, loop.span),
+        preload = []
+        if ready is not None:
+            signal = address_of(ready, const(0))
+            init.insert(0, call_stmt("tc::mbarrier_init", signal, const(1)))
+            note = {"scheduled": True, "tma_barrier": BufferLoad(ready, (const(0),))}
+            preload = [call_stmt("tc::mbarrier_arrive_expect_tx", signal,
+                                 const(sum(tma_plan(c).bytes for c in preloads)))] + \
+                [dataclasses.replace(c, annotations={**c.annotations, **note}) for c in preloads]
+        barriers = [Allocate(b, loop.span) for b in (full, empty, ready) if b is not None] + [
                     IfThenElse(_cond("tc::is_block_leader"), seq(init), None, loop.span),
                     call_stmt("tc::cluster_sync" if self.cluster else "tc::barrier_all",
                               span=loop.span)]
@@ -274,7 +268,7 @@ class _Specializer:
         if self.rounds is not None:
             produce_loop = self.tile_loop([produce_loop, self.advance(loop)], loop.span)
         producer = seq(shrink + [IfThenElse(_cond("tc::is_producer_leader", const(self.T)),
-                                            produce_loop, None, loop.span)])
+                                            seq(preload + [produce_loop]), None, loop.span)])
         release = (f"tc::mbarrier_arrive_warp_cluster<{self.cluster.size}>" if self.cluster
                    else "tc::mbarrier_arrive_warp")
         consume = []
@@ -288,17 +282,6 @@ class _Specializer:
         consumer = dataclasses.replace(loop, kind="serial", body=seq(consume),
                                        annotations={"warp_specialized": depth})
         return producer, consumer, versions, barriers
-
-
-def _prepend_to_leader(producer, stmts: list):
-    """The producer's code with stmts run by its leader thread before the loop."""
-    out = []
-    for s in stmts_of(producer):
-        if isinstance(s, IfThenElse) and isinstance(s.cond, Call) and \
-                s.cond.name == "tc::is_producer_leader":
-            s = dataclasses.replace(s, then_body=seq(stmts + list(stmts_of(s.then_body))))
-        out.append(s)
-    return seq(out)
 
 
 @dataclasses.dataclass

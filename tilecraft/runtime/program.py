@@ -149,6 +149,11 @@ class CudaProgram:
         self._kernels = [CudaKernel(module, name, self.param_kinds, block=threads,
                                     dynamic_smem=smem)
                          for name, _, threads, smem in self.launches]
+        # The SMs of the device the module is loaded on: asked once, not on every launch.
+        self._sms = None
+        if any(isinstance(grid, PersistentGrid) for _, grid, _, _ in self.launches):
+            from .device import device_properties
+            self._sms = device_properties().sm_count
 
     def _tensor_map(self, tensor, box, swizzle) -> bytes:
         """The TMA tensor map of a tensor argument, encoded once per (address, shape)."""
@@ -178,7 +183,7 @@ class CudaProgram:
             env[id(var)] = np.int64(shapes[pos[0]][pos[1]] if kind == "size" else values[pos])
         for kernel, (_, grid, _, _) in zip(self._kernels, self.launches):
             if isinstance(grid, PersistentGrid):
-                dims = [grid.blocks(env)]
+                dims = [grid.blocks(env, self._sms)]
             else:
                 dims = [g if isinstance(g, int) else int(evaluate(g, env)) for g in grid]
             if any(d <= 0 for d in dims):
@@ -187,21 +192,17 @@ class CudaProgram:
 
 
 class PersistentGrid:
-    """The launch grid of a persistent kernel: one block per SM of the current device (or at
-    most `limit`), never more blocks than the kernel has tiles."""
+    """The launch grid of a persistent kernel: one block per SM of the device (or at most
+    `limit`), never more blocks than the kernel has tiles."""
 
     def __init__(self, tiles: tuple, limit: int):
         self.tiles, self.limit = tiles, limit
 
-    def blocks(self, env: dict) -> int:
+    def blocks(self, env: dict, sms: int | None) -> int:
         tiles = 1
         for g in self.tiles:
             tiles *= g if isinstance(g, int) else int(evaluate(g, env))
-        limit = self.limit
-        if not limit:
-            from .device import device_properties
-            limit = device_properties().sm_count
-        return min(tiles, limit)
+        return min(tiles, self.limit or sms)
 
 
 def _launch_grid(k):
