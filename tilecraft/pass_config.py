@@ -15,6 +15,7 @@ class PassConfigKey:
     TL_DISABLE_EPILOGUE_STAGING = "tl.disable_epilogue_staging"
     TL_ENABLE_PERSISTENT_TILES = "tl.enable_persistent_tiles"
     TL_ENABLE_PRODUCER_PRELOAD = "tl.enable_producer_preload"
+    TL_DISABLE_TMA_STORE = "tl.disable_tma_store"
 
 
 # What each key does here (all but the first matter on sm_90a, the only target with TMA, WGMMA
@@ -41,6 +42,8 @@ KNOWN = {PassConfigKey.TL_ENABLE_FAST_MATH: "compile with --use_fast_math",
                                                    "copied in front of a warp-specialized "
                                                    "loop (a query tile) by TMA, instead of "
                                                    "the consumers",
+         PassConfigKey.TL_DISABLE_TMA_STORE: "shared -> global copies are stored by all "
+                                             "threads, 16 bytes each, not by TMA",
          PassConfigKey.TL_ENABLE_PERSISTENT_TILES: "a warp-specialized kernel launches one "
                                                    "block per SM (or at most the int given), "
                                                    "each looping over the grid's tiles while "

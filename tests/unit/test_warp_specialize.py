@@ -40,8 +40,10 @@ def test_tensor_maps_are_kernel_parameters_with_the_tile_boxes():
     lowered = pipelines.cuda(gemm(), "sm_90a", 227 * 1024)
     maps = [obj for kind, obj in kernel_signature(lowered) if kind == "tensormap"]
     boxes = {(m.buffer.name, m.box, m.swizzle) for m in maps}
-    # A tile 128 x 64 is one 128-byte-swizzled box; B tile 64 x 256 is four 64-column slabs.
-    assert boxes == {("A", (128, 64), "128B"), ("B", (64, 64), "128B")}
+    # A tile 128 x 64 is one 128-byte-swizzled box; B tile 64 x 256 is four 64-column slabs;
+    # the epilogue's staged C tile 128 x 256 leaves as four TMA stores of 128 x 64.
+    assert boxes == {("A", (128, 64), "128B"), ("B", (64, 64), "128B"),
+                     ("C", (128, 64), "128B")}
     text = emit_cuda(lowered)[0]
     assert "const __grid_constant__ tc::TensorMap A_tma" in text
     assert text.count("tc::tma_load_2d(") == 5

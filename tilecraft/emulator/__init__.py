@@ -1,8 +1,9 @@
 """Thread-level emulator of lowered kernels, with a checker (shared-memory races, reads of
 memory never written, out-of-bounds accesses, cp.async data read before its wait, barriers
 not reached by the whole block; on sm_90a also deadlocks on mbarriers and named barriers,
-TMA data used before its mbarrier phase, TMA loads over bytes still in use, and wgmma reading
-shared memory written without a proxy fence).
+TMA data used before its mbarrier phase, TMA loads over bytes still in use, TMA stores not
+waited for or whose bytes are overwritten while they read them, and wgmma or TMA stores
+reading shared memory written without a proxy fence).
 
     lowered = tilecraft.emulator.lower(prim_func)          # the sm_80 pipeline, no nvcc
     lowered = tilecraft.emulator.lower(prim_func, "sm_90a", {"tl.disable_warp_specialized":

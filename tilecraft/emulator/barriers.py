@@ -310,6 +310,8 @@ class Barriers:
         is one site id or one per byte."""
         if write and self.proxy is not None:
             self.proxy[addr] = tid
+        if write:
+            self.m.bulk_stores.on_write(addr, tid, sid)
         if self.land_bar is None:
             return
         u = tid // UNIT

@@ -116,6 +116,21 @@ _WGMMA = re.compile(r"^wgmma_m64n(\d+)k(16|32)_f32_(f16|bf16|e4m3_e4m3|e4m3_e5m2
 _DTYPES = {"f16": "float16", "bf16": "bfloat16", "e4m3": "float8_e4m3", "e5m2": "float8_e5m2"}
 
 
+def tma_box(m, tmap, rank: int, what: str):
+    """(the global array, the box, the swizzle mode) of a TMA copy through tensor map tmap."""
+    arr = m.mem.global_array(tmap.buffer)
+    box = tuple(int(b) for b in tmap.box)
+    if len(box) != rank or arr.ndim != rank:
+        raise TileError(f"{what}_{rank}d with the tensor map of {tmap.buffer.name} "
+                        f"(box {box}, tensor rank {arr.ndim})", m.span)
+    mode = TMA_MODES[tmap.swizzle]
+    inner = box[-1] * arr.dtype.itemsize
+    if (mode and inner != SWIZZLE_WIDTH[mode]) or (not mode and inner % 16):
+        raise TileError(f"{what}: a box whose rows are {inner} bytes with swizzle "
+                        f"{tmap.swizzle} is not modeled by the emulator", m.span)
+    return arr, box, mode
+
+
 class Hopper:
     """One block's wgmma groups in flight and the descriptor -> buffer table."""
 
@@ -329,17 +344,7 @@ class Hopper:
     # --- TMA ----------------------------------------------------------------------------
     def tma_load(self, rank: int, dst: Pointer, tmap, mbar: Pointer, coords):
         m = self.m
-        arr = m.mem.global_array(tmap.buffer)
-        box = tuple(int(b) for b in tmap.box)
-        if len(box) != rank or arr.ndim != rank:
-            raise TileError(f"tma_load_{rank}d with the tensor map of {tmap.buffer.name} "
-                            f"(box {box}, tensor rank {arr.ndim})", m.span)
-        mode = TMA_MODES[tmap.swizzle]
-        es = arr.dtype.itemsize
-        inner = box[-1] * es
-        if (mode and inner != SWIZZLE_WIDTH[mode]) or (not mode and inner % 16):
-            raise TileError(f"tma_load: a box whose rows are {inner} bytes with swizzle "
-                            f"{tmap.swizzle} is not modeled by the emulator", m.span)
+        arr, box, mode = tma_box(m, tmap, rank, "tma_load")
         site = Site("tma load", dst.buffer.name, m.span)
         for lane in m.lanes:
             starts = [int(np.broadcast_to(np.asarray(c), (m.T,))[lane]) for c in

@@ -17,6 +17,7 @@ from ..errors import TileError
 from ..ir import dtypes as dt
 from ..layout.mma import mma_a_fragment, mma_b_fragment, mma_c_fragment
 from .checker import Site
+from .bulk_stores import stmatrix_x4
 from .hopper import make_smem_desc
 from .memory import Bits, Pointer, as_bytes
 
@@ -215,10 +216,18 @@ def sm90(m, name: str, args: list):
         return h.issue(name, args)
     if name.startswith("tma_load_") and name[-1] == "d":
         return h.tma_load(int(name[9:-1]), args[0], args[1], args[2], args[3:])
+    if name.startswith("tma_store_") and name[-1] == "d":
+        return m.bulk_stores.store(int(name[10:-1]), args[0], args[1], args[2:])
+    if name == "tma_store_commit":
+        return m.bulk_stores.commit()
+    if name == "stmatrix_x4" and len(args) == 5:
+        return stmatrix_x4(m, args[0], args[1:])
     hit = _TEMPLATE.match(name)
     base, n = (hit.group(1), int(hit.group(2))) if hit else (name, None)
     if base == "wgmma_wait_group":
         return h.wait(n)
+    if base in ("tma_store_wait", "tma_store_wait_all"):
+        return m.bulk_stores.wait(n)
     if base in ("setmaxnreg_inc", "setmaxnreg_dec"):
         h.warpgroups(name)
         if not (24 <= n <= 256 and n % 8 == 0):

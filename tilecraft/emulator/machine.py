@@ -27,6 +27,7 @@ from . import intrinsics
 from .agents import Scheduler, blocking_statements
 from .barriers import Barriers
 from .checker import Reports, SharedTracker, Site
+from .bulk_stores import BulkStores
 from .copies import AsyncCopies
 from .hopper import WARPGROUP, Hopper
 from .memory import BlockMemory, Pointer
@@ -90,7 +91,9 @@ class BlockMachine:
         self.copies = AsyncCopies(self)
         self.wgmma_busy: dict = {}   # register arrays a wgmma in flight will write
         self.hopper = Hopper(self)
-        self.barriers = Barriers(self, plan.tma, plan.wgmma)
+        self.bulk_stores = BulkStores(self)
+        # Bytes the async proxy reads (wgmma operands, TMA stores) need fenced writers.
+        self.barriers = Barriers(self, plan.tma, plan.wgmma or plan.tma_store)
         if emulator.check and (plan.tma or plan.wgmma):
             self.tracker.hooks = self.barriers
         self.deadlocked = False
@@ -133,6 +136,7 @@ class BlockMachine:
             self.hopper.finish()
         self.copies.finish()
         self.barriers.finish()
+        self.bulk_stores.finish()
 
     def accumulator_in_flight(self, buffer, lanes, verb: str):
         """A register array a wgmma in flight writes (its accumulator: no access until the
@@ -293,6 +297,7 @@ class KernelPlan:
         names = {n.name for n in walk(k.body) if isinstance(n, Call)}
         self.tma = any(n.startswith("tc::tma_") for n in names)
         self.wgmma = any(n.startswith("tc::wgmma_m64") for n in names)
+        self.tma_store = any(n.startswith("tc::tma_store_") for n in names)
         self.blocking = blocking_statements(k.body)
 
 

@@ -1,4 +1,5 @@
-"""infer_instructions: the tensor-core instruction of each T.gemm for the target.
+"""infer_instructions: the tensor-core instruction of each T.gemm, and how copies out of
+registers and shared memory run, for the target.
 
 On sm_90a a gemm whose operands WGMMA can read (float16 / bfloat16 into float32, B in a
 swizzled shared tile, A shared or in registers, whole warpgroups, m64nNk16 instructions that
@@ -6,6 +7,15 @@ tile the block) is lowered to wgmma; everything else, and every gemm on older GP
 mma.sync. The choice is recorded on the op (`instruction=` in the dumped IR). The pass config
 tl.disable_wgmma keeps a kernel on mma.sync; T.gemm's instruction can also be pinned by hand in
 a transformed IR (a pinned "wgmma" that does not fit is an error naming the reason).
+
+Copies on sm_90a (recorded as `instruction=` among the copy's annotations):
+- shared -> global copies that TMA can do (tileops/tma.py) become TMA stores ("tma"): one
+  thread issues the whole tile, and the hardware drops what falls outside the tensor. Kept
+  off by tl.disable_tma_lower, tl.disable_tma_store, or T.copy(..., disable_tma=True).
+- register -> shared copies into 16-bit tiles ("stmatrix"): the lowering stores each warp's
+  8x8 blocks of the fragment with stmatrix.x4 where the fragment is made of such blocks
+  (every mma / wgmma accumulator is), four registers per instruction instead of one.
+(TMA loads are chosen by warp_specialize, for the copies a pipelined loop runs ahead.)
 """
 from __future__ import annotations
 
@@ -13,9 +23,11 @@ import dataclasses
 
 from ..errors import TileError
 from ..ir.stmt import Kernel, SeqStmt, seq
-from ..ir.tileop import Gemm
+from ..ir.buffer import FRAGMENT, GLOBAL, is_shared
+from ..ir.tileop import Copy, Gemm
 from ..ir.visitor import Mutator
 from ..pass_config import PassConfigKey
+from ..tileops.tma import tma_plan
 from ..tileops.wgmma import wgmma_unfit_reason
 from .infer_layouts import _gemm_dims
 
@@ -23,9 +35,27 @@ WGMMA_ARCHS = ("sm_90a",)
 
 
 class _Choose(Mutator):
-    def __init__(self, threads: int, wgmma: bool):
+    def __init__(self, threads: int, wgmma: bool, tma_store: bool = False,
+                 stmatrix: bool = False):
         self.threads = threads
         self.wgmma = wgmma
+        self.tma_store = tma_store
+        self.stmatrix = stmatrix
+
+    def visit_Copy(self, op: Copy):
+        if "instruction" in op.annotations:
+            return op
+        src, dst = op.src.buffer, op.dst.buffer
+        choice = None
+        if self.tma_store and is_shared(src.scope) and dst.scope == GLOBAL and \
+                tma_plan(op) is not None:
+            choice = "tma"
+        elif self.stmatrix and src.scope == FRAGMENT and is_shared(dst.scope) and \
+                dst.dtype.bits == 16:
+            choice = "stmatrix"
+        if choice is None:
+            return op
+        return dataclasses.replace(op, annotations={**op.annotations, "instruction": choice})
 
     def visit_Gemm(self, op: Gemm):
         reason = wgmma_unfit_reason(op, _gemm_dims(op), self.threads)
@@ -39,11 +69,15 @@ class _Choose(Mutator):
 
 def infer_instructions(func, arch: str | None = None, configs: dict | None = None):
     configs = configs or {}
-    wgmma = arch in WGMMA_ARCHS and not configs.get(PassConfigKey.TL_DISABLE_WGMMA)
+    hopper = arch in WGMMA_ARCHS
+    wgmma = hopper and not configs.get(PassConfigKey.TL_DISABLE_WGMMA)
+    tma_store = hopper and not configs.get(PassConfigKey.TL_DISABLE_TMA_LOWER) and \
+        not configs.get(PassConfigKey.TL_DISABLE_TMA_STORE)
 
     def rebuild(s):
         if isinstance(s, Kernel):
-            return dataclasses.replace(s, body=_Choose(s.num_threads, wgmma).visit(s.body))
+            choose = _Choose(s.num_threads, wgmma, tma_store, stmatrix=hopper)
+            return dataclasses.replace(s, body=choose.visit(s.body))
         if isinstance(s, SeqStmt):
             return seq([rebuild(x) for x in s.stmts])
         return s

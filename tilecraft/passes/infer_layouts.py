@@ -99,6 +99,11 @@ def _tile_layout(b: Buffer, allow_pad: bool = True):
     return tile
 
 
+def tma_tile_layout(b: Buffer):
+    """The layout of a shared tile that TMA boxes fill or read."""
+    return _tile_layout(b, allow_pad=False)
+
+
 def _shared_default(b: Buffer, tma_tiles=()):
     """A 2-d tile nobody constrains is swizzled too: fragments written into it (an
     accumulator's epilogue) then spread over the banks, and 16-byte chunks stay whole for the
@@ -126,7 +131,10 @@ class _Inference:
         self.ops = _tile_ops(kernel.body)
         self.fragments = [b for b in _allocated(kernel.body) if b.scope == FRAGMENT]
         self.shared = [b for b in _allocated(kernel.body) if is_shared(b.scope)]
-        self.tma_tiles = kernel.attrs.get("tma_tiles", set())
+        # Tiles TMA writes (warp_specialize) or reads (a TMA store): boxes know no padding.
+        self.tma_tiles = set(kernel.attrs.get("tma_tiles", set())) | {
+            id(op.src.buffer) for op in self.ops
+            if isinstance(op, Copy) and op.annotations.get("instruction") == "tma"}
 
     def run(self) -> LayoutMap:
         for op in self.ops:

@@ -21,9 +21,9 @@ from ..tileops.gemm import lower_gemm
 from ..pass_config import PassConfigKey
 from ..tileops.lowering import AccessRewriter, ThreadContext
 from ..tileops.parallel import lower_parallel
-from ..tileops.tma import lower_tma_copy
+from ..tileops.tma import is_tma_store, lower_tma_copy, lower_tma_store
 from ..tileops.reduce import lower_reduce
-from .infer_layouts import infer_layouts
+from .infer_layouts import infer_layouts, same_layout, tma_tile_layout
 
 
 class _KernelLowering:
@@ -123,6 +123,9 @@ class _KernelLowering:
         if isinstance(op, top.Copy):
             if "tma_barrier" in op.annotations:
                 return lower_tma_copy(op, ctx)
+            if is_tma_store(op) and same_layout(ctx.layouts.buffer(op.src.buffer),
+                                                tma_tile_layout(op.src.buffer)):
+                return lower_tma_store(op, ctx)
             return lower_copy(op, ctx)
         if isinstance(op, top.Fill):
             return lower_fill(op, ctx)

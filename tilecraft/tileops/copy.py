@@ -76,6 +76,9 @@ def lower_copy(op, ctx: ThreadContext):
             raise TileError(f"T.copy: copying part of fragment {frag.name} is not supported by "
                             "the CUDA backend yet; copy the whole fragment", op.span)
         if frag is src.buffer and _pairs_store_together(op, layout, ctx):
+            if op.annotations.get("instruction") == "stmatrix" and \
+                    _stmatrix_blocks(op, layout, ctx):
+                return _stmatrix_store(op, layout, ctx)
             return _paired_store(op, layout, ctx)
         return _lower_with_layout(loop, layout, ctx)
     vector = _vector_width(src, dst, extents, ctx)
@@ -120,6 +123,48 @@ def _paired_store(op, layout, ctx: ThreadContext):
     value = Call(pack, tuple(halves), dt.dtype("uint32"))
     store = _vector_store(dst.buffer, region_index(dst, coords), value, 32, ctx, op.span)
     return For(l2, const(0), const(n), "unroll", store, {}, op.span)
+
+
+def _stmatrix_blocks(op, layout, ctx) -> bool:
+    """A 2-d fragment whose register pairs (2p, 2p + 1) are, in each warp, an 8x8 block that
+    lane i holds at row i / 4, columns 2 (i % 4) + {0, 1} (the stmatrix fragment), with the
+    block's columns one 16-byte chunk of the shared tile: four pairs go out in one stmatrix.x4."""
+    n = layout.locals_per_thread
+    if len(layout.shape) != 2 or n % 8 or layout.num_threads % 32 or \
+            not _multiple_of(op.dst.ranges[-1][0], 8) or \
+            not _keeps_chunks(ctx.layouts.buffer(op.dst.buffer), 8):
+        return False
+    table = layout.table()[..., 0, :].reshape(-1, 2)
+    held = np.full((layout.num_threads, n, 2), -1)
+    rows, cols = np.divmod(np.arange(table.shape[0]), layout.shape[1])
+    held[table[:, 0] - layout.thread_offset, table[:, 1]] = np.stack([rows, cols], -1)
+    pairs = held[:, 0::2].reshape(-1, 32, n // 2, 2)          # [warp, lane, pair, (r, c)]
+    lane = np.arange(32)[None, :, None]
+    first = pairs[:, :1]
+    return bool(np.all(pairs[..., 0] == first[..., 0] + lane // 4) and
+                np.all(pairs[..., 1] == first[..., 1] + 2 * (lane % 4)) and
+                np.all(first[..., 1] % 8 == 0))
+
+
+def _stmatrix_store(op, layout, ctx: ThreadContext):
+    """Registers 8g .. 8g + 7 of each thread (pairs 4g .. 4g + 3, matrices 0..3) in one
+    stmatrix.x4; lane i passes the address of row i % 8 of matrix i / 8, the row its lane
+    4 (i % 8) holds."""
+    groups = layout.locals_per_thread // 8
+    g = ctx.fresh("g", groups)
+    tx = ctx.tx
+    row_holder = ctx.simplify(tx // 32 * 32 + tx % 8 * 4 + layout.thread_offset)
+    pair = ctx.simplify((g * 4 + tx % 32 // 8) * 2)
+    coords = [ctx.simplify(x) for x in layout.logical_of(row_holder, pair)]
+    reg = ctx.register_array(op.src.buffer)
+    pack = "tc::pack_half2" if op.dst.buffer.dtype.name == "float16" else "tc::pack_bf162"
+    words = [Call(pack, tuple(cast(BufferLoad(reg, (ctx.simplify(g * 8 + 2 * k + h),)),
+                                   dt.float32) for h in (0, 1)), dt.dtype("uint32"))
+             for k in range(4)]
+    store = Evaluate(Call("tc::stmatrix_x4", (_address(op.dst.buffer,
+                                                         region_index(op.dst, coords), ctx),
+                                              *words), dt.handle), op.span)
+    return For(g, const(0), const(groups), "unroll", store, {}, op.span)
 
 
 def _staged_copy(op, extents, ctx: ThreadContext):

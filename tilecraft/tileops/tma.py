@@ -1,6 +1,7 @@
-"""T.copy from global into shared memory as TMA bulk tensor loads (sm_90).
+"""T.copy between global and shared memory as TMA bulk tensor copies (sm_90).
 
-A copy qualifies when its global tensor has a static, contiguous shape whose row strides are
+Loads (global -> shared) and stores (shared -> global) follow the same rules. A copy
+qualifies when its global tensor has a static, contiguous shape whose row strides are
 multiples of 16 bytes (TMA's rule), the copied box is the whole destination tile (rows x cols,
 the tile's columns along the tensor's last dimension, every other dimension of the box one
 element except at most one of `rows`), and each box dimension fits TMA's 256-element limit.
@@ -9,9 +10,17 @@ XOR swizzle is W-byte column slabs, `rows` tall, one after another, and each sla
 one TMA box of W bytes x rows with the swizzle mode of the same name; a tile with no swizzle
 mode is stored row-major and loaded as one box with no swizzle. The tensor map (one per tensor,
 box and swizzle) becomes a __grid_constant__ kernel parameter that the launcher encodes from
-the tensor at each call; TMA zero-fills what falls outside the tensor, so ragged edges need no
-code. Every load completes on the mbarrier the copy names, counted in bytes (the whole box,
-filled elements included).
+the tensor at each call; TMA zero-fills what a load reads outside the tensor and drops what a
+store writes there, so ragged edges need no code. Every load completes on the mbarrier the
+copy names, counted in bytes (the whole box, filled elements included).
+
+A store is issued by one thread once the tile is written and published (a barrier, and
+fence.proxy.async in every writing thread, since TMA reads shared memory through the async
+proxy: finalize_barriers puts both there), and committed as one bulk group. Before the bytes
+may be written again the issuing thread must wait until the group has read them
+(cp.async.bulk.wait_group.read): finalize_barriers has it wait in front of every barrier and
+before the kernel ends, and any later write of the tile is behind a barrier (insert_barriers).
+T.copy(..., disable_tma=True) keeps a copy off TMA in either direction.
 """
 from __future__ import annotations
 
@@ -55,9 +64,14 @@ def _static(values) -> list | None:
 
 
 def tma_plan(copy) -> TmaPlan | None:
-    """How a global -> shared copy runs as TMA loads, or None when it cannot."""
+    """How a global -> shared copy runs as TMA loads, or a shared -> global copy as TMA
+    stores; None when it cannot."""
+    if copy.annotations.get("disable_tma"):
+        return None
     src, dst = copy.src, copy.dst
-    if src.buffer.scope != GLOBAL or not is_shared(dst.buffer.scope):
+    if is_shared(src.buffer.scope) and dst.buffer.scope == GLOBAL:
+        src, dst = dst, src     # the global region and the shared tile, as for a load
+    elif src.buffer.scope != GLOBAL or not is_shared(dst.buffer.scope):
         return None
     if src.buffer.dtype is not dst.buffer.dtype or src.buffer.dtype.bits < 8:
         return None
@@ -137,3 +151,26 @@ def lower_tma_copy(op, ctx):
         mine = Call("tc::cluster_ctarank", (), dt.dtype("uint32")) == const(j % cluster)
         loads.append(IfThenElse(mine, load, None, op.span))
     return seq(loads)
+
+
+def is_tma_store(op) -> bool:
+    """A shared -> global copy infer_instructions gave to TMA."""
+    return op.annotations.get("instruction") == "tma" and op.dst.buffer.scope == GLOBAL
+
+
+def lower_tma_store(op, ctx):
+    """The TMA stores of one copy, issued and committed by thread 0 (the tile was published
+    to the async proxy by the barrier in front of the copy)."""
+    plan = tma_plan(op)
+    the_map = Call("address_of", (tensor_map(ctx, op.dst.buffer, plan),), dt.handle)
+    src_starts = list(op.src.starts)
+    stores = []
+    for j in range(plan.slabs):
+        offset = ctx.shared_offset(op.src.buffer, src_starts[:-2] + [const(0), const(j * plan.slab)])
+        coords = [ctx.simplify(s) for s in op.dst.starts]
+        coords[-1] = ctx.simplify(coords[-1] + j * plan.slab)
+        stores.append(call_stmt(f"tc::tma_store_{plan.rank}d", the_map,
+                                address_of(ctx.flat(op.src.buffer), offset), *reversed(coords),
+                                span=op.span))
+    stores.append(call_stmt("tc::tma_store_commit", span=op.span))
+    return IfThenElse(ctx.tx == const(0), seq(stores), None, op.span)

@@ -17,6 +17,7 @@
 //   _trans: regs[j] holds matrix j transposed: elements (row 2t, col g) and (row 2t+1, col g).
 // stmatrix_xN(p, regs) [sm_90+]: the inverse: stores regs[j] (same fragment as above) into
 //   the rows whose addresses the lanes pass (same address rule); _trans likewise.
+//   stmatrix_x4(p, r0, r1, r2, r3) takes the four words by value.
 // Both have overloads taking a 32-bit shared-window address (tc::smem_addr) for p.
 //
 // ---------------------------------------------------------------- mma.sync
@@ -124,6 +125,11 @@ TC_DEVICE void stmatrix_x4(void* p, const uint32_t* r) { stmatrix_x4(smem_addr(p
 TC_DEVICE void stmatrix_x1_trans(void* p, const uint32_t* r) { stmatrix_x1_trans(smem_addr(p), r); }
 TC_DEVICE void stmatrix_x2_trans(void* p, const uint32_t* r) { stmatrix_x2_trans(smem_addr(p), r); }
 TC_DEVICE void stmatrix_x4_trans(void* p, const uint32_t* r) { stmatrix_x4_trans(smem_addr(p), r); }
+// The four words by value (an accumulator packed on the fly: no array in local memory).
+TC_DEVICE void stmatrix_x4(void* p, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
+               :: "r"(smem_addr(p)), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
 #endif  // TC_HAS_STMATRIX
 
 // ---------------------------------------------------------------- mma.sync, f32 accumulate

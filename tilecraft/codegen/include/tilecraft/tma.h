@@ -23,6 +23,7 @@
 // tc::fence_proxy_async_shared() in every writing thread and a barrier first):
 //   tma_store_2d(map, smem_src, c0, c1)
 //   tma_store_3d(map, smem_src, c0, c1, c2)
+//   tma_store_4d(map, smem_src, c0, c1, c2, c3), tma_store_5d(..., c4)
 //       cp.async.bulk.tensor.Nd.global.shared::cta.bulk_group: out-of-range elements are
 //       not written.
 //   tma_store_commit()                   cp.async.bulk.commit_group: close the group of
@@ -115,11 +116,34 @@ TC_DEVICE void tma_store_3d(const void* map, uint32_t smem_src, int c0, int c1, 
       ::"l"(map), "r"(smem_src), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
 }
+TC_DEVICE void tma_store_4d(const void* map, uint32_t smem_src, int c0, int c1, int c2,
+                            int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n"
+      ::"l"(map), "r"(smem_src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+TC_DEVICE void tma_store_5d(const void* map, uint32_t smem_src, int c0, int c1, int c2,
+                            int c3, int c4) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];"
+      "\n"
+      ::"l"(map), "r"(smem_src), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+      : "memory");
+}
 TC_DEVICE void tma_store_2d(const void* map, const void* smem_src, int c0, int c1) {
   tma_store_2d(map, smem_addr(smem_src), c0, c1);
 }
 TC_DEVICE void tma_store_3d(const void* map, const void* smem_src, int c0, int c1, int c2) {
   tma_store_3d(map, smem_addr(smem_src), c0, c1, c2);
+}
+TC_DEVICE void tma_store_4d(const void* map, const void* smem_src, int c0, int c1, int c2,
+                            int c3) {
+  tma_store_4d(map, smem_addr(smem_src), c0, c1, c2, c3);
+}
+TC_DEVICE void tma_store_5d(const void* map, const void* smem_src, int c0, int c1, int c2,
+                            int c3, int c4) {
+  tma_store_5d(map, smem_addr(smem_src), c0, c1, c2, c3, c4);
 }
 TC_DEVICE void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 template <int N> TC_DEVICE void tma_store_wait() {
