@@ -17,7 +17,7 @@ FAST = {tilecraft.PassConfigKey.TL_ENABLE_FAST_MATH: True}
 
 def _persistent_source(kernel) -> str:
     source = kernel.get_kernel_source()
-    assert "+= gridDim.x)" in source, "no loop over tiles"
+    assert "_round * gridDim.x + (" in source, "no loop over tiles"
     return source
 
 

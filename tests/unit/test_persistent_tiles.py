@@ -49,8 +49,11 @@ def test_each_role_loops_over_the_tiles_and_counts_ring_rounds_across_them(gemm)
         assert len(advance) == 1
     # every mbarrier slot index reads the rounds
     source, _ = emit_cuda(func)
-    assert "tma_full[((int)tc_floormod(tc_rounds[0] + k, 3))]" in source
-    assert source.count("tc_tile = blockIdx.x; tc_tile < 2048; tc_tile += gridDim.x") == 1
+    # (a count known to be non-negative: plain %, not a floor-mod on 64-bit integers)
+    assert "tma_full[(tc_rounds[0] + k) % 3]" in source and "tc_floormod(tc_rounds" not in source
+    assert source.count("tc_tile = blockIdx.x; tc_tile < 2048; ++tc_tile_round, tc_tile = "
+                        "tc_tile_round * gridDim.x + (tc_tile_round % 2 ? gridDim.x - 1 - "
+                        "blockIdx.x : blockIdx.x)") == 1
     assert source.count("tc::rasterize_row(8, make_uint3(32, 64, 1),") == 2
 
 
@@ -98,3 +101,21 @@ def test_clustered_blocks_stay_one_tile_each(gemm):
     kernel = func.kernels()[0]
     assert kernel.attrs.get("cluster_dims")
     assert "persistent_blocks" not in kernel.attrs and not tile_loops(func)
+
+
+@pytest.mark.parametrize("blocks, tiles", [(132, 8192), (3, 10), (5, 5), (7, 3), (4, 9)])
+def test_serpentine_rounds_give_every_tile_to_exactly_one_block(blocks, tiles):
+    from tilecraft.emulator.machine import tiles_of_block
+    got = sorted(t for b in range(blocks) for t in tiles_of_block(b, blocks, tiles))
+    assert got == list(range(tiles))
+
+
+def test_serpentine_rounds_even_out_causal_attention_on_132_sms():
+    # Causal attention at S 4096 with 128-row query tiles: tile t costs t % 32 + 1 KV blocks.
+    # Round-robin gives each of 132 blocks the same residues mod 4 every round (132 = 4 * 33).
+    from tilecraft.emulator.machine import tiles_of_block
+    work = [sum(t % 32 + 1 for t in tiles_of_block(b, 132, 8192)) for b in range(132)]
+    plain = [sum(t % 32 + 1 for t in range(b, 8192, 132)) for b in range(132)]
+    mean = sum(work) / 132
+    assert sum(plain) == sum(work)
+    assert max(plain) / mean > 1.1 and max(work) / mean < 1.01

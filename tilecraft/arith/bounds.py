@@ -7,7 +7,7 @@ is in [0, 64): the generated code gets shorter and register indices become const
 """
 from __future__ import annotations
 
-from ..ir.expr import Binary, Cast, Const, Expr, Select, Unary, Var, binary, const, convert
+from ..ir.expr import Binary, BufferLoad, Cast, Const, Expr, Select, Unary, Var, binary, const, convert
 from .linear import linear_form, simplify as linear_simplify
 
 INF = float("inf")
@@ -22,6 +22,8 @@ def bound_of(e, var_bounds: dict) -> tuple:
         return (v, v) if isinstance(v, (int, bool)) else (-INF, INF)
     if isinstance(e, Var):
         return var_bounds.get(id(e), (-INF, INF))
+    if isinstance(e, BufferLoad):
+        return e.buffer.value_bounds or (-INF, INF)
     if isinstance(e, Cast):
         return bound_of(e.value, var_bounds) if e.dtype.is_int else (-INF, INF)
     if isinstance(e, Unary) and e.op == "-":

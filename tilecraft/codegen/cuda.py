@@ -237,7 +237,9 @@ class CudaEmitter:
             self.emit(depth, "}")
         elif isinstance(s, IfThenElse):
             self.emit(depth, f"if ({self.expr(s.cond)}) {{", s.span)
+            narrowed = self.narrow(s.cond)
             self.stmt(s.then_body, depth + 1)
+            self.var_bounds.update(narrowed)
             if s.else_body is not None:
                 self.emit(depth, "} else {")
                 self.stmt(s.else_body, depth + 1)
@@ -252,6 +254,21 @@ class CudaEmitter:
         else:
             raise TileError(f"internal: {type(s).__name__} reached the CUDA emitter",
                             getattr(s, "span", None))
+
+    def narrow(self, cond) -> dict:
+        """Inside `if (v > c)` / `if (v >= c)` the loop variable v is at least c + 1 / c (the
+        index arithmetic of a stage released one iteration late stays plain % and /): narrows
+        var_bounds and returns the bounds to restore after the branch."""
+        if not (isinstance(cond, Binary) and cond.op in (">", ">=") and
+                isinstance(cond.a, Var) and id(cond.a) in self.var_bounds):
+            return {}
+        lo, hi = bound_of(cond.b, self.var_bounds)
+        if lo != hi:
+            return {}
+        old = self.var_bounds[id(cond.a)]
+        least = lo + 1 if cond.op == ">" else lo
+        self.var_bounds[id(cond.a)] = (max(old[0], least), old[1])
+        return {id(cond.a): old}
 
     def allocate(self, s: Allocate, depth: int):
         b = s.buffer
@@ -331,8 +348,12 @@ class CudaEmitter:
         block's share of them, with the block variables bound per tile."""
         k, v = self.kernel_node, self.name(s.var)
         self.var_bounds[id(s.var)] = (0, bound_of(s.extent, self.var_bounds)[1] - 1)
-        self.emit(depth, f"for (int {v} = blockIdx.x; {v} < {self.expr(s.extent)}; "
-                         f"{v} += gridDim.x) {{", s.span)
+        # Rounds of gridDim.x consecutive tiles, taken in serpentine order (tiles_of_block):
+        # block b gets tile b of even rounds and tile gridDim.x - 1 - b of odd ones.
+        r = f"{v}_round"
+        self.emit(depth, f"for (int {r} = 0, {v} = blockIdx.x; {v} < {self.expr(s.extent)}; "
+                         f"++{r}, {v} = {r} * gridDim.x + ({r} % 2 ? gridDim.x - 1 - blockIdx.x "
+                         f": blockIdx.x)) {{", s.span)
         extents = [self.expr(g) for g in k.grid] + ["1", "1"]
         gx, gy = (f"({e})" for e in extents[:2])
         # A role may not need every coordinate (the producer of a GEMM loads no C).

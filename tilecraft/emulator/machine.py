@@ -269,6 +269,22 @@ def _rasterize(panel: int, order: str, gx: int, gy: int, bx: int, by: int) -> tu
     return x, (gy - 1 - y if p % 2 else y)
 
 
+def tiles_of_block(block: int, blocks: int, tiles: int) -> list:
+    """The tiles a persistent kernel's block runs: rounds of `blocks` consecutive tiles, the
+    block taking tile `block` of even rounds and `blocks - 1 - block` of odd ones. Where tile
+    costs follow a pattern that repeats with the tile index (causal attention: the query block
+    is the fastest coordinate), a plain round-robin gives each block the same few positions in
+    that pattern every round; the serpentine pairs positions from both ends, so the blocks'
+    totals even out, while each round still runs neighbouring tiles (L2 locality)."""
+    out, r = [], 0
+    while True:
+        t = r * blocks + (blocks - 1 - block if r % 2 else block)
+        if t >= tiles:
+            return out
+        out.append(t)
+        r += 1
+
+
 class TileWalk:
     """Block `index` of `count` in launch order. `coords(t)`: the block coordinates the CUDA
     code gives tile t of the grid (gx, gy, gz) (T.use_swizzle's rasterization included); a
@@ -279,7 +295,7 @@ class TileWalk:
             swizzle, rank
 
     def mine(self, tiles: int):
-        return range(self.index, tiles, self.count)
+        return tiles_of_block(self.index, self.count, tiles)
 
     def coords(self, t: int) -> tuple:
         gx, gy, _ = self.grid

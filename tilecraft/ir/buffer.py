@@ -27,6 +27,9 @@ class Buffer:
     dtype: DType
     scope: str = GLOBAL
     span: Span | None = field(default=None, repr=False)
+    # (lo, hi) every element is known to stay in, for the integer bounds of index arithmetic
+    # (a count the compiler keeps, such as a persistent kernel's ring rounds); None: unknown.
+    value_bounds: tuple | None = field(default=None, repr=False)
 
     @property
     def ndim(self) -> int:

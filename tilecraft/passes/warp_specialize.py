@@ -135,7 +135,9 @@ class _Specializer:
             self.cluster = cluster_plan(self.kernel, loop, ahead)
         tiled = self.persistent is not None and not self.cluster
         if tiled:
-            self.rounds = Buffer("tc_rounds", (1,), dt.int32, LOCAL_VAR, loop.span)
+            # A count, never negative: the stage and parity taken from it stay plain % and /.
+            self.rounds = Buffer("tc_rounds", (1,), dt.int32, LOCAL_VAR, loop.span,
+                                 value_bounds=(0, 2**31 - 1))
             allocs += [Allocate(self.rounds, loop.span),
                        BufferStore(self.rounds, (const(0),), const(0), loop.span)]
         preloads = self.preloads(before) if self.preload and not tiled else []
