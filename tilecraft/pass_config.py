@@ -47,7 +47,9 @@ KNOWN = {PassConfigKey.TL_ENABLE_FAST_MATH: "compile with --use_fast_math",
          PassConfigKey.TL_ENABLE_PERSISTENT_TILES: "a warp-specialized kernel launches one "
                                                    "block per SM (or at most the int given), "
                                                    "each looping over the grid's tiles while "
-                                                   "its producer loads the next tile's data"}
+                                                   "its producer loads the next tile's data; "
+                                                   "unset: on for loops with two or more gemms "
+                                                   "(attention), False turns it off"}
 
 
 def check_pass_configs(configs) -> dict:
@@ -60,6 +62,10 @@ def check_pass_configs(configs) -> dict:
             not (isinstance(blocks, int) and blocks >= 1):
         raise TileError(f"pass config {PassConfigKey.TL_ENABLE_PERSISTENT_TILES!r} takes True, "
                         f"False or a number of blocks >= 1, got {blocks!r}")
+    if blocks not in (None, False) and configs.get(PassConfigKey.TL_ENABLE_PRODUCER_PRELOAD):
+        raise TileError(f"pass configs {PassConfigKey.TL_ENABLE_PERSISTENT_TILES!r} and "
+                        f"{PassConfigKey.TL_ENABLE_PRODUCER_PRELOAD!r} cannot be combined: a "
+                        "persistent kernel's consumers load their own query tiles")
     return configs
 
 

@@ -295,12 +295,16 @@ def test_rotated_loop_releasing_v_while_its_batch_is_in_flight(example):
     assert any(r.buffer == "V_shared" for r in reports), [str(r) for r in reports]
 
 
-def test_missing_proxy_fence_before_wgmma(example):
+@pytest.mark.parametrize("persistent, fence", [(False, 0), (True, 1)],
+                         ids=["plain", "persistent"])
+def test_missing_proxy_fence_before_wgmma(example, persistent, fence):
+    # (a persistent kernel's first fence publishes the previous tile's epilogue; the query
+    # tile's writes are published by the second)
     fa = example("flash_attention")
     func = underlying(fa.flash_attention)(1, 1, 40, 16, False, block_M=64, block_N=32,
                                          num_stages=2)
-    lowered = E.lower(func, "sm_90a")
-    bad = plant(lowered, calls("tc::fence_proxy_async_shared"), dropped, 0)
+    lowered = E.lower(func, "sm_90a", {"tl.enable_persistent_tiles": persistent})
+    bad = plant(lowered, calls("tc::fence_proxy_async_shared"), dropped, fence)
     Q = np.ones((1, 40, 1, 16), np.float16)
     reports = list(E.run(bad, [Q, Q, Q, Q * 0]))
     assert [r.kind for r in reports] == ["proxy-fence"]

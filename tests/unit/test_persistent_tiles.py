@@ -65,6 +65,24 @@ def test_without_the_config_nothing_changes(gemm):
                    for n in walk(func.body))
 
 
+def attention(example, causal=True):
+    return underlying(example("flash_attention").flash_attention)(
+        2, 4, 1000, 128, causal, block_M=128, block_N=128, num_stages=3, threads=256)
+
+
+def test_loops_with_several_gemms_are_persistent_unless_told_otherwise(example, gemm):
+    assert lowered(attention(example)).kernels()[0].attrs["persistent_blocks"] == 0
+    assert len(tile_loops(lowered(attention(example, causal=False)))) == 2
+    assert not tile_loops(lowered(attention(example), **{PERSISTENT: False}))
+    assert not tile_loops(lowered(gemm()))                    # one gemm: not by default
+    # the producer preload, asked for, takes the place of the default
+    preloaded = lowered(attention(example), **{"tl.enable_producer_preload": True})
+    assert not tile_loops(preloaded)
+    assert "tma_ready" in emit_cuda(preloaded)[0]
+    with pytest.raises(tilecraft.TileError, match="cannot be combined"):
+        check_pass_configs({PERSISTENT: True, "tl.enable_producer_preload": True})
+
+
 def test_a_number_of_blocks_caps_the_grid_and_bad_values_are_refused():
     assert check_pass_configs({PERSISTENT: 4}) == {PERSISTENT: 4}
     for bad in (0, -2, "yes", 1.5):

@@ -28,7 +28,8 @@ from ..ir.buffer import FRAGMENT, GLOBAL, Buffer, is_shared
 from ..ir.stmt import Allocate, For, Kernel, SeqStmt, seq, stmts_of
 from ..ir.tileop import Copy, Gemm
 from ..ir.visitor import walk
-from ..pass_config import PassConfigKey, persistent_blocks
+from ..pass_config import PassConfigKey
+from .warp_specialize import persistent_for
 
 
 def _tile_bytes(buffer: Buffer) -> int:
@@ -100,11 +101,9 @@ def stage_epilogue(func, arch: str | None = None, configs: dict | None = None,
                    smem_limit: int | None = None):
     if arch != "sm_90a" or (configs or {}).get(PassConfigKey.TL_DISABLE_EPILOGUE_STAGING):
         return func
-    persistent = persistent_blocks(configs) is not None
-
     def rebuild(s):
         if isinstance(s, Kernel):
-            return _stage_kernel(s, persistent, smem_limit)
+            return _stage_kernel(s, persistent_for(s, configs) is not None, smem_limit)
         if isinstance(s, SeqStmt):
             return seq([rebuild(x) for x in s.stmts])
         return s

@@ -35,8 +35,8 @@ become named barriers over T threads (finalize_barriers). Turned off by the pass
 tl.disable_warp_specialized or tl.disable_tma_lower; loops that do not qualify keep the
 cp.async pipeline (pipeline_loops).
 
-Persistent kernels (pass config tl.enable_persistent_tiles): the launch has one block per SM
-(or the number given), and each role runs its part inside a loop over the tiles of the grid
+Persistent kernels (pass config tl.enable_persistent_tiles; unset, the default for loops with
+two or more gemms, persistent_for): the launch has one block per SM (or the number given), and each role runs its part inside a loop over the tiles of the grid
 (tiles blockIdx.x, blockIdx.x + gridDim.x, ...; the code generator binds the block variables
 per tile). A per-thread count of the ring's rounds, advanced by each tile's trip count in both
 roles, keeps the stage and parity going across tiles, so the producer loads the next tile's
@@ -65,7 +65,7 @@ from ..ir.buffer import LOCAL_VAR, Buffer
 from ..ir.expr import BufferLoad, Call, Var, address_of, const, minmax
 from ..ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, For, IfThenElse, Kernel, SeqStmt,
                        call_stmt, seq, stmts_of)
-from ..ir.tileop import Copy
+from ..ir.tileop import Copy, Gemm
 from ..ir.visitor import buffers_used, walk
 from ..pass_config import PassConfigKey, persistent_blocks
 from ..tileops.cluster import cluster_plan
@@ -95,6 +95,24 @@ def _plan_loop(loop: For) -> dict | None:
     if not ahead or any(plan is None for plan in ahead.values()):
         return None
     return ahead
+
+
+def persistent_for(kernel: Kernel, configs: dict | None) -> int | None:
+    """tl.enable_persistent_tiles for this kernel (pass_config.persistent_blocks): as configured;
+    unset, persistent with one block per SM where the pipelined loop holds two or more gemms
+    (attention and its kin), unless the producer preload is asked for. There the next tile's
+    first stages load during this one's softmax tail and epilogue, and on the H100 the 3-stage
+    attention ran 2-14% faster (causal and not) and the 2-stage one 2-10%
+    (bench/results/2026-11-24_mha_persistent_default_candidates.md); a GEMM main loop, long
+    beside its epilogue, measured level to 2-8% slower (..._gemm_persistent_serpentine_ab.md)."""
+    configs = configs or {}
+    if PassConfigKey.TL_ENABLE_PERSISTENT_TILES in configs or \
+            configs.get(PassConfigKey.TL_ENABLE_PRODUCER_PRELOAD):
+        return persistent_blocks(configs)
+    loops = [s for s in stmts_of(kernel.body) if isinstance(s, For) and s.kind == "pipelined"]
+    if len(loops) == 1 and sum(isinstance(n, Gemm) for n in walk(loops[0].body)) >= 2:
+        return 0
+    return None
 
 
 def consumer_registers(threads: int) -> int | None:
@@ -324,12 +342,11 @@ def warp_specialize(func, arch: str | None = None, configs: dict | None = None):
         return func
 
     multicast = bool(configs.get(PassConfigKey.TL_ENABLE_TMA_MULTICAST))
-    persistent = persistent_blocks(configs)
     preload = bool(configs.get(PassConfigKey.TL_ENABLE_PRODUCER_PRELOAD))
 
     def rebuild(s):
         if isinstance(s, Kernel):
-            return _Specializer(s, multicast, persistent, preload).run()
+            return _Specializer(s, multicast, persistent_for(s, configs), preload).run()
         if isinstance(s, SeqStmt):
             return seq([rebuild(x) for x in s.stmts])
         return s
