@@ -3,8 +3,8 @@
     compute-sanitizer --tool memcheck python3 bench/sanitize_kernels.py
     compute-sanitizer --tool racecheck python3 bench/sanitize_kernels.py
 
-Each kernel runs once on random inputs (and once more persistent, two blocks looping over
-the tiles) and is checked against torch; the sanitizer reports
+Each kernel runs on random inputs as compiled by default, not persistent, and persistent in
+two blocks looping over the tiles, and is checked against torch; the sanitizer reports
 any invalid access, shared-memory hazard or barrier misuse on top. Ragged sizes included.
 """
 import os
@@ -36,8 +36,10 @@ def build(factory, *args, configs=None, **tiles):
 
 def main():
     torch.manual_seed(0)
-    # Each kernel also persistent, in two blocks that loop over every tile of the grid.
-    for arm, configs in (("", {}), (" persistent", {PERSISTENT: 2})):
+    # Each kernel as compiled by default (attention: persistent, one block per SM), not
+    # persistent, and persistent in two blocks that loop over every tile of the grid.
+    for arm, configs in (("", {}), (" plain", {PERSISTENT: False}),
+                         (" persistent", {PERSISTENT: 2})):
         for M, N, K, cfg in [(256, 256, 256, dict(block_M=128, block_N=256, block_K=64,
                                                    threads=256, num_stages=3)),
                              (200, 136, 72, dict(block_M=128, block_N=128, block_K=64,
@@ -46,14 +48,15 @@ def main():
             b = torch.randn(K, N, device="cuda", dtype=torch.float16)
             c = build(matmul, M, N, K, configs=configs, **cfg)(a, b)
             check(f"gemm{arm} {M}x{N}x{K}", c, a.float() @ b.float(), 1e-2)
-        for S, causal in [(256, False), (200, True)]:
+        for S, causal, stages in [(256, False, 2), (200, True, 2), (520, True, 3)]:
             q, k, v = (torch.randn(1, S, 2, 128, device="cuda", dtype=torch.float16)
                        for _ in range(3))
             kernel = build(flash_attention, 1, 2, S, 128, causal, configs=configs,
-                           block_M=128, block_N=128, num_stages=2, threads=256)
+                           block_M=128, block_N=128, num_stages=stages, threads=256)
             out = kernel(q, k, v)
             ref = mha_ref(q.cpu().numpy(), k.cpu().numpy(), v.cpu().numpy(), causal)
-            check(f"mha{arm} S{S} causal={causal}", out, torch.as_tensor(ref).cuda(), 1e-2)
+            check(f"mha{arm} S{S} causal={causal} stages={stages}", out,
+                  torch.as_tensor(ref).cuda(), 1e-2)
 
 
 if __name__ == "__main__":

@@ -109,9 +109,15 @@ def test_small_tiles_are_predicted_slower_on_8192_cube():
     assert small.ok and big.ok
     assert small.time > 3 * big.time
     assert small.cost.l2_bytes > 4 * big.cost.l2_bytes   # 8x less reuse per tile
-    best = recommend(gemm.matmul, args, {"block_M": [16, 32, 64, 128], "block_N": [16, 32, 64,
-                                         128], "threads": [32, 128]}, top=1)[0]
-    assert best.config["block_M"] >= 64 and best.config["block_N"] >= 64
+    ranked = recommend(gemm.matmul, args, {"block_M": [16, 32, 64, 128], "block_N": [16, 32,
+                                           64, 128], "threads": [32, 128]}, top=None)
+    best = ranked[0]
+    assert best.config["block_M"] * best.config["block_N"] >= 64 * 64
+    # every tile of at most 32 x 32 ranks after every tile of at least 64 x 64
+    order = [(c.config["block_M"], c.config["block_N"]) for c in ranked]
+    small = [i for i, (m, n) in enumerate(order) if m <= 32 and n <= 32]
+    large = [i for i, (m, n) in enumerate(order) if m >= 64 and n >= 64]
+    assert small and large and min(small) > max(large)
     # On sm_90a's wgmma path a 128 x 128 tile without a rasterizing swizzle waits on HBM.
     assert best.cost.bound in ("smem", "tensor", "l2", "hbm") and best.cost.bound == max(
         best.cost.terms, key=best.cost.terms.get)
