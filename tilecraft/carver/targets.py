@@ -107,10 +107,12 @@ H100 = Target(
     sfu_ops=_per_chip(132, 16, _H100_CLOCK),
     # Loaded latencies (a TMA / cp.async stage from issue to landing while every SM streams),
     # which Little's law needs, not the ~0.6 us unloaded round trip: calibrated on the lent
-    # card's exhaustive GEMM searches (bench/results/2026-11-2{2,4}_carver_search.json), where
-    # a 64x256x64 tile ran 266 / 449 / 621 TFLOP/s with 2 / 3 / 4 stages at 512x28672x8192.
-    # Any DRAM latency in 1.2-1.8 us with L2 in 0.8-1.2 us ranks a config within 2% of the
-    # best into the top 5% for every shape of both searches; 0.6 / 0.3 us did for 18 of 21.
+    # card's exhaustive GEMM searches (bench/results/2026-11-22_carver_search.json and
+    # 2026-11-24_carver_search_calibration.json), where a 64x256x64 tile ran 266 / 449 / 621
+    # TFLOP/s with 2 / 3 / 4 stages at 512x28672x8192. Any DRAM latency in 1.2-1.8 us with L2
+    # in 0.8-1.2 us ranks a config within 2% of the best into the top 5% for every shape of
+    # both searches; 0.6 / 0.3 us did for 18 of 21. A fresh search afterwards
+    # (2026-11-24_carver_search.md): 11 of 11.
     dram_latency_s=1.5e-6, l2_latency_s=1.0e-6,
     mma_sync_fraction=_HOPPER_MMA_SYNC,
     launch_s=3e-6,  # ANCHORS.md: empty-kernel launch 2.8-5.6 us (tritonbench, TileLang)
