@@ -277,6 +277,8 @@ class Barriers:
                     (int(self.acc_tid[phys[i]]), lane), (other, site))
         if t.enabled and t.wgmma_reads is not None:
             t.wgmma_reads.check(phys, lane, sid, "starts a TMA load into")
+        if t.enabled:
+            m.bulk_stores.on_write(phys, np.full(phys.size, lane, np.int32), sid)
         busy = t.pending[phys] >= 0
         if t.enabled and busy.any():
             i = int(np.argmax(busy))

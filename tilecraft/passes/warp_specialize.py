@@ -100,14 +100,17 @@ def _plan_loop(loop: For) -> dict | None:
 def persistent_for(kernel: Kernel, configs: dict | None) -> int | None:
     """tl.enable_persistent_tiles for this kernel (pass_config.persistent_blocks): as configured;
     unset, persistent with one block per SM where the pipelined loop holds two or more gemms
-    (attention and its kin), unless the producer preload is asked for. There the next tile's
+    (attention and its kin), unless the producer preload is asked for or the kernel is not
+    warp-specialized. There the next tile's
     first stages load during this one's softmax tail and epilogue, and on the H100 the 3-stage
     attention ran 2-14% faster (causal and not) and the 2-stage one 2-10%
     (bench/results/2026-11-24_mha_persistent_default_candidates.md); a GEMM main loop, long
     beside its epilogue, measured level to 2-8% slower (..._gemm_persistent_serpentine_ab.md)."""
     configs = configs or {}
     if PassConfigKey.TL_ENABLE_PERSISTENT_TILES in configs or \
-            configs.get(PassConfigKey.TL_ENABLE_PRODUCER_PRELOAD):
+            configs.get(PassConfigKey.TL_ENABLE_PRODUCER_PRELOAD) or \
+            configs.get(PassConfigKey.TL_DISABLE_WARP_SPECIALIZED) or \
+            configs.get(PassConfigKey.TL_DISABLE_TMA_LOWER):
         return persistent_blocks(configs)
     loops = [s for s in stmts_of(kernel.body) if isinstance(s, For) and s.kind == "pipelined"]
     if len(loops) == 1 and sum(isinstance(n, Gemm) for n in walk(loops[0].body)) >= 2:
