@@ -72,6 +72,13 @@ def gemm_deaf(M, N, K, block_M=32):
     return gemm_factory(M, N, K, block_M=block_M)
 
 
+def gemm_deafer(M, N, K, block_M=32):
+    """A compile stuck with SIGTERM blocked as well: only SIGKILL stops it."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM, signal.SIGTERM})
+    time.sleep(60)
+    return gemm_factory(M, N, K, block_M=block_M)
+
+
 def ref_gemm(A, B):
     return A.astype(np.float32) @ B.astype(np.float32)
 
@@ -425,11 +432,12 @@ def test_workers_compile_each_task_under_its_own_limit():
     assert sorted(o.index for o in done) == [0, 1, 2, 3, 4]
 
 
-def test_a_worker_deaf_to_its_timer_is_stopped_by_the_caller(monkeypatch):
+@pytest.mark.parametrize("stuck", [gemm_deaf, gemm_deafer], ids=["sigterm", "sigkill"])
+def test_a_worker_deaf_to_its_timer_is_stopped_by_the_caller(monkeypatch, stuck):
     monkeypatch.setattr(workers, "_STARTUP_GRACE_S", 1.0)
     start = time.perf_counter()
     with workers.Workers(max_workers=1) as pool:
-        outcomes = pool.compile([_task(0, "gemm_deaf", {}, gemm_deaf, timeout=1.0)])
+        outcomes = pool.compile([_task(0, stuck.__name__, {}, stuck, timeout=1.0)])
         processes = list(pool._pool._processes.values())
     assert time.perf_counter() - start < 15
     assert [o.status for o in outcomes] == ["timeout"]

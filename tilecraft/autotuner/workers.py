@@ -284,12 +284,23 @@ class Workers:
         return [outcomes[t.index] for t in tasks]
 
 
+_KILL_AFTER_S = 1.0    # how long a stuck worker has to leave after SIGTERM before SIGKILL
+
+
 def _stop(pool: ProcessPoolExecutor) -> None:
     # The executor has no public way to stop a worker that ignores its deadline; its process
-    # table is the only handle on the processes this pool started.
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
+    # table is the only handle on the processes this pool started. A worker whose signals are
+    # blocked (stuck in native code that masks them) outlives SIGTERM: SIGKILL then.
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
         with contextlib.suppress(Exception):
             process.terminate()
+    until = time.monotonic() + _KILL_AFTER_S
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.join(timeout=max(0.0, until - time.monotonic()))
+            if process.is_alive():
+                process.kill()
 
 
 def compile_here(impl, problem, config: dict, timeout: float | None):
