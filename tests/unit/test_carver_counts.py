@@ -164,3 +164,18 @@ def test_mla_counts():
     s_tile = 16 * 64 * 2
     per_iter = kv + k_pe + 8 * q + kv + 8 * q_pe + k_pe + s_tile + 8 * s_tile + kv
     assert c.smem_bytes == ex * per_iter + blocks * (q + q_pe + 2 * out)
+
+
+def test_a_loop_without_a_pipeline_waits_for_its_loads_every_iteration():
+    # 1024^3, 128 x 128 x 64 tiles: 8 x 8 = 64 blocks of 16 K iterations; with one stage
+    # every iteration waits for its tiles, with three the loads run ahead.
+    serial = estimate(gemm_func(1024, 1024, 1024, block_M=128, block_N=128, block_K=64,
+                                num_stages=1), H100)
+    piped = estimate(gemm_func(1024, 1024, 1024, block_M=128, block_N=128, block_K=64,
+                               num_stages=3), H100)
+    assert serial.counts[0].exposed_loads == 64 * 16
+    assert piped.counts[0].exposed_loads == 0
+    # 1024 waits over 64 SMs holding one block each (the grid is smaller than the GPU):
+    # 16 L2 latencies on each SM's critical path, on top of the same loop phases.
+    assert serial.t_intrinsic - piped.t_intrinsic == pytest.approx(16 * H100.l2_latency_s)
+    assert serial.time > piped.time

@@ -90,6 +90,9 @@ class LaunchCounts:
     pipelined: bool = False        # some loop with global loads runs num_stages >= 2
     loop_phases: int = 0           # executions of tile ops inside loops, over the grid
     swizzle: tuple | None = None
+    # iterations, over the grid, of loops that load from global memory without a software
+    # pipeline (num_stages <= 1): each waits for its loads before it computes
+    exposed_loads: int = 0
 
 
 def static_int(e, what: str) -> int:
@@ -327,7 +330,7 @@ def tile_counts(kernel: Kernel, ftg: FTG, gemm_plan) -> TileCounts:
     swz = _swizzle_of(kernel)
     env, grid = block_env(kernel, swz)
     lc = LaunchCounts(grid, env.n, kernel.num_threads)
-    loads, inflight, direct = [], {}, 0.0
+    loads, inflight, direct, serial = [], {}, 0.0, {}
     for node in ftg.nodes:
         c = charge(node, gemm_plan)
         it, first = _trip_counts(env, node.loops)
@@ -346,6 +349,8 @@ def tile_counts(kernel: Kernel, ftg: FTG, gemm_plan) -> TileCounts:
         stages = _stages(inner) if inner is not None else 1
         lc.pipelined |= stages >= 2
         key = id(inner) if inner is not None else None
+        if inner is not None and stages <= 1:
+            serial[key] = max(serial.get(key, 0), total)  # one wait per iteration
         inflight[key] = inflight.get(key, 0) + c.gmem_load * max(1, stages - 1)
         if c.buffer is None:  # element accesses in a T.Parallel nest: no reuse assumed
             c.hbm_load = float(c.gmem_load * total)
@@ -358,6 +363,7 @@ def tile_counts(kernel: Kernel, ftg: FTG, gemm_plan) -> TileCounts:
         loads.append(_Load(c, starts, it, moves))
     lc.loop_phases = sum(c.executions for c, node in zip(lc.nodes, ftg.nodes) if node.loops)
     lc.inflight_per_block = max(inflight.values(), default=0)
+    lc.exposed_loads = sum(serial.values())
     lc.swizzle = (swz.panel_size, swz.order) if swz is not None else None
     return TileCounts(lc, loads, direct)
 
@@ -368,7 +374,8 @@ def with_hbm_reads(tc: TileCounts, wave_blocks: int, l2_bytes: int) -> LaunchCou
     src = tc.lc
     lc = LaunchCounts(src.grid, src.num_blocks, src.threads, [], 0.0, src.hbm_write,
                       src.l2_bytes, src.smem_bytes, src.tensor_flops, src.cuda_ops, src.sfu_ops,
-                      src.inflight_per_block, src.pipelined, src.loop_phases, src.swizzle)
+                      src.inflight_per_block, src.pipelined, src.loop_phases, src.swizzle,
+                      src.exposed_loads)
     by_node = {id(load.count): load for load in tc.loads}
     wave = np.arange(lc.num_blocks, dtype=np.int64) // max(1, wave_blocks)
     per_buffer: dict = {}

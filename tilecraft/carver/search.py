@@ -46,8 +46,10 @@ def _launch_bound(kernel, t) -> float:
     blocks = lc.num_blocks
     waves = math.ceil(blocks / (t.num_sms * most))
     resident = min(most, math.ceil(blocks / t.num_sms))
-    loops = lc.loop_phases / (min(t.num_sms, blocks) * resident) * t.phase_cycles / t.clock_hz
-    return max(terms) + t.launch_s + waves * 2 * t.dram_latency_s + loops
+    spread = min(t.num_sms, blocks) * resident
+    loops = lc.loop_phases / spread * t.phase_cycles / t.clock_hz
+    exposed = lc.exposed_loads / spread * t.l2_latency_s
+    return max(terms) + t.launch_s + waves * 2 * t.dram_latency_s + loops + exposed
 
 
 def best_candidates(factory, args, configs: list, target, keep=None, fraction=None) -> list:
