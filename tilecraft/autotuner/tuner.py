@@ -9,6 +9,7 @@ is logged in one line and skipped; only when every candidate fails is that an er
 """
 from __future__ import annotations
 
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -306,14 +307,15 @@ def _measure(tuned, pairs) -> list | None:
 # With the default timer every candidate is first screened by a short timing (SCREEN_WARMUP
 # and SCREEN_REP runs at most): enough to tell the few that can win from the many that cannot
 # (the kept candidates of an 8192^3 GEMM span 1.8 to 4.9 ms on an H100). Only the fastest
-# CONTENDERS get the full warmup / rep, in CONFIRM_ROUNDS alternating rounds.
+# CONTENDERS are timed again in CONFIRM_ROUNDS alternating rounds that share the rep timed
+# runs between them (the first round warms up with the full warmup, the others briefly): each
+# contender gets the rep runs asked for, spread over the rounds, not rep runs per round.
 SCREEN_WARMUP, SCREEN_REP = 2, 10
 CONTENDERS, CONFIRM_ROUNDS = 4, 3
 
 
 def _confirm(tuned, ok: list, kernels: dict, inputs) -> None:
-    """Time the fastest few again with the full warmup / rep, in alternation, and keep each
-    one's median: a GPU's clocks drift by several percent over a tuning run (power and heat),
+    """Time the fastest few again, in alternation, and keep each one's median: a GPU's clocks drift by several percent over a tuning run (power and heat),
     enough to crown a candidate that was merely measured at a good moment. A custom timer is
     trusted as it is."""
     s = tuned.settings
@@ -321,10 +323,12 @@ def _confirm(tuned, ok: list, kernels: dict, inputs) -> None:
     if s.measure is not None or len(contenders) < 2:
         return
     samples = {id(t): [] for t in contenders}
-    for _ in range(CONFIRM_ROUNDS):
+    rep = max(1, math.ceil(s.rep / CONFIRM_ROUNDS))
+    for round_ in range(CONFIRM_ROUNDS):
+        warmup = s.warmup if round_ == 0 else min(s.warmup, SCREEN_WARMUP)
         for t in contenders:
             samples[id(t)].append(measuring.timed(measuring.default_measure, kernels[id(t)],
-                                                  inputs, s.warmup, s.rep, t.config))
+                                                  inputs, warmup, rep, t.config))
     for t in contenders:
         t.latency_ms = sorted(samples[id(t)])[len(samples[id(t)]) // 2]
 

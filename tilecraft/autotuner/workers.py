@@ -299,8 +299,10 @@ def _stop(pool: ProcessPoolExecutor) -> None:
     for process in processes:
         with contextlib.suppress(Exception):
             process.join(timeout=max(0.0, until - time.monotonic()))
+        with contextlib.suppress(Exception):
             if process.is_alive():
                 process.kill()
+                process.join(timeout=_KILL_AFTER_S)
 
 
 def compile_here(impl, problem, config: dict, timeout: float | None):
