@@ -9,7 +9,6 @@ is logged in one line and skipped; only when every candidate fails is that an er
 """
 from __future__ import annotations
 
-import math
 import sys
 import time
 from dataclasses import dataclass
@@ -307,15 +306,16 @@ def _measure(tuned, pairs) -> list | None:
 # With the default timer every candidate is first screened by a short timing (SCREEN_WARMUP
 # and SCREEN_REP runs at most): enough to tell the few that can win from the many that cannot
 # (the kept candidates of an 8192^3 GEMM span 1.8 to 4.9 ms on an H100). Only the fastest
-# CONTENDERS are timed again in CONFIRM_ROUNDS alternating rounds that share the rep timed
-# runs between them (the first round warms up with the full warmup, the others briefly): each
-# contender gets the rep runs asked for, spread over the rounds, not rep runs per round.
+# CONTENDERS get the full warmup / rep in each of CONFIRM_ROUNDS alternating rounds (sharing
+# the rep runs between the rounds, 3x faster, chose configs 0.95-0.97x the exhaustive best on
+# an H100 where full rounds chose 0.98-1.06x: bench/results/2026-11-24_autotune_time_*).
 SCREEN_WARMUP, SCREEN_REP = 2, 10
 CONTENDERS, CONFIRM_ROUNDS = 4, 3
 
 
 def _confirm(tuned, ok: list, kernels: dict, inputs) -> None:
-    """Time the fastest few again, in alternation, and keep each one's median: a GPU's clocks drift by several percent over a tuning run (power and heat),
+    """Time the fastest few again with the full warmup / rep, in alternation, and keep each
+    one's median: a GPU's clocks drift by several percent over a tuning run (power and heat),
     enough to crown a candidate that was merely measured at a good moment. A custom timer is
     trusted as it is."""
     s = tuned.settings
@@ -323,12 +323,10 @@ def _confirm(tuned, ok: list, kernels: dict, inputs) -> None:
     if s.measure is not None or len(contenders) < 2:
         return
     samples = {id(t): [] for t in contenders}
-    rep = max(1, math.ceil(s.rep / CONFIRM_ROUNDS))
-    for round_ in range(CONFIRM_ROUNDS):
-        warmup = s.warmup if round_ == 0 else min(s.warmup, SCREEN_WARMUP)
+    for _ in range(CONFIRM_ROUNDS):
         for t in contenders:
             samples[id(t)].append(measuring.timed(measuring.default_measure, kernels[id(t)],
-                                                  inputs, warmup, rep, t.config))
+                                                  inputs, s.warmup, s.rep, t.config))
     for t in contenders:
         t.latency_ms = sorted(samples[id(t)])[len(samples[id(t)]) // 2]
 
