@@ -16,6 +16,7 @@ class PassConfigKey:
     TL_ENABLE_PERSISTENT_TILES = "tl.enable_persistent_tiles"
     TL_ENABLE_PRODUCER_PRELOAD = "tl.enable_producer_preload"
     TL_DISABLE_TMA_STORE = "tl.disable_tma_store"
+    TL_DISABLE_WGMMA_BATCH_MERGE = "tl.disable_wgmma_batch_merge"
 
 
 # What each key does here (all but the first matter on sm_90a, the only target with TMA, WGMMA
@@ -44,6 +45,9 @@ KNOWN = {PassConfigKey.TL_ENABLE_FAST_MATH: "compile with --use_fast_math",
                                                    "the consumers",
          PassConfigKey.TL_DISABLE_TMA_STORE: "shared -> global copies are stored by all "
                                              "threads, 16 bytes each, not by TMA",
+         PassConfigKey.TL_DISABLE_WGMMA_BATCH_MERGE: "back-to-back gemms into one accumulator "
+                                                     "each wait for their own batch "
+                                                     "(merge_wgmma_batches)",
          PassConfigKey.TL_ENABLE_PERSISTENT_TILES: "a warp-specialized kernel launches one "
                                                    "block per SM (or at most the int given), "
                                                    "each looping over the grid's tiles while "

@@ -13,6 +13,7 @@ from .infer_pipeline import infer_pipeline
 from .insert_barriers import insert_barriers
 from .pipeline_loops import pipeline_loops
 from .lower_tile_ops import lower_tile_ops
+from .merge_wgmma_batches import merge_wgmma_batches
 from .overlap_wgmma import overlap_wgmma
 from .plan_shared_memory import plan_shared_memory
 from .rotate_wgmma_loop import rotate_wgmma_loop
@@ -44,6 +45,7 @@ def cuda(func, arch: str = "sm_80", smem_limit: int | None = None, configs: dict
              ("plan_shared_memory", lambda f: plan_shared_memory(f, smem_limit)),
              ("insert_barriers", insert_barriers),
              ("lower_tile_ops", lambda f: lower_tile_ops(f, configs)),
+             ("merge_wgmma_batches", lambda f: merge_wgmma_batches(f, configs)),
              ("overlap_wgmma", overlap_wgmma),
              ("rotate_wgmma_loop", lambda f: rotate_wgmma_loop(f, configs)),
              ("finalize_barriers", finalize_barriers)]
