@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..ir.expr import BufferLoad, Call
+from ..ir.expr import Call
 from ..ir.stmt import Evaluate, For, IfThenElse, Kernel, SeqStmt, seq
 from ..ir.visitor import walk
 from ..pass_config import PassConfigKey
+from .overlap_wgmma import addressed_buffer
 
 COMMIT = "tc::wgmma_commit_group"
 WAIT_ALL = "tc::wgmma_wait_group<0>"
@@ -39,14 +40,6 @@ BARRIER_WAIT = "tc::mbarrier_wait_parity"
 def _name(s) -> str | None:
     if isinstance(s, Evaluate) and isinstance(s.value, Call):
         return s.value.name
-    return None
-
-
-def _accumulator(call: Call):
-    """The register array a wgmma / register fence names first (`&acc[0]`)."""
-    arg = call.args[0]
-    if isinstance(arg, Call) and arg.name == "address_of" and isinstance(arg.args[0], BufferLoad):
-        return arg.args[0].buffer
     return None
 
 
@@ -71,10 +64,10 @@ def _batch(stmts: list, at: int):
     if _name(stmts[at]) != FENCE or at + 1 >= len(stmts):
         return None
     issued = _issued(stmts[at + 1])
-    accs = {id(_accumulator(c)) for c in issued}
+    accs = {id(addressed_buffer(c)) for c in issued}
     if not issued or len(accs) != 1:
         return None
-    return _accumulator(issued[0]), {_shape(c) for c in issued}
+    return addressed_buffer(issued[0]), {_shape(c) for c in issued}
 
 
 def _previous_shapes(out: list) -> set:
@@ -92,7 +85,7 @@ def _merge(stmts: list) -> list:
         name = _name(stmts[i])
         if name == COMMIT and i + 2 < len(stmts) and _name(stmts[i + 1]) == WAIT_ALL and \
                 (_name(stmts[i + 2]) or "").startswith(FENCE_REGISTERS):
-            acc = _accumulator(stmts[i + 2].value)
+            acc = addressed_buffer(stmts[i + 2].value)
             j = i + 3
             while j < len(stmts) and _name(stmts[j]) == BARRIER_WAIT:
                 j += 1

@@ -39,7 +39,7 @@ def _call(s, prefix: str) -> Call | None:
     return None
 
 
-def _addressed_buffer(call: Call):
+def addressed_buffer(call: Call):
     """The buffer of a call's first argument `address_of(buf[i])`."""
     arg = call.args[0]
     if isinstance(arg, Call) and arg.name == "address_of" and isinstance(arg.args[0], BufferLoad):
@@ -83,9 +83,9 @@ def _overlapped(loop: For):
         return None
     fence = _call(body[at + 1], "tc::wgmma_fence_registers")
     release = _call(body[-1], RELEASE)
-    if fence is None or release is None or _addressed_buffer(fence) is None:
+    if fence is None or release is None or addressed_buffer(fence) is None:
         return None
-    acc = _addressed_buffer(fence)
+    acc = addressed_buffer(fence)
     if not _only_wgmma_touches(loop.body, acc):
         return None
     k = loop.var
