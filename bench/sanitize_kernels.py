@@ -1,4 +1,4 @@
-"""Small GEMM and MHA kernels for compute-sanitizer (memcheck, racecheck, synccheck):
+"""Small GEMM, MHA and MLA kernels for compute-sanitizer (memcheck, racecheck, synccheck):
 
     compute-sanitizer --tool memcheck python3 bench/sanitize_kernels.py
     compute-sanitizer --tool racecheck python3 bench/sanitize_kernels.py
@@ -16,6 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 from flash_attention import flash_attention, ref_program as mha_ref  # noqa: E402
 from gemm import matmul  # noqa: E402
+from mla_decode import flash_mla_decode, ref_program as mla_ref  # noqa: E402
 import tilecraft  # noqa: E402
 from tilecraft.carver.recommend import underlying  # noqa: E402
 
@@ -57,6 +58,16 @@ def main():
             ref = mha_ref(q.cpu().numpy(), k.cpu().numpy(), v.cpu().numpy(), causal)
             check(f"mha{arm} S{S} causal={causal} stages={stages}", out,
                   torch.as_tensor(ref).cuda(), 1e-2)
+        # MLA decode: two warpgroups split the score columns (cross-warp reductions)
+        B, H, S, D, PE = 2, 64, 200, 128, 64
+        q, kv = (torch.randn(B, H, D, device="cuda", dtype=torch.float16),
+                 torch.randn(B, S, 1, D, device="cuda", dtype=torch.float16))
+        q_pe, k_pe = (torch.randn(B, H, PE, device="cuda", dtype=torch.float16),
+                      torch.randn(B, S, 1, PE, device="cuda", dtype=torch.float16))
+        out = build(flash_mla_decode, B, H, 1, S, D, PE, configs=configs, block_N=64,
+                    block_H=64, num_stages=2, threads=256)(q, q_pe, kv, k_pe)
+        ref = mla_ref(*(x.cpu().numpy() for x in (q, q_pe, kv, k_pe)))
+        check(f"mla{arm} KV{S}", out, torch.as_tensor(ref).cuda(), 1e-2)
 
 
 if __name__ == "__main__":

@@ -174,3 +174,47 @@ def test_the_only_hazard_is_the_reuse_of_bytes():
     body = [s for s in barriers(main) if not isinstance(s, Allocate)]
     kinds = ["sync" if is_sync(s) else "op" for s in body]
     assert kinds == ["op", "sync", "op", "sync", "op", "sync", "op", "op"]
+
+
+def refill_after_a_reduce(threads):
+    """A loop that rewrites a shared tile after a row reduction: with one warp the reduction
+    stays inside it; with 128 threads each row spans two warps."""
+    @T.prim_func
+    def main(X: T.Tensor((4, 64, 64), "float32"), Y: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=threads) as bx:
+            s = T.alloc_shared((64, 64), "float32")
+            f = T.alloc_fragment((64, 64), "float32")
+            m = T.alloc_fragment((64,), "float32")
+            acc = T.alloc_fragment((64, 64), "float32")
+            T.clear(acc)
+            for k in T.serial(4):
+                T.copy(X[k, :, :], f)
+                T.reduce_max(f, m, dim=1)
+                T.copy(f, s)
+                for i, j in T.Parallel(64, 64):
+                    acc[i, j] += s[i, j] - m[i]
+            T.copy(acc, Y)
+    return main
+
+
+def test_a_reduction_across_warps_serves_as_the_barrier_before_a_refill(example):
+    # MLA decode splits the score columns over two warpgroups (FullCol): its row max and sum
+    # go through shared memory between two barriers, which also order the last iteration's
+    # reads of S_shared before this iteration's write: no barrier of its own at the loop top.
+    from tilecraft.carver.recommend import underlying
+    from tilecraft.codegen.cuda import emit_cuda
+    from tilecraft.passes import pipelines
+    m = example("mla_decode")
+    func = underlying(m.flash_mla_decode)(2, 64, 1, 200, 128, 64, block_N=64, block_H=64,
+                                          num_stages=2, threads=256)
+    text = emit_cuda(pipelines.cuda(func, "sm_90a", 227 * 1024))[0]
+    consumer = text[text.index("} else {"):]
+    loop = consumer[consumer.index("for (int k = 0;"):]
+    assert "tc::named_barrier_sync" not in loop[:loop.index("scores_max_red[0] =")]
+    # The same on tile level: the refill of s waits for the last iteration's readers by a
+    # barrier of its own only where the reduction in front of it stays inside a warp.
+    for threads, kinds in ((32, ["sync", "Copy", "Reduce", "Copy", "sync", "For"]),
+                           (128, ["Copy", "Reduce", "Copy", "sync", "For"])):
+        loop = next(s for s in barriers(refill_after_a_reduce(threads)) if isinstance(s, For))
+        assert ["sync" if is_sync(s) else type(s).__name__
+                for s in stmts_of(loop.body)] == kinds

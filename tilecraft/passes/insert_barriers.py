@@ -16,7 +16,7 @@ from ..ir.buffer import is_shared
 from ..ir.expr import BufferLoad, Call
 from ..ir.stmt import (BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt, call_stmt, seq,
                        stmts_of)
-from ..ir.tileop import TileOp
+from ..ir.tileop import Reduce, TileOp
 from ..ir.visitor import walk
 import dataclasses
 
@@ -85,6 +85,24 @@ class _State:
 
 
 class _Inserter:
+    def __init__(self, kernel: Kernel | None = None):
+        self.kernel = kernel
+
+    def synchronizes(self, s) -> bool:
+        """A T.reduce_* whose reduced dimension spans several warps exchanges its partials
+        through shared memory between two block barriers (tileops/reduce.py): every access
+        before it is ordered before every access after it, as by a barrier of our own."""
+        layouts = self.kernel.attrs.get("layouts") if self.kernel is not None else None
+        if not isinstance(s, Reduce) or layouts is None:
+            return False
+        from ..tileops.reduce import reduce_plan   # (that module builds its barriers here)
+        try:
+            warp_masks = reduce_plan(layouts.buffer(s.src.buffer), layouts.buffer(s.dst.buffer),
+                                     s.dim, self.kernel.num_threads)[2]
+        except Exception:  # noqa: BLE001 - the lowering reports it; assume no barrier here
+            return False
+        return bool(warp_masks)
+
     def block(self, stmts, state: _State) -> list:
         out = []
         for s in stmts:
@@ -122,6 +140,9 @@ class _Inserter:
             state.writes.clear()
         state.reads |= reads
         state.writes |= writes
+        if self.synchronizes(s):
+            state.reads.clear()
+            state.writes.clear()
         return out + [s]
 
     def loop(self, s: For, state: _State) -> list:
@@ -184,7 +205,7 @@ def insert_barriers(func):
 
     def rebuild(s):
         if isinstance(s, Kernel):
-            body = seq(_Inserter().block(stmts_of(s.body), _State()))
+            body = seq(_Inserter(s).block(stmts_of(s.body), _State()))
             return dataclasses.replace(s, body=body)
         if isinstance(s, SeqStmt):
             return seq([rebuild(x) for x in s.stmts])
