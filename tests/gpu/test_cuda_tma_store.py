@@ -88,3 +88,19 @@ def test_mla_decode_output_through_tma(example):
     p = torch.softmax(scores * (D + PE) ** -0.5, dim=-1)
     want = torch.einsum("bhs,bsd->bhd", p, kv[:, :, 0].float())
     assert rel_error(out, want) < 5e-3
+
+
+def test_an_output_off_a_16_byte_boundary_is_refused_by_name(example):
+    gemm = example("gemm")
+    M, N, K = 256, 256, 64
+    kernel = tilecraft.compile(underlying(gemm.matmul)(M, N, K, block_M=128, block_N=256,
+                                                       block_K=64, threads=256, num_stages=2))
+    _stores(kernel, True)
+    a = torch.rand(M, K, device="cuda").half()
+    b = torch.rand(K, N, device="cuda").half()
+    c = poisoned(M * N + 1)[1:].view(M, N)          # contiguous, 2 bytes off the boundary
+    with pytest.raises(tilecraft.TileError, match=r"argument C cannot be copied by TMA.*16"):
+        kernel(a, b, c)
+    c = c.clone()                                    # a fresh allocation is aligned
+    kernel(a, b, c)
+    assert rel_error(c, a.double() @ b.double()) < 5e-3

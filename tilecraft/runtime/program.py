@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import __version__, knobs
 from ..interp.values import evaluate
+from ..errors import TileError
 from ..ir.buffer import Buffer
 from . import cache
 from .toolchain import compile_cubin
@@ -108,7 +109,6 @@ class CudaProgram:
         limit = _SMEM_LIMIT.get(arch)
         for k in lowered.kernels():
             if limit is not None and k.attrs["smem_bytes"] > limit:
-                from ..errors import TileError
                 raise TileError(f"kernel needs {k.attrs['smem_bytes']} bytes of shared memory "
                                 f"with its scratch space; {arch} allows {limit} per block (use "
                                 "smaller tiles or fewer stages)", k.span)
@@ -125,6 +125,7 @@ class CudaProgram:
                     for name, k in zip(names, lowered.kernels())]
         return {"source": source, "cubin": compiled.cubin, "kernel_info": dict(compiled.kernels),
                 "positions": positions, "binds": binds, "launches": launches,
+                "param_names": [p.name for p in lowered.params],
                 "param_kinds": [("ptr", obj.dtype.name) if kind == "tensor" else
                                 ("tensormap",) if kind == "tensormap" else obj.dtype.name
                                 for kind, obj in signature]}
@@ -175,7 +176,17 @@ class CudaProgram:
             if kind == "size":
                 args.append(int(shapes[pos[0]][pos[1]]))
             elif kind == "tensormap":
-                args.append(self._tensor_map(values[pos[0]], pos[1], pos[2]))
+                try:
+                    args.append(self._tensor_map(values[pos[0]], pos[1], pos[2]))
+                except TileError as e:
+                    # Say which argument, and the way out: the copies of a kernel compiled
+                    # with TMA move whole boxes from 16-byte aligned addresses.
+                    names = getattr(self, "param_names", None) or []
+                    name = names[pos[0]] if pos[0] < len(names) else f"#{pos[0]}"
+                    raise TileError(f"argument {name} cannot be copied by TMA: "
+                                    f"{e.message}; pass a tensor whose data starts at a "
+                                    "16-byte boundary (a fresh or .clone()d one), or compile "
+                                    "with pass_configs={'tl.disable_tma_lower': True}") from None
             else:
                 args.append(values[pos])
         env = {}
