@@ -8,7 +8,10 @@ the same shared buffer by different statements. A barrier is placed before the s
 of each such pair unless one already separates them; loops are scanned twice so that hazards
 around the back edge (the next iteration overwriting what this one still reads) get a barrier
 at the top of the body. Barriers never go inside a T.Parallel nest (whose conditions may differ
-per thread); block-uniform `if`s may hold them, since every thread takes the same branch.
+per thread); block-uniform `if`s may hold them, since every thread takes the same branch. A
+T.reduce_* whose reduced dimension spans several warps synchronizes the block itself (its
+partials meet in shared memory between two barriers), so it settles every hazard pending
+before it, as a barrier would.
 """
 from __future__ import annotations
 
