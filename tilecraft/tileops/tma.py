@@ -124,6 +124,16 @@ def tensor_map(ctx, buffer: Buffer, plan: TmaPlan) -> TensorMapVar:
     return found
 
 
+def _box(ctx, tile, tensor, plan: TmaPlan, j: int):
+    """(shared address, tensor coordinates outermost first) of box j of a copy between the
+    shared region `tile` and the global region `tensor`: the j-th column slab of the tile."""
+    starts = list(tile.starts)
+    offset = ctx.shared_offset(tile.buffer, starts[:-2] + [const(0), const(j * plan.slab)])
+    coords = [ctx.simplify(s) for s in tensor.starts]
+    coords[-1] = ctx.simplify(coords[-1] + j * plan.slab)
+    return address_of(ctx.flat(tile.buffer), offset), coords
+
+
 def lower_tma_copy(op, ctx):
     """The TMA loads of one copy (issued by the one thread that runs it)."""
     plan = tma_plan(op)
@@ -131,17 +141,12 @@ def lower_tma_copy(op, ctx):
     mbar = address_of(ctx.flat(barrier.buffer),
                       ctx.shared_offset(barrier.buffer, list(barrier.indices)))
     the_map = Call("address_of", (tensor_map(ctx, op.src.buffer, plan),), dt.handle)
-    starts = list(op.src.starts)
-    dst_starts = list(op.dst.starts)
     # A tile the blocks of a cluster share (tileops/cluster.py): box j is loaded by the block
     # of rank j % size and written into every block of the cluster.
     cluster = op.annotations.get("tma_multicast", 0)
     loads = []
     for j in range(plan.slabs):
-        offset = ctx.shared_offset(op.dst.buffer, dst_starts[:-2] + [const(0), const(j * plan.slab)])
-        smem = address_of(ctx.flat(op.dst.buffer), offset)
-        coords = [ctx.simplify(s) for s in starts]
-        coords[-1] = ctx.simplify(coords[-1] + j * plan.slab)
+        smem, coords = _box(ctx, op.dst, op.src, plan, j)
         if not cluster:
             loads.append(call_stmt(f"tc::tma_load_{plan.rank}d", smem, the_map, mbar,
                                    *reversed(coords), span=op.span))
@@ -163,14 +168,10 @@ def lower_tma_store(op, ctx):
     to the async proxy by the barrier in front of the copy)."""
     plan = tma_plan(op)
     the_map = Call("address_of", (tensor_map(ctx, op.dst.buffer, plan),), dt.handle)
-    src_starts = list(op.src.starts)
     stores = []
     for j in range(plan.slabs):
-        offset = ctx.shared_offset(op.src.buffer, src_starts[:-2] + [const(0), const(j * plan.slab)])
-        coords = [ctx.simplify(s) for s in op.dst.starts]
-        coords[-1] = ctx.simplify(coords[-1] + j * plan.slab)
-        stores.append(call_stmt(f"tc::tma_store_{plan.rank}d", the_map,
-                                address_of(ctx.flat(op.src.buffer), offset), *reversed(coords),
+        smem, coords = _box(ctx, op.src, op.dst, plan, j)
+        stores.append(call_stmt(f"tc::tma_store_{plan.rank}d", the_map, smem, *reversed(coords),
                                 span=op.span))
     stores.append(call_stmt("tc::tma_store_commit", span=op.span))
     return IfThenElse(ctx.tx == const(0), seq(stores), None, op.span)
