@@ -7,7 +7,8 @@ is in [0, 64): the generated code gets shorter and register indices become const
 """
 from __future__ import annotations
 
-from ..ir.expr import Binary, BufferLoad, Cast, Const, Expr, Select, Unary, Var, binary, const, convert
+from ..ir.expr import (Binary, BufferLoad, Cast, Const, Expr, Select, Unary, Var, binary,
+                       const, convert)
 from .linear import linear_form, simplify as linear_simplify
 
 INF = float("inf")

@@ -110,7 +110,7 @@ def _shared_default(b: Buffer, tma_tiles=()):
     vectorized copies in and out. A tile TMA fills takes the layout its boxes write."""
     shape = b.static_shape()
     if id(b) in tma_tiles:
-        return _tile_layout(b, allow_pad=False)
+        return tma_tile_layout(b)
     if len(shape) == 2 and b.dtype.bits >= 8:
         return _tile_layout(b)
     return lay.linear_layout(shape)

@@ -15,6 +15,7 @@ before it, as a barrier would.
 """
 from __future__ import annotations
 
+from ..errors import TileError
 from ..ir.buffer import is_shared
 from ..ir.expr import BufferLoad, Call
 from ..ir.stmt import (BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt, call_stmt, seq,
@@ -90,21 +91,26 @@ class _State:
 class _Inserter:
     def __init__(self, kernel: Kernel | None = None):
         self.kernel = kernel
+        self.across_warps: dict = {}   # id(reduce) -> whether it synchronizes the block
 
     def synchronizes(self, s) -> bool:
         """A T.reduce_* whose reduced dimension spans several warps exchanges its partials
         through shared memory between two block barriers (tileops/reduce.py): every access
-        before it is ordered before every access after it, as by a barrier of our own."""
+        before it is ordered before every access after it, as by a barrier of our own.
+        (Asked once per reduction: a loop body is scanned more than once.)"""
         layouts = self.kernel.attrs.get("layouts") if self.kernel is not None else None
         if not isinstance(s, Reduce) or layouts is None:
             return False
-        from ..tileops.reduce import reduce_plan   # (that module builds its barriers here)
-        try:
-            warp_masks = reduce_plan(layouts.buffer(s.src.buffer), layouts.buffer(s.dst.buffer),
-                                     s.dim, self.kernel.num_threads)[2]
-        except Exception:  # noqa: BLE001 - the lowering reports it; assume no barrier here
-            return False
-        return bool(warp_masks)
+        if id(s) not in self.across_warps:
+            from ..tileops.reduce import reduce_plan   # (that module builds its barriers here)
+            try:
+                warp_masks = reduce_plan(layouts.buffer(s.src.buffer),
+                                         layouts.buffer(s.dst.buffer), s.dim,
+                                         self.kernel.num_threads)[2]
+            except TileError:  # the lowering reports it; assume no barrier here
+                warp_masks = []
+            self.across_warps[id(s)] = bool(warp_masks)
+        return self.across_warps[id(s)]
 
     def block(self, stmts, state: _State) -> list:
         out = []

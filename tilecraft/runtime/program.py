@@ -181,9 +181,8 @@ class CudaProgram:
                 except TileError as e:
                     # Say which argument, and the way out: the copies of a kernel compiled
                     # with TMA move whole boxes from 16-byte aligned addresses.
-                    names = getattr(self, "param_names", None) or []
-                    name = names[pos[0]] if pos[0] < len(names) else f"#{pos[0]}"
-                    raise TileError(f"argument {name} cannot be copied by TMA: "
+                    raise TileError(f"argument {self.param_names[pos[0]]} cannot be "
+                                    f"copied by TMA: "
                                     f"{e.message}; pass a tensor whose data starts at a "
                                     "16-byte boundary (a fresh or .clone()d one), or compile "
                                     "with pass_configs={'tl.disable_tma_lower': True}") from None
