@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from statistics import median
 
@@ -41,6 +42,7 @@ SM80_CONFIGS = [
     dict(block_M=128, block_N=128, block_K=64, threads=256, num_stages=0),
     dict(block_M=128, block_N=128, block_K=64, threads=128, num_stages=3),
     dict(block_M=128, block_N=128, block_K=32, threads=128, num_stages=4),
+    dict(block_M=256, block_N=128, block_K=64, threads=256, num_stages=3),
 ]
 
 
@@ -79,6 +81,67 @@ def in_rounds(rounds: int, timers: list) -> list:
         for out, timer in zip(times, timers):
             out.append(timer())
     return times
+
+
+class ClockLog:
+    """The GPU's SM clock, sampled by nvidia-smi every 50 ms in the background while a bench
+    runs: a kernel that draws more power runs at a lower clock under the board's power cap, so
+    a ratio is read together with the clocks each side ran at. Without nvidia-smi every
+    clock is None."""
+
+    def __init__(self):
+        self.file = tempfile.NamedTemporaryFile("w+", suffix=".csv")
+        try:
+            self.proc = subprocess.Popen(
+                ["nvidia-smi", "-i", str(torch.cuda.current_device()),
+                 "--query-gpu=timestamp,clocks.sm", "--format=csv,noheader,nounits",
+                 "-lms", "50"], stdout=self.file, stderr=subprocess.DEVNULL)
+        except OSError:
+            self.proc = None
+
+    def samples(self) -> list:
+        """[(seconds since the epoch, MHz)] so far."""
+        self.file.flush()
+        out = []
+        for line in open(self.file.name):
+            try:
+                stamp, mhz = (x.strip() for x in line.split(","))
+                when = datetime.datetime.strptime(stamp, "%Y/%m/%d %H:%M:%S.%f").timestamp()
+                out.append((when, float(mhz)))
+            except ValueError:
+                continue
+        return out
+
+    def median_mhz(self, windows) -> float | None:
+        """The median clock over the samples taken inside the (start, end) windows."""
+        inside = [mhz for when, mhz in self.samples()
+                  if any(start <= when <= end for start, end in windows)]
+        return median(inside) if inside else None
+
+    def stop(self):
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait()
+
+
+def mhz_text(mhz) -> str:
+    return "-" if mhz is None else f"{mhz:.0f}"
+
+
+def in_rounds_with_clocks(rounds: int, timers: list, clocks: ClockLog) -> tuple:
+    """in_rounds, and for each timer the median SM clock while it ran."""
+    windows = [[] for _ in timers]
+
+    def timed(i, timer):
+        def run():
+            start = time.time()
+            try:
+                return timer()
+            finally:
+                windows[i].append((start, time.time()))
+        return run
+    times = in_rounds(rounds, [timed(i, t) for i, t in enumerate(timers)])
+    return times, [clocks.median_mhz(w) for w in windows]
 
 
 def parse_configs(texts) -> dict:
@@ -155,6 +218,7 @@ def main():
     pass_configs = parse_configs(args.pass_config)
     variants = variant_arms(pass_configs, args.variant)
     rows = []
+    clocks = ClockLog()
     warm_gpu()
     for text in args.shapes.split(","):
         M, N, K = (int(x) for x in text.split("x"))
@@ -172,11 +236,11 @@ def main():
                 c = kernel(a, b)
                 cases.append(({**cfg, **({"variant": label} if label else {})}, kernel,
                               float((c.float() - ref).norm() / ref.norm()), compile_s))
-        peer, *ours = in_rounds(args.rounds, [lambda: median_ms(lambda: torch.matmul(a, b))] +
-                                [lambda k=kernel: median_ms(lambda: k(a, b))
-                                 for _, kernel, _, _ in cases])
+        (peer, *ours), (peer_mhz, *our_mhz) = in_rounds_with_clocks(
+            args.rounds, [lambda: median_ms(lambda: torch.matmul(a, b))] +
+            [lambda k=kernel: median_ms(lambda: k(a, b)) for _, kernel, _, _ in cases], clocks)
         torch_synced = synced_median_ms(lambda: torch.matmul(a, b))
-        for times, (cfg, kernel, err, compile_s) in zip(ours, cases):
+        for times, mhz, (cfg, kernel, err, compile_s) in zip(ours, our_mhz, cases):
             ms, torch_ms = median(times), median(peer)
             synced = synced_median_ms(lambda: kernel(a, b))
             row = {"shape": text, "config": cfg, "ms": ms, "ms_rounds": times,
@@ -187,6 +251,7 @@ def main():
                    "synced_ratio_vs_torch": torch_synced / synced,
                    "registers": kernel.n_regs, "spills": kernel.n_spills,
                    "compile_s": compile_s, "pass_configs": pass_configs,
+                   "sm_mhz": mhz, "torch_sm_mhz": peer_mhz,
                    "wgmma": "wgmma_m64n" in kernel.get_kernel_source()}
             rows.append(row)
             print(f"{text} {cfg} wgmma={row['wgmma']}: {row['tflops']:.0f} TFLOP/s vs torch "
@@ -199,11 +264,15 @@ def main():
         ("torch TFLOP/s", lambda r: f"{r['torch_tflops']:.0f}"),
         ("ratio", lambda r: f"{r['ratio_vs_torch']:.2f}"),
         ("ratio, synced", lambda r: f"{r['synced_ratio_vs_torch']:.2f}"),
-        ("rel err", lambda r: f"{r['rel_error']:.1e}"), ("regs", lambda r: str(r["registers"]))],
+        ("rel err", lambda r: f"{r['rel_error']:.1e}"), ("regs", lambda r: str(r["registers"])),
+        ("SM MHz", lambda r: mhz_text(r["sm_mhz"])),
+        ("torch SM MHz", lambda r: mhz_text(r["torch_sm_mhz"]))],
         notes=f"pass configs: {pass_configs}. ratio: torch time / ours, both timed on a cold L2 with "
               f"launches enqueued back to back (median_ms), in {args.rounds} rounds that time torch "
               "and every candidate in turn; the median of the per-round ratios. ratio, synced: each run alone after a "
-              "synchronize, the host's launch latency included (synced_median_ms).")
+              "synchronize, the host's launch latency included (synced_median_ms). SM MHz: "
+              "the median SM clock nvidia-smi sampled while each was timed.")
+    clocks.stop()
     print(open(path).read())
 
 

@@ -60,3 +60,4 @@ def test_pipelined_gemm_any_trip_count(stages, shape, trans_B):
     """cp.async pipelines with K tiles fewer than, equal to and more than the stages."""
     kernel = run_gemm(*shape, trans_B=trans_B, num_stages=stages)
     assert "cp_async_cg_16" in kernel.get_kernel_source() or shape[2] % 8
+    assert "if (kk == 1)" in kernel.get_kernel_source()  # rotate_mma_loop's schedule

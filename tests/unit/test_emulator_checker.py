@@ -91,11 +91,12 @@ def test_removed_barrier_in_pipelined_loop_is_a_race(example):
 def test_wrong_cp_async_wait_reads_data_in_flight(example):
     gemm, lowered, args = gemm_setup(example, 3)
     waits = [s.value.name for s in _walk_stmts(lowered) if calls_prefix(s, "tc::cp_async_wait<")]
-    assert waits == ["tc::cp_async_wait<1>"]
+    # In front of the loop and before its last k step (rotate_mma_loop).
+    assert waits == ["tc::cp_async_wait<1>"] * 2
 
     def later(s):
         return Evaluate(Call("tc::cp_async_wait<2>", (), s.value.dtype, s.value.span), s.span)
-    bad = plant(lowered, lambda s: calls_prefix(s, "tc::cp_async_wait<"), later)
+    bad = plant(lowered, lambda s: calls_prefix(s, "tc::cp_async_wait<"), later, None)
     reports = [r for r in E.run(bad, args) if r.kind == "async-before-wait"]
     assert reports
     r = reports[0]

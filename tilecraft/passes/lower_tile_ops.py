@@ -67,10 +67,10 @@ class _KernelLowering:
                 ctx.var_bounds[id(s.var)] = (0, float("inf"))
             kind = "serial" if s.kind == "pipelined" else s.kind
             # Tile-level annotations are spent here; which loop is a warp-specialized consumer
-            # (overlap_wgmma) or a persistent kernel's loop over tiles (the code generator)
-            # stays known to thread-level code.
+            # (overlap_wgmma), a cp.async pipeline (rotate_mma_loop) or a persistent kernel's
+            # loop over tiles (the code generator) stays known to thread-level code.
             kept = {k: v for k, v in s.annotations.items()
-                    if k in ("warp_specialized", PERSISTENT_TILES)}
+                    if k in ("warp_specialized", "pipelined", PERSISTENT_TILES)}
             return dataclasses.replace(s, body=self.stmt(s.body), kind=kind, annotations=kept)
         if isinstance(s, IfThenElse):
             cond = self.scalar_rewriter().visit(s.cond)

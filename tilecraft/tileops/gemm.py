@@ -17,6 +17,7 @@ from ..ir.buffer import FRAGMENT, LOCAL, Buffer, is_shared
 from ..ir.expr import BufferLoad, Call, address_of, cast, const
 from ..ir.stmt import Allocate, BufferStore, Evaluate, For, seq
 from ..ir.tileop import Gemm, GemmWarpPolicy
+from ..passes.rotate_mma_loop import FRAGMENT_LOOP
 
 _MMA = {("float16", "float32"): ("tc::mma_m16n8k16_f16_f32", 16),
         ("bfloat16", "float32"): ("tc::mma_m16n8k16_bf16_f32", 16)}
@@ -133,7 +134,8 @@ def _lower_mma(op: Gemm, ctx, m, n, k, wm, wn, mma_name):
                                    address_of(b_frag, ni2 * 2), address_of(c_reg, c_at)), dt.handle))
     body.append(For(mi2, const(0), const(MI), "unroll",
                     For(ni2, const(0), const(NI), "unroll", mma, {}, op.span), {}, op.span))
-    loop = For(kk, const(0), const(KI), "unroll", seq(body), {}, op.span)
+    # Marked so rotate_mma_loop can find the fragment loads and the mmas of each k step.
+    loop = For(kk, const(0), const(KI), "unroll", seq(body), {FRAGMENT_LOOP: True}, op.span)
     out = allocs + [loop]
     if op.clear_accum:
         out.insert(0, _clear(c_reg, ctx, op))

@@ -57,41 +57,76 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(half_t* __restric
   }
   // gemm.py:33
   tc::cp_async_commit();
+  unsigned int C_local_a[32];
+  unsigned int C_local_b[32];
+  tc::cp_async_wait<1>();
+  tc::syncthreads();
+  // gemm.py:36
+  #pragma unroll
+  for (int mi = 0; mi < 4; ++mi) {
+    tc::ldmatrix_x4((&C_local_a[mi * 4]), (&A_shared[tx / 32 % 2 * 2048 + mi * 512 + tx % 32 % 16 * 32 + (0 * 2 + tx % 32 / 16 ^ tx % 32 % 16 % 8 / 2) * 8]));
+  }
+  #pragma unroll
+  for (int ni = 0; ni < 4; ++ni) {
+    tc::ldmatrix_x4_trans((&C_local_b[ni * 4]), (&B_shared[tx / 32 / 2 * 2048 + tx % 32 % 16 * 64 + (ni * 2 + tx % 32 / 16 ^ tx % 32 % 16 % 8) * 8]));
+  }
+  // gemm.py:33
   for (int k = 0; k < 1; ++k) {
-    tc::cp_async_wait<1>();
-    tc::syncthreads();
-    if (k + 2 < 1) {
-      // gemm.py:34
-      #pragma unroll
-      for (int l_5 = 0; l_5 < 4; ++l_5) {
-        tc::cp_async_cg_16((&A_shared[k * 4096 + l_5 * 1024 + tx / 4 * 32 + (tx % 4 ^ tx / 4 % 8 / 2) * 8 + 8192]), (&A[((by * 128 + l_5 * 32 + tx / 4)) * 32 + k * 32 + tx % 4 * 8 + 64]), (k + 2) * 32 + tx % 4 * 8 < 32);
-      }
-      // gemm.py:35
-      #pragma unroll
-      for (int l_6 = 0; l_6 < 4; ++l_6) {
-        tc::cp_async_cg_16((&B_shared[k * 4096 + tx % 16 * 8 / 64 * 2048 + l_6 * 512 + tx / 16 * 64 + (tx % 16 * 8 % 64 / 8 ^ tx / 16) * 8 + 8192]), (&B[((k * 32 + l_6 * 8 + tx / 16 + 64)) * 128 + bx * 128 + tx % 16 * 8]), (k + 2) * 32 + (l_6 * 8 + tx / 16) < 32);
-      }
-    }
-    // gemm.py:33
-    tc::cp_async_commit();
-    unsigned int C_local_a[16];
-    unsigned int C_local_b[16];
     // gemm.py:36
     #pragma unroll
     for (int kk = 0; kk < 2; ++kk) {
-      #pragma unroll
-      for (int mi = 0; mi < 4; ++mi) {
-        tc::ldmatrix_x4((&C_local_a[mi * 4]), (&A_shared[k * 4096 + tx / 32 % 2 * 2048 + mi * 512 + tx % 32 % 16 * 32 + (kk * 2 + tx % 32 / 16 ^ tx % 32 % 16 % 8 / 2) * 8]));
+      // gemm.py:33
+      if (kk == 1) {
+        tc::cp_async_wait<1>();
+        tc::syncthreads();
       }
-      #pragma unroll
-      for (int ni = 0; ni < 4; ++ni) {
-        tc::ldmatrix_x4_trans((&C_local_b[ni * 2 * 2]), (&B_shared[k * 4096 + tx / 32 / 2 * 2048 + kk * 1024 + tx % 32 % 16 * 64 + (ni * 2 + tx % 32 / 16 ^ tx % 32 % 16 % 8) * 8]));
+      if (kk < 1) {
+        // gemm.py:36
+        #pragma unroll
+        for (int mi = 0; mi < 4; ++mi) {
+          tc::ldmatrix_x4((&C_local_a[(kk + 1) % 2 * 16 + mi * 4]), (&A_shared[k * 4096 + tx / 32 % 2 * 2048 + mi * 512 + tx % 32 % 16 * 32 + ((kk + 1) * 2 + tx % 32 / 16 ^ tx % 32 % 16 % 8 / 2) * 8]));
+        }
+        #pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+          tc::ldmatrix_x4_trans((&C_local_b[(kk + 1) % 2 * 16 + ni * 4]), (&B_shared[k * 4096 + tx / 32 / 2 * 2048 + kk * 1024 + tx % 32 % 16 * 64 + (ni * 2 + tx % 32 / 16 ^ tx % 32 % 16 % 8) * 8 + 1024]));
+        }
+      } else {
+        // gemm.py:33
+        if (k + 1 < 1) {
+          // gemm.py:36
+          #pragma unroll
+          for (int mi = 0; mi < 4; ++mi) {
+            tc::ldmatrix_x4((&C_local_a[mi * 4]), (&A_shared[k * 4096 + tx / 32 % 2 * 2048 + mi * 512 + tx % 32 % 16 * 32 + (0 * 2 + tx % 32 / 16 ^ tx % 32 % 16 % 8 / 2) * 8 + 4096]));
+          }
+          #pragma unroll
+          for (int ni = 0; ni < 4; ++ni) {
+            tc::ldmatrix_x4_trans((&C_local_b[ni * 4]), (&B_shared[k * 4096 + tx / 32 / 2 * 2048 + tx % 32 % 16 * 64 + (ni * 2 + tx % 32 / 16 ^ tx % 32 % 16 % 8) * 8 + 4096]));
+          }
+        }
       }
+      // gemm.py:33
+      if (kk == 0) {
+        if (k + 2 < 1) {
+          // gemm.py:34
+          #pragma unroll
+          for (int l_5 = 0; l_5 < 4; ++l_5) {
+            tc::cp_async_cg_16((&A_shared[k * 4096 + l_5 * 1024 + tx / 4 * 32 + (tx % 4 ^ tx / 4 % 8 / 2) * 8 + 8192]), (&A[((by * 128 + l_5 * 32 + tx / 4)) * 32 + k * 32 + tx % 4 * 8 + 64]), (k + 2) * 32 + tx % 4 * 8 < 32);
+          }
+          // gemm.py:35
+          #pragma unroll
+          for (int l_6 = 0; l_6 < 4; ++l_6) {
+            tc::cp_async_cg_16((&B_shared[k * 4096 + tx % 16 * 8 / 64 * 2048 + l_6 * 512 + tx / 16 * 64 + (tx % 16 * 8 % 64 / 8 ^ tx / 16) * 8 + 8192]), (&B[((k * 32 + l_6 * 8 + tx / 16 + 64)) * 128 + bx * 128 + tx % 16 * 8]), (k + 2) * 32 + (l_6 * 8 + tx / 16) < 32);
+          }
+        }
+        // gemm.py:33
+        tc::cp_async_commit();
+      }
+      // gemm.py:36
       #pragma unroll
       for (int mi_1 = 0; mi_1 < 4; ++mi_1) {
         #pragma unroll
         for (int ni_1 = 0; ni_1 < 8; ++ni_1) {
-          tc::mma_m16n8k16_f16_f32((&C_local[mi_1 * 32 + ni_1 * 4]), (&C_local_a[mi_1 * 4]), (&C_local_b[ni_1 * 2]), (&C_local[mi_1 * 32 + ni_1 * 4]));
+          tc::mma_m16n8k16_f16_f32((&C_local[mi_1 * 32 + ni_1 * 4]), (&C_local_a[kk % 2 * 16 + mi_1 * 4]), (&C_local_b[kk % 2 * 16 + ni_1 * 2]), (&C_local[mi_1 * 32 + ni_1 * 4]));
         }
       }
     }
