@@ -90,3 +90,20 @@ def test_the_emulator_checks_kernels_without_clusters():
     from tilecraft import emulator
     text = emulator.lower(gemm(), "sm_90a", MULTICAST).script()
     assert "multicast" not in text and "cluster" not in text
+
+
+def _offsets(text) -> dict:
+    """{shared tile: byte offset} of the kernel's arena, from the CUDA text."""
+    import re
+    return {m.group(1): int(m.group(2)) for m in
+            re.finditer(r"\* (\w+) = reinterpret_cast<\w+\*>\(tc_smem \+ (\d+)\)", text)}
+
+
+def test_no_tile_shares_bytes_with_the_barriers_a_peer_arrives_on():
+    """The peer block's consumers arrive on this block's empty barriers up to the cluster's
+    last barrier, after this block's loop has ended: its staged output must not sit on them.
+    Without clusters the output tile may reuse those bytes (every arrival is this block's)."""
+    clustered, alone = _offsets(source(gemm())), _offsets(source(gemm(), {}))
+    barrier_end = max(clustered["tma_full"], clustered["tma_empty"]) + 3 * 8
+    assert clustered["C_f_staged"] >= barrier_end
+    assert alone["C_f_staged"] < max(alone["tma_full"], alone["tma_empty"]) + 3 * 8

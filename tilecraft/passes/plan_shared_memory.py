@@ -103,6 +103,13 @@ def _plan_kernel(k: Kernel, limit, offsets: dict) -> int:
     live = _Liveness()
     live.visit(k.body)
     allocated = [n.buffer for n in _allocations(k.body) if is_shared(n.buffer.scope)]
+    if k.attrs.get("cluster_dims"):
+        # A block's mbarriers take arrivals from its cluster peer's consumers until the
+        # cluster's last barrier, also after this block's own loop has ended: no tile may
+        # reuse their bytes (the 64-bit words an arrival updates).
+        for b in allocated:
+            if b.dtype.name == "uint64":
+                live.touch([b], 0, live.position)
     placed = []  # (start, end, first, last)
     top = 0
     for b in sorted(allocated, key=lambda b: live.ranges.get(id(b), (0, 0))[0]):
