@@ -254,15 +254,21 @@ def test_the_dump_shows_the_schedule(tmp_path, monkeypatch):
 def test_the_rewrite_issues_in_the_inferred_order():
     text = pipeline_loops(infer_pipeline(mha(False))).script()
     body = text[text.index("for k in T.serial"):text.index("cp_async_wait_all")]
-    # wait, barrier, then the refills of K and V for iteration k + 1 in their inferred order,
-    # one commit, then the consumers (scores, gemm, softmax, ...).
+    # wait, barrier, the first gemm (scores), then the refills of K and V for iteration k + 1
+    # in their inferred order and one commit (a loop with two gemms issues them after the
+    # first), then the rest of the consumers (softmax, the second gemm, ...).
     assert body.index("cp_async_wait<0>") < body.index("syncthreads")
     k_refill = body.index("T.copy(K[")
     v_refill = body.index("T.copy(V[")
-    assert body.index("syncthreads") < k_refill < v_refill < body.index("cp_async_commit")
-    assert body.index("cp_async_commit") < body.index("T.gemm(") < body.index("T.reduce_max(")
+    first_gemm = body.index("T.gemm(")
+    assert body.index("syncthreads") < first_gemm < k_refill < v_refill < \
+        body.index("cp_async_commit") < body.index("T.reduce_max(")
     assert body.count("cp_async_commit") == 1
     assert body.count("syncthreads") == 1
+    # With one gemm (GEMM) the refills come right after the barrier.
+    text = pipeline_loops(infer_pipeline(gemm())).script()
+    body = text[text.index("for k in T.serial"):text.index("cp_async_wait_all")]
+    assert body.index("syncthreads") < body.index("T.copy(A[") < body.index("T.gemm(")
     # The scalar producer runs ahead with its copy, in the prologue too.
     text = pipeline_loops(infer_pipeline(index_fed_copy())).script()
     assert text.count("row = Ids[") == 2
