@@ -1,5 +1,7 @@
 """plan_shared_memory (liveness-based reuse, alignment) and insert_barriers (a barrier exactly
 where a shared-memory hazard exists), on small tile-level programs."""
+import dataclasses
+
 import tilecraft.language as T
 from tilecraft.ir.buffer import is_shared
 from tilecraft.ir.stmt import Allocate, For, IfThenElse, stmts_of
@@ -218,3 +220,71 @@ def test_a_reduction_across_warps_serves_as_the_barrier_before_a_refill(example)
         loop = next(s for s in barriers(refill_after_a_reduce(threads)) if isinstance(s, For))
         assert ["sync" if is_sync(s) else type(s).__name__
                 for s in stmts_of(loop.body)] == kinds
+
+
+def _mla_consumer_loop(example, **cfg):
+    from tilecraft.carver.recommend import underlying
+    from tilecraft.codegen.cuda import emit_cuda
+    from tilecraft.passes import pipelines
+    m = example("mla_decode")
+    func = underlying(m.flash_mla_decode)(2, 64, 1, 200, 128, 64, block_N=64, block_H=64,
+                                          num_stages=2, threads=256)
+    text = emit_cuda(pipelines.cuda(func, "sm_90a", 227 * 1024, cfg))[0]
+    consumer = text[text.index("} else {"):]
+    start = consumer.index("for (int k = 0;")
+    return text, consumer[start:consumer.index("tma_empty[(tc_rounds[0] + k) % 2]));", start)]
+
+
+def test_reductions_drop_their_trailing_barrier_where_another_comes_first(example):
+    # MLA's loop: the row max and the row sum each publish their partials with a barrier, and
+    # S_shared's write is published by one; the barrier each reduction used to add after its
+    # reads (before the next user of the shared scratch) is gone, since the next reduction's
+    # barrier, or S's, always comes first. Each reduction has scratch bytes of its own.
+    text, loop = _mla_consumer_loop(example)
+    assert loop.count("tc::named_barrier_sync") == 3
+    max_ws = text[text.index("scores_max_ws = "):].split("tc_smem + ")[1].split(")")[0]
+    sum_ws = text[text.index("scores_sum_ws = "):].split("tc_smem + ")[1].split(")")[0]
+    assert abs(int(max_ws) - int(sum_ws)) >= 512   # 128 float slots each
+    # On tile level the mark is in the IR: the refill loop's reduction has the barrier after
+    # it (the one in front of the refill's readers) to rely on.
+    loop = next(s for s in barriers(refill_after_a_reduce(128)) if isinstance(s, For))
+    reduce = next(s for s in stmts_of(loop.body) if type(s).__name__ == "Reduce")
+    assert reduce.trailing_barrier is False
+
+
+def lone_reduction():
+    """A loop whose only barrier is its reduction across warps."""
+    @T.prim_func
+    def main(X: T.Tensor((4, 64, 64), "float32"), Y: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            f = T.alloc_fragment((64, 64), "float32")
+            m = T.alloc_fragment((64,), "float32")
+            acc = T.alloc_fragment((64,), "float32")
+            T.clear(acc)
+            for k in T.serial(4):
+                T.copy(X[k, :, :], f)
+                T.reduce_max(f, m, dim=1)
+                for i in T.Parallel(64):
+                    acc[i] += m[i]
+            T.copy(acc, Y)
+    return main
+
+
+def test_a_lone_reduction_keeps_its_trailing_barrier_which_the_emulator_shows_is_needed(
+        monkeypatch):
+    import numpy as np
+    import tilecraft.emulator as E
+    from tilecraft.passes import insert_barriers as ib
+    loop = next(s for s in barriers(lone_reduction()) if isinstance(s, For))
+    reduce = next(s for s in stmts_of(loop.body) if type(s).__name__ == "Reduce")
+    assert reduce.trailing_barrier is True
+    X = np.random.default_rng(0).standard_normal((4, 64, 64)).astype(np.float32)
+    Y = np.zeros(64, np.float32)
+    assert list(E.run(E.lower(lone_reduction()), [X, Y])) == []
+    np.testing.assert_allclose(Y, X.max(axis=2).sum(axis=0), rtol=1e-5)
+    # Dropping it anyway: the next iteration's partials overwrite slots still being read.
+    monkeypatch.setattr(ib._Inserter, "without_trailing", lambda self, body: [
+        dataclasses.replace(x, trailing_barrier=False) if self.synchronizes(x) else x
+        for x in body])
+    reports = [r for r in E.run(E.lower(lone_reduction()), [X, Y]) if r.kind == "race"]
+    assert reports and reports[0].buffer == "m_ws"

@@ -198,7 +198,9 @@ class Printer:
                     f"{self.kwargs(opts, raw=True)})")
         if isinstance(s, top.Reduce):
             clear = "" if s.clear else ", clear=False"
-            return f"T.reduce_{s.kind}({self.region(s.src)}, {self.region(s.dst)}, dim={s.dim}{clear})"
+            trailing = "" if s.trailing_barrier else ", trailing_barrier=False"
+            return (f"T.reduce_{s.kind}({self.region(s.src)}, {self.region(s.dst)}, "
+                    f"dim={s.dim}{clear}{trailing})")
         if isinstance(s, top.CumSum):
             rev = ", reverse=True" if s.reverse else ""
             return f"T.cumsum({self.region(s.src)}, {self.region(s.dst)}, dim={s.dim}{rev})"

@@ -77,6 +77,9 @@ class Reduce(TileOp):
     dim: int
     clear: bool = True
     span: Span | None = field(default=None, compare=False)
+    # insert_barriers clears it where a reduction across warps needs no barrier after reading
+    # its partials: another barrier always comes before it runs again (tileops/reduce.py).
+    trailing_barrier: bool = True
     op_name = "reduce"
 
     def reads(self):

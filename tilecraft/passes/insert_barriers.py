@@ -178,7 +178,20 @@ class _Inserter:
         # zero times.
         state.reads = first.reads | entry.reads
         state.writes = first.writes | entry.writes
-        return prefix + [dataclasses.replace(s, body=seq(body))]
+        return prefix + [dataclasses.replace(s, body=seq(self.without_trailing(body)))]
+
+    def without_trailing(self, body: list) -> list:
+        """The loop body with its reductions across warps told to leave out their trailing
+        barrier where another barrier of the body (or another such reduction's) always runs
+        before they come round again: every path from one run of a reduction back to it passes
+        all the other statements of the body, and each reduction gets scratch slots of its own
+        (lower_tile_ops), so that barrier already keeps the next run's partials from
+        overwriting slots still being read. MLA's loop drops two of its five barriers this way
+        (1-2% faster on the H100, bench/results/2026-11-24_mla_decode_trailing_barriers_ab.md)."""
+        if sum(1 for x in body if is_sync(x) or self.synchronizes(x)) < 2:
+            return body
+        return [dataclasses.replace(x, trailing_barrier=False) if self.synchronizes(x) else x
+                for x in body]
 
 
 def _syncs_more(a, b) -> bool:

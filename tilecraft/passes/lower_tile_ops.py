@@ -148,6 +148,13 @@ class _KernelLowering:
         raise TileError(f"T.{op.op_name} is not supported by the CUDA backend yet", op.span)
 
 
+def _bytes(b) -> int:
+    size = 1
+    for d in b.shape:
+        size *= d
+    return size * b.dtype.bytes
+
+
 def lower_tile_ops(func, configs: dict | None = None):
     """Return func with every kernel lowered to thread-level code."""
     unswitch = not (configs or {}).get(PassConfigKey.TL_DISABLE_UNIFORM_MASKS)
@@ -163,18 +170,22 @@ def lower_tile_ops(func, configs: dict | None = None):
                 if key in planned:
                     arena[id(flat)] = planned[key][0]
             # Shared scratch the lowering itself added (cross-warp reduction slots, scan and
-            # staging tiles) goes above the planned tiles, all of it at one offset: each user
-            # ends with a barrier after its last read, so the next one may take the bytes.
+            # staging tiles) goes above the planned tiles. Each reduction that keeps no
+            # barrier after its reads (insert_barriers) gets bytes of its own; the rest share
+            # one offset above those: each such user ends with a barrier after its last
+            # read, so the next one may take the bytes.
             from ..ir.visitor import walk
             base = (top + 15) // 16 * 16
-            for n in walk(kernel.body):
-                if isinstance(n, Allocate) and is_shared(n.buffer.scope) and \
-                        id(n.buffer) not in arena:
-                    arena[id(n.buffer)] = base
-                    size = 1
-                    for d in n.buffer.shape:
-                        size *= d
-                    top = max(top, base + size * n.buffer.dtype.bytes)
+            scratch = [n.buffer for n in walk(kernel.body) if isinstance(n, Allocate) and
+                       is_shared(n.buffer.scope) and id(n.buffer) not in arena]
+            private = lowering.ctx.private_scratch
+            for b in [b for b in scratch if id(b) in private]:
+                arena[id(b)] = base
+                base = (base + _bytes(b) + 15) // 16 * 16
+            top = max(top, base)
+            for b in [b for b in scratch if id(b) not in private]:
+                arena[id(b)] = base
+                top = max(top, base + _bytes(b))
             return dataclasses.replace(kernel, attrs={**kernel.attrs, "smem_bytes": top})
         if isinstance(s, SeqStmt):
             return seq([rebuild(x) for x in s.stmts])

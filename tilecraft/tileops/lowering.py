@@ -34,6 +34,7 @@ class ThreadContext:
     tensor_maps: dict = field(default_factory=dict)  # (buffer, box, swizzle) -> TensorMapVar
     counter: int = 0
     unswitch_masks: bool = True  # tileops/uniform_select (off: tl.disable_uniform_masks)
+    private_scratch: set = field(default_factory=set)  # ids of scratch needing own bytes
 
     def fresh(self, name: str, extent: int | None = None) -> Var:
         self.counter += 1

@@ -124,9 +124,12 @@ def lower_reduce(op, ctx):
         # group and output register suffices: the slot index is the thread index with the
         # shuffled lane bits removed, and only the group's first lane writes it. The barrier
         # after the reads keeps the next user of the scratch (or the next loop iteration)
-        # from overwriting slots still being read.
+        # from overwriting slots still being read; where insert_barriers found that another
+        # barrier always comes first, the reduction keeps slots of its own instead.
         slots = ctx.num_threads >> len(lane_masks)
         ws = Buffer(f"{dst.name}_ws", (slots * nd,), acc_t, SHARED)
+        if not op.trailing_barrier:
+            ctx.private_scratch.add(id(ws))
         out.append(Allocate(ws))
         lane_bits = sum(lane_masks)
         writes = [BufferStore(ws, (_compact(ctx.tx, lane_masks) * nd + dl,),
@@ -144,7 +147,8 @@ def lower_reduce(op, ctx):
                 slot = _compact(ctx.tx ^ partner, lane_masks) * nd + dl
                 value = _combine(op.kind, value, BufferLoad(ws, (slot,)))
             out.append(BufferStore(acc, (const(dl),), value, op.span))
-        out.append(sync_stmt(op.span))
+        if op.trailing_barrier:
+            out.append(sync_stmt(op.span))
     for dl in range(nd):
         value = BufferLoad(acc, (const(dl),))
         if not op.clear:
