@@ -20,7 +20,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 sys.path.insert(0, HERE)
 from flash_attention import flash_attention  # noqa: E402
-from bench_gemm import in_rounds, parse_configs, variant_arms, warm_gpu, write_results  # noqa: E402
+from bench_gemm import (ClockLog, in_rounds_with_clocks, mhz_text, parse_configs,  # noqa: E402
+                        variant_arms, warm_gpu, write_results)
 from tilecraft.profiler import cuda_median_ms  # noqa: E402
 from tilecraft.carver.recommend import underlying  # noqa: E402
 import tilecraft  # noqa: E402
@@ -29,7 +30,8 @@ SHAPES = [(8, 32, 4096, 128, False), (8, 32, 4096, 128, True), (8, 32, 8192, 128
 CONFIGS = [dict(block_M=128, block_N=128, num_stages=2, threads=256),
            dict(block_M=128, block_N=128, num_stages=3, threads=256),
            dict(block_M=128, block_N=64, num_stages=2, threads=256),
-           dict(block_M=64, block_N=64, num_stages=2, threads=128)]
+           dict(block_M=64, block_N=64, num_stages=2, threads=128),
+           dict(block_M=128, block_N=64, num_stages=3, threads=256)]
 
 
 def sdpa_ms(q, k, v, causal, backend):
@@ -64,6 +66,7 @@ def main():
                     **parse_configs(args.pass_config)}
     variants = variant_arms(pass_configs, args.variant)
     rows = []
+    clocks = ClockLog()
     warm_gpu()
     for B, H, S, D, causal in shapes:
         flop = 4.0 * B * H * S * S * D * (0.5 if causal else 1.0)
@@ -81,12 +84,12 @@ def main():
                 out = kernel(q, k, v)
                 err = float((out.float() - ref).norm() / ref.norm())
                 cases.append((cfg, label, configs, kernel, err))
-        flash, cudnn, *ours = in_rounds(args.rounds, [
+        (flash, cudnn, *ours), (_, cudnn_mhz, *our_mhz) = in_rounds_with_clocks(args.rounds, [
             lambda: sdpa_ms(qt, kt, vt, causal, SDPBackend.FLASH_ATTENTION),
             lambda: sdpa_ms(qt, kt, vt, causal, SDPBackend.CUDNN_ATTENTION)] + [
             lambda kern=kernel: cuda_median_ms(lambda: kern(q, k, v), 3, 10, False)
-            for _, _, _, kernel, _ in cases])
-        for times, (cfg, label, configs, kernel, err) in zip(ours, cases):
+            for _, _, _, kernel, _ in cases], clocks)
+        for times, mhz, (cfg, label, configs, kernel, err) in zip(ours, our_mhz, cases):
             ms = median(times)
             row = {"shape": [B, H, S, D], "causal": causal, "config": cfg, "variant": label,
                    "ms": ms, "ms_rounds": times, "tflops": flop / ms / 1e9,
@@ -96,6 +99,7 @@ def main():
                    "vs_cudnn": median([c / t for c, t in zip(cudnn, times)]),
                    "rel_error": err, "registers": kernel.n_regs,
                    "spills": kernel.n_spills, "pass_configs": configs,
+                   "sm_mhz": mhz, "cudnn_sm_mhz": cudnn_mhz,
                    "wgmma": "wgmma_m64n" in kernel.get_kernel_source()}
             rows.append(row)
             print(f"S{S} causal={causal} {cfg} {label}: {row['tflops']:.0f} TFLOP/s; flash "
@@ -110,10 +114,13 @@ def main():
         ("x flash", lambda r: f"{r['vs_flash']:.2f}"),
         ("SDPA cuDNN", lambda r: f"{r['cudnn_tflops']:.0f}"),
         ("x cuDNN", lambda r: f"{r['vs_cudnn']:.2f}"), ("rel err", lambda r: f"{r['rel_error']:.1e}"),
-        ("regs", lambda r: str(r["registers"]))],
+        ("regs", lambda r: str(r["registers"])), ("SM MHz", lambda r: mhz_text(r["sm_mhz"])),
+        ("cuDNN SM MHz", lambda r: mhz_text(r["cudnn_sm_mhz"]))],
         notes=f"pass configs: {pass_configs}; variant: that pass config added. Medians over "
               f"{args.rounds} rounds, each timing the peers and every candidate in turn; a ratio "
-              "is the median of the per-round ratios.")
+              "is the median of the per-round ratios. SM MHz: the median SM clock nvidia-smi "
+              "sampled while each was timed.")
+    clocks.stop()
     print(open(path).read())
 
 

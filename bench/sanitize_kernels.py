@@ -38,9 +38,13 @@ def build(factory, *args, configs=None, **tiles):
 def main():
     torch.manual_seed(0)
     # Each kernel as compiled by default (attention: persistent, one block per SM), not
-    # persistent, and persistent in two blocks that loop over every tile of the grid.
+    # persistent, persistent in two blocks that loop over every tile of the grid, in clusters
+    # sharing tiles by TMA multicast, and on the cp.async + mma.sync path.
+    sm80 = {"tl.disable_warp_specialized": True, "tl.disable_tma_lower": True,
+            "tl.disable_wgmma": True}
     for arm, configs in (("", {}), (" plain", {PERSISTENT: False}),
-                         (" persistent", {PERSISTENT: 2})):
+                         (" persistent", {PERSISTENT: 2}),
+                         (" multicast", {"tl.enable_tma_multicast": True}), (" sm80", sm80)):
         for M, N, K, cfg in [(256, 256, 256, dict(block_M=128, block_N=256, block_K=64,
                                                    threads=256, num_stages=3)),
                              (200, 136, 72, dict(block_M=128, block_N=128, block_K=64,
