@@ -94,10 +94,38 @@ def test_the_lowered_epilogue(example):
     assert text.rstrip().endswith("tc::tma_store_wait<0>();\n}") or \
         text.rstrip()[:-1].rstrip().endswith("tc::tma_store_wait<0>();")
     lines = text.splitlines()
-    for i, line in enumerate(lines):
-        if "tc::named_barrier_sync(1, 256)" in line:
-            assert "tc::tma_store_wait<0>()" in lines[i - 1]
-            assert "tc::fence_proxy_async_shared()" in lines[i - 2]
+    barriers = [i for i, line in enumerate(lines) if "tc::named_barrier_sync(1, 256)" in line]
+    for i in barriers:  # each publishes a tile wgmma or the TMA store reads
+        assert "tc::fence_proxy_async_shared()" in lines[i - 1] + lines[i - 2]
+    # Every barrier also waits until this thread's stores have read their tiles.
+    for i in barriers:
+        assert "tc::tma_store_wait<0>()" in lines[i - 1]
+
+
+def test_barriers_leave_out_the_fence_their_statements_do_not_need(example):
+    # MLA's loop: the row max's barrier is the first of the body (fence kept), the row sum's
+    # follows statements that write only its scratch slots (no fence), S's follows the
+    # stmatrix of S_shared, which wgmma reads (the fence). Each still waits for stores.
+    func = underlying(example("mla_decode").flash_mla_decode)(
+        2, 64, 1, 200, 128, 64, block_N=64, block_H=64, num_stages=2, threads=256)
+    text = emit_cuda(pipelines.cuda(func, "sm_90a", SMEM))[0]
+    consumer = text[text.index("} else {"):]
+    loop = consumer[consumer.index("for (int k = 0;"):]
+    loop = loop[:loop.index("make_smem_desc((&S_shared")]
+    lines = loop.splitlines()
+    barriers = [i for i, line in enumerate(lines) if "tc::named_barrier_sync(1, 256)" in line]
+    assert len(barriers) == 3
+    before = [lines[i - 2] + lines[i - 1] for i in barriers]
+    assert ["fence_proxy" in b for b in before] == [True, False, True]
+    assert all("tma_store_wait" in b for b in before)
+    # The emulator's checker (unfenced writes the async proxy reads, stores not waited for)
+    # finds nothing in the kernel.
+    rng = np.random.default_rng(3)
+    args = [rng.standard_normal(shape).astype(np.float16) for shape in
+            ((2, 64, 128), (2, 64, 64), (2, 200, 1, 128), (2, 200, 1, 64))]
+    out = np.zeros((2, 64, 128), np.float16)
+    assert list(E.run(E.lower(func, "sm_90a"), args + [out])) == []
+    assert np.isfinite(out).all() and np.abs(out).max() > 0
 
 
 def test_a_fragment_not_made_of_8x8_blocks_keeps_paired_stores():
