@@ -18,6 +18,7 @@ class PassConfigKey:
     TL_DISABLE_TMA_STORE = "tl.disable_tma_store"
     TL_DISABLE_WGMMA_BATCH_MERGE = "tl.disable_wgmma_batch_merge"
     TL_DISABLE_MMA_ROTATION = "tl.disable_mma_rotation"
+    TL_DISABLE_WARPGROUP_PINGPONG = "tl.disable_warpgroup_pingpong"
 
 
 # What each key does here (all but the first matter on sm_90a, the only target with TMA, WGMMA
@@ -52,6 +53,10 @@ KNOWN = {PassConfigKey.TL_ENABLE_FAST_MATH: "compile with --use_fast_math",
          PassConfigKey.TL_DISABLE_MMA_ROTATION: "a cp.async gemm loop loads each k step's "
                                                 "fragments in that step, after the barrier, "
                                                 "not one step ahead (rotate_mma_loop)",
+         PassConfigKey.TL_DISABLE_WARPGROUP_PINGPONG: "the consumer warpgroups of a rotated "
+                                                      "attention loop issue their wgmma "
+                                                      "batches whenever ready instead of "
+                                                      "taking turns (pingpong_warpgroups)",
          PassConfigKey.TL_ENABLE_PERSISTENT_TILES: "a warp-specialized kernel launches one "
                                                    "block per SM (or at most the int given), "
                                                    "each looping over the grid's tiles while "

@@ -95,6 +95,20 @@ class Agent:
         self.done = False
 
 
+WARPGROUP = 128
+
+
+def _warpgroups(live) -> list:
+    """The lane mask split by warpgroup (the non-empty parts)."""
+    parts = []
+    for start in range(0, len(live), WARPGROUP):
+        part = np.zeros_like(live)
+        part[start:start + WARPGROUP] = live[start:start + WARPGROUP]
+        if part.any():
+            parts.append(part)
+    return parts
+
+
 def _ranges(lanes) -> str:
     lanes = [int(x) for x in lanes]
     out, start = [], 0
@@ -229,7 +243,10 @@ class Scheduler:
                   (s.else_body, ~c if m.mask is None else m.mask & ~c))
                  if body is not None and live.any()]
         if len(sides) == 2:
-            yield Fork(sides)
+            # Each warpgroup of a side goes on by itself, as on the GPU, where warpgroups never
+            # reconverge: consumer warpgroups may take turns (a warpgroup waiting on a barrier
+            # another one arrives on only after it).
+            yield Fork([(body, part) for body, live in sides for part in _warpgroups(live)])
         elif sides:
             yield from self._branch(*sides[0])
 

@@ -227,7 +227,15 @@ class Barriers:
     # --- named barriers -----------------------------------------------------------------
     def named_arrive(self, ident, count, wait: bool = True):
         m = self.m
-        ident = int(np.asarray(ident).reshape(-1)[0])
+        idents = np.asarray(ident).reshape(-1)
+        if idents.size == m.T:  # one per thread: the executing ones count
+            idents = idents[m.lanes]
+        idents = np.unique(idents)
+        if len(idents) > 1:
+            raise TileError(f"named barriers {', '.join(map(str, idents))} used by the threads "
+                            "of one warpgroup in one statement; the emulator runs each "
+                            "warpgroup in lock-step", m.span)
+        ident = int(idents[0])
         count = int(np.asarray(count).reshape(-1)[0])
         site = Site(f"named_barrier {ident}", "", m.span)
         if count % 32 or not 0 < count <= m.T:

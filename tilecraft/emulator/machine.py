@@ -247,7 +247,7 @@ class BlockMachine:
         self.ev.eval(s.value, self.mask)
 
     def exec_Allocate(self, s: Allocate):
-        self.mem.allocate(s.buffer, s.span)
+        self.mem.allocate(s.buffer, s.span, None if self.mask is None else self.lanes)
 
     def exec_Kernel(self, s: Kernel):
         raise TileError("internal: a kernel launch nested in another kernel", s.span)

@@ -62,14 +62,21 @@ class BlockMemory:
         self.tracker = tracker
 
     # --- allocation ---------------------------------------------------------------
-    def allocate(self, buffer, span):
+    def allocate(self, buffer, span, lanes=None):
+        """lanes: the threads that reach the allocation (None: all); the others' registers of
+        it keep their values (a warpgroup running ahead of another allocates again)."""
         if is_shared(buffer.scope):
             if id(buffer) not in self.offsets:
                 raise TileError(f"internal: shared buffer {buffer.name} has no arena offset",
                                 span)
             return
         if buffer.scope in (LOCAL, LOCAL_VAR):
-            self.regs[id(buffer)] = poison((self.T, _numel(buffer.shape)), buffer.dtype)
+            fresh = poison((self.T, _numel(buffer.shape)), buffer.dtype)
+            old = self.regs.get(id(buffer))
+            if lanes is not None and old is not None and old.shape == fresh.shape:
+                old[lanes] = fresh[lanes]
+            else:
+                self.regs[id(buffer)] = fresh
             return
         raise TileError(f"the emulator cannot allocate {buffer.name} in scope {buffer.scope}",
                         span)

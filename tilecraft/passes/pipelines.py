@@ -16,6 +16,7 @@ from .lower_tile_ops import lower_tile_ops
 from .merge_wgmma_batches import merge_wgmma_batches
 from .overlap_wgmma import overlap_wgmma
 from .plan_shared_memory import plan_shared_memory
+from .pingpong_warpgroups import pingpong_warpgroups
 from .rotate_mma_loop import rotate_mma_loop
 from .rotate_wgmma_loop import rotate_wgmma_loop
 from .stage_epilogue import stage_epilogue
@@ -49,6 +50,7 @@ def cuda(func, arch: str = "sm_80", smem_limit: int | None = None, configs: dict
              ("merge_wgmma_batches", lambda f: merge_wgmma_batches(f, configs)),
              ("overlap_wgmma", overlap_wgmma),
              ("rotate_wgmma_loop", lambda f: rotate_wgmma_loop(f, configs)),
+             ("pingpong_warpgroups", lambda f: pingpong_warpgroups(f, configs)),
              ("rotate_mma_loop", lambda f: rotate_mma_loop(f, configs)),
              ("finalize_barriers", finalize_barriers)]
     for i, (name, run) in enumerate(steps, start=1):

@@ -39,6 +39,7 @@ from ..pass_config import PassConfigKey
 from .overlap_wgmma import WAIT_ALL, WAIT_ONE, rewrite_consumer_loops
 
 BARRIER_CALLS = ("tc::mbarrier_",)
+ROTATED = "wgmma_rotated"  # annotation of a rotated loop
 
 
 def _call_name(s) -> str | None:
@@ -187,8 +188,10 @@ def _rotated(loop: For):
     wait_one = Evaluate(Call(WAIT_ONE, (), sync1[0].value.dtype), sync1[0].span)
     steady = A + at(c_issue, k - const(1)) + [wait_one, sync1[1]] + early + \
         at(sync2 + c_release, k - const(1)) + late
+    # Marked for pingpong_warpgroups, which makes warpgroups take turns over its issue.
     rotated = dataclasses.replace(loop, start=loop.start + const(1),
-                                  extent=loop.extent - const(1), body=seq(steady))
+                                  extent=loop.extent - const(1), body=seq(steady),
+                                  annotations={**loop.annotations, ROTATED: True})
     ran = loop.extent > const(0)
     return [IfThenElse(ran, seq(at(A + sync1 + M, first)), None, span), rotated,
             IfThenElse(ran, seq(at(C, last)), None, span)]
