@@ -106,7 +106,10 @@ def _overlapped(loop: For):
     return dataclasses.replace(loop, body=seq(new_body)), tail
 
 
-class _ConsumerLoops(Mutator):
+class ConsumerLoops(Mutator):
+    """Replaces each warp-specialized consumer loop of a kernel by the statements rewrite(loop)
+    returns (None: the loop stays)."""
+
     def __init__(self, rewrite):
         self.rewrite = rewrite
 
@@ -127,7 +130,7 @@ def rewrite_consumer_loops(func, rewrite):
     returns (a loop it returns None for stays as it is)."""
     def rebuild(s):
         if isinstance(s, Kernel):
-            return _ConsumerLoops(rewrite).visit(s) if s.attrs.get("producer_threads") else s
+            return ConsumerLoops(rewrite).visit(s) if s.attrs.get("producer_threads") else s
         if isinstance(s, SeqStmt):
             return seq([rebuild(x) for x in s.stmts])
         return s

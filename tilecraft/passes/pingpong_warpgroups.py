@@ -33,7 +33,7 @@ from ..ir.stmt import Evaluate, For, IfThenElse, Kernel, SeqStmt, call_stmt, seq
 from ..ir.visitor import Mutator, walk
 from ..pass_config import PassConfigKey
 from .insert_barriers import is_sync
-from .overlap_wgmma import _ConsumerLoops
+from .overlap_wgmma import ConsumerLoops
 from .rotate_wgmma_loop import ROTATED
 
 WARPGROUP = 128
@@ -103,7 +103,7 @@ def pingpong_warpgroups(func, configs: dict | None = None):
         if isinstance(s, Kernel) and s.attrs.get("producer_threads") and \
                 s.thread_var is not None and s.num_threads % WARPGROUP == 0:
             state = _Kernel(s)
-            out = _ConsumerLoops(state.turns).visit(s)
+            out = ConsumerLoops(state.turns).visit(s)
             return _Consumers(state).visit(out) if state.taken else out
         if isinstance(s, SeqStmt):
             return seq([rebuild(x) for x in s.stmts])
