@@ -93,3 +93,14 @@ def test_a_first_turn_never_handed_over_is_a_deadlock(example):
     dead = [r for r in reports if r.kind == "deadlock"]
     assert dead and any("barrier 2" in r.message for r in dead)
 
+
+
+def test_one_lock_step_group_on_several_barriers_is_an_error_not_a_guess(example, monkeypatch):
+    # Were the warpgroups one lock-step agent, the turn barrier would differ between their
+    # threads in one statement: the emulator says so instead of picking one thread's number.
+    import tilecraft.emulator.agents as agents
+    from tilecraft.errors import TileError
+    monkeypatch.setattr(agents, "_warpgroups", lambda live: [live])
+    fa, func = attention(example)
+    with pytest.raises(TileError, match="named barriers 2, 3 used by the threads of one"):
+        run(fa, E.lower(func, "sm_90a"), 256, False)
