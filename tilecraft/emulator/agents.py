@@ -31,6 +31,7 @@ import numpy as np
 from ..ir.expr import Call
 from ..ir.stmt import Evaluate, For, IfThenElse, Kernel, SeqStmt
 from .checker import Site
+from .hopper import WARPGROUP
 
 BLOCKING = ("tc::mbarrier_wait_parity", "tc::named_barrier_sync")
 # arrivals that release a resource to another role (an arrival with expect_tx is followed by
@@ -93,9 +94,6 @@ class Agent:
         self.context = context          # (mask, lanes, span, env)
         self.wait = None
         self.done = False
-
-
-WARPGROUP = 128
 
 
 def _warpgroups(live) -> list:

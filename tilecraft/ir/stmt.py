@@ -39,6 +39,11 @@ def stmts_of(s: Stmt) -> tuple:
     return s.stmts if isinstance(s, SeqStmt) else (s,)
 
 
+def flat_stmts(s: Stmt) -> list:
+    """The statements of s, with nested statement lists spliced in."""
+    return [x for y in stmts_of(s) for x in (flat_stmts(y) if isinstance(y, SeqStmt) else [y])]
+
+
 LOOP_KINDS = ("serial", "parallel", "pipelined", "unroll", "vectorized")
 
 # Annotation of a serial loop over the tiles of its kernel's grid (`var` in [0, tiles)) in a
@@ -93,6 +98,14 @@ def call_stmt(name: str, *args, span=None) -> Evaluate:
     from . import dtypes
     from .expr import Call
     return Evaluate(Call(name, tuple(args), dtypes.handle), span)
+
+
+def called(s) -> str | None:
+    """The header function a statement calls for its effect (call_stmt's inverse), else None."""
+    from .expr import Call
+    if isinstance(s, Evaluate) and isinstance(s.value, Call):
+        return s.value.name
+    return None
 
 
 @dataclass(eq=False, repr=False)

@@ -24,6 +24,7 @@ from ..tileops.parallel import lower_parallel
 from ..tileops.tma import is_tma_store, lower_tma_copy, lower_tma_store
 from ..tileops.reduce import lower_reduce
 from .infer_layouts import infer_layouts, same_layout, tma_tile_layout
+from .plan_shared_memory import footprint
 
 
 class _KernelLowering:
@@ -148,12 +149,6 @@ class _KernelLowering:
         raise TileError(f"T.{op.op_name} is not supported by the CUDA backend yet", op.span)
 
 
-def _bytes(b) -> int:
-    size = 1
-    for d in b.shape:
-        size *= d
-    return size * b.dtype.bytes
-
 
 def lower_tile_ops(func, configs: dict | None = None):
     """Return func with every kernel lowered to thread-level code."""
@@ -181,11 +176,11 @@ def lower_tile_ops(func, configs: dict | None = None):
             private = lowering.ctx.private_scratch
             for b in [b for b in scratch if id(b) in private]:
                 arena[id(b)] = base
-                base = (base + _bytes(b) + 15) // 16 * 16
+                base = (base + footprint(b) + 15) // 16 * 16
             top = max(top, base)
             for b in [b for b in scratch if id(b) not in private]:
                 arena[id(b)] = base
-                top = max(top, base + _bytes(b))
+                top = max(top, base + footprint(b))
             return dataclasses.replace(kernel, attrs={**kernel.attrs, "smem_bytes": top})
         if isinstance(s, SeqStmt):
             return seq([rebuild(x) for x in s.stmts])

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..ir.expr import Call
-from ..ir.stmt import Evaluate, For, IfThenElse, Kernel, SeqStmt, seq
+from ..ir.stmt import For, IfThenElse, Kernel, SeqStmt, called, flat_stmts, seq
 from ..ir.visitor import walk
 from ..pass_config import PassConfigKey
 from .overlap_wgmma import addressed_buffer
@@ -37,16 +37,6 @@ FENCE = "tc::wgmma_fence"
 BARRIER_WAIT = "tc::mbarrier_wait_parity"
 
 
-def _name(s) -> str | None:
-    if isinstance(s, Evaluate) and isinstance(s.value, Call):
-        return s.value.name
-    return None
-
-
-def _flat(s) -> list:
-    if isinstance(s, SeqStmt):
-        return [x for y in s.stmts for x in _flat(y)]
-    return [s]
 
 
 def _shape(call: Call) -> str:
@@ -61,7 +51,7 @@ def _issued(s) -> list:
 def _batch(stmts: list, at: int):
     """(accumulator, shapes) of the batch starting at stmts[at] (a wgmma fence followed by
     wgmma instructions, possibly inside an unrolled loop), or None."""
-    if _name(stmts[at]) != FENCE or at + 1 >= len(stmts):
+    if called(stmts[at]) != FENCE or at + 1 >= len(stmts):
         return None
     issued = _issued(stmts[at + 1])
     accs = {id(addressed_buffer(c)) for c in issued}
@@ -82,12 +72,12 @@ def _previous_shapes(out: list) -> set:
 def _merge(stmts: list) -> list:
     out, i = [], 0
     while i < len(stmts):
-        name = _name(stmts[i])
-        if name == COMMIT and i + 2 < len(stmts) and _name(stmts[i + 1]) == WAIT_ALL and \
-                (_name(stmts[i + 2]) or "").startswith(FENCE_REGISTERS):
+        name = called(stmts[i])
+        if name == COMMIT and i + 2 < len(stmts) and called(stmts[i + 1]) == WAIT_ALL and \
+                (called(stmts[i + 2]) or "").startswith(FENCE_REGISTERS):
             acc = addressed_buffer(stmts[i + 2].value)
             j = i + 3
-            while j < len(stmts) and _name(stmts[j]) == BARRIER_WAIT:
+            while j < len(stmts) and called(stmts[j]) == BARRIER_WAIT:
                 j += 1
             # Accumulator accesses of wgmma instructions of one shape are ordered by the
             # hardware without a fence or a wait (PTX ISA, wgmma.fence).
@@ -106,7 +96,7 @@ def _merge(stmts: list) -> list:
 def _rebuild(s):
     if isinstance(s, SeqStmt):
         inner = dataclasses.replace(s, stmts=tuple(_rebuild(x) for x in s.stmts))
-        flat = _flat(inner)
+        flat = flat_stmts(inner)
         merged = _merge(flat)
         return inner if len(merged) == len(flat) else seq(merged, s.span)
     if isinstance(s, For):

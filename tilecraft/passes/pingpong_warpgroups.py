@@ -29,22 +29,21 @@ from __future__ import annotations
 import dataclasses
 
 from ..ir.expr import Call, const
-from ..ir.stmt import Evaluate, For, IfThenElse, Kernel, SeqStmt, call_stmt, seq, stmts_of
+from ..ir.stmt import For, IfThenElse, Kernel, SeqStmt, call_stmt, called, seq, stmts_of
 from ..ir.visitor import Mutator, walk
 from ..pass_config import PassConfigKey
 from .insert_barriers import is_sync
 from .overlap_wgmma import ConsumerLoops
+from ..tileops.wgmma import WARPGROUP
 from .rotate_wgmma_loop import ROTATED
 
-WARPGROUP = 128
 FIRST = 2   # named barriers 0 (__syncthreads) and 1 (all consumers) are taken
 TURN = 2 * WARPGROUP  # threads per turn: the waiting and the handing-over warpgroup
 
 
 def _issue_end(body: list) -> int | None:
     """Index of the statement that commits the second batch (the end of the issue)."""
-    commits = [i for i, s in enumerate(body) if isinstance(s, Evaluate) and
-               isinstance(s.value, Call) and s.value.name == "tc::wgmma_commit_group"]
+    commits = [i for i, s in enumerate(body) if called(s) == "tc::wgmma_commit_group"]
     return commits[1] if len(commits) >= 2 else None
 
 
@@ -89,8 +88,7 @@ class _Consumers(Mutator):
             return s
         body = list(stmts_of(s.else_body))
         # after the consumers' register raise (setmaxnreg), which opens their branch
-        at = 1 if body and isinstance(body[0], Evaluate) and isinstance(body[0].value, Call) \
-            and body[0].value.name.startswith("tc::setmaxnreg") else 0
+        at = 1 if body and (called(body[0]) or "").startswith("tc::setmaxnreg") else 0
         return dataclasses.replace(s, else_body=seq(
             body[:at] + [self.state.first_turn(s.span)] + body[at:], s.span))
 

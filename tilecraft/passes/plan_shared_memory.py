@@ -86,7 +86,9 @@ def _rewritten_each_iteration(body) -> set:
     return fresh
 
 
-def _footprint(b, layouts) -> int:
+def footprint(b, layouts=None) -> int:
+    """Bytes of shared tile b: its layout's (padding included) when layouts has one, else its
+    shape's."""
     layout = layouts.buffers.get(id(b)) if layouts is not None else None
     count = 1
     if layout is not None:
@@ -114,7 +116,7 @@ def _plan_kernel(k: Kernel, limit, offsets: dict) -> int:
     top = 0
     for b in sorted(allocated, key=lambda b: live.ranges.get(id(b), (0, 0))[0]):
         first, last = live.ranges.get(id(b), (0, 0))
-        size = _footprint(b, layouts)
+        size = footprint(b, layouts)
         layout = layouts.buffers.get(id(b)) if layouts is not None else None
         align = max(16, getattr(layout, "alignment", 16))
         start = 0

@@ -47,24 +47,13 @@ import dataclasses
 from ..arith.bounds import simplify
 from ..ir.buffer import Buffer
 from ..ir.expr import BufferLoad, Call, Const, const
-from ..ir.stmt import Allocate, Evaluate, For, IfThenElse, SeqStmt, seq, stmts_of
+from ..ir.stmt import Allocate, For, IfThenElse, SeqStmt, called, flat_stmts, seq
 from ..ir.visitor import Mutator, substitute, walk
 from ..pass_config import PassConfigKey
 
 FRAGMENT_LOOP = "mma_fragments"  # annotation of the k-step loop tileops/gemm.py lowers to
 
 
-def _call_name(s) -> str | None:
-    if isinstance(s, Evaluate) and isinstance(s.value, Call):
-        return s.value.name
-    return None
-
-
-def _flat(s) -> list:
-    out = []
-    for x in stmts_of(s):
-        out.extend(_flat(x) if isinstance(x, SeqStmt) else [x])
-    return out
 
 
 def _issues_mma(s) -> bool:
@@ -90,13 +79,13 @@ class _Rebased(Mutator):
 
 def _rotated(loop: For):
     """The statements replacing a qualifying pipelined loop, else None."""
-    body = _flat(loop.body)
+    body = flat_stmts(loop.body)
     if len(body) < 5:
         return None
     wait, sync, ahead, commit, *last = body
-    if not ((_call_name(wait) or "").startswith("tc::cp_async_wait<") and
-            _call_name(sync) == "tc::syncthreads" and isinstance(ahead, IfThenElse) and
-            ahead.else_body is None and _call_name(commit) == "tc::cp_async_commit"):
+    if not ((called(wait) or "").startswith("tc::cp_async_wait<") and
+            called(sync) == "tc::syncthreads" and isinstance(ahead, IfThenElse) and
+            ahead.else_body is None and called(commit) == "tc::cp_async_commit"):
         return None
     allocs = [s for s in last if isinstance(s, Allocate)]
     steps = [s for s in last if isinstance(s, For)]
@@ -106,7 +95,7 @@ def _rotated(loop: For):
         return None
     step = steps[0]
     fragments = [a.buffer for a in allocs]  # the gemm's A and B fragment arrays
-    parts = _flat(step.body)
+    parts = flat_stmts(step.body)
     loads = [s for s in parts if not _issues_mma(s)]
     mmas = [s for s in parts if _issues_mma(s)]
     if not loads or not mmas or parts != loads + mmas:
@@ -157,7 +146,7 @@ def _copy_steps(ki: int, n: int) -> list:
 def _copies(ahead, commit, kk, ki, span):
     """The copies ahead, each under its own k step's condition and the loop's guard; the
     group is committed after the last of them."""
-    copies = _flat(ahead.then_body)
+    copies = flat_stmts(ahead.then_body)
     steps = _copy_steps(ki, len(copies))
     out = []
     for step in sorted(set(steps)):

@@ -33,7 +33,8 @@ import dataclasses
 
 from ..ir.buffer import Buffer
 from ..ir.expr import BufferLoad, Call, const
-from ..ir.stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, seq, stmts_of
+from ..ir.stmt import (Allocate, BufferStore, Evaluate, For, IfThenElse, called, seq,
+                       stmts_of)
 from ..ir.visitor import substitute, walk
 from ..pass_config import PassConfigKey
 from .overlap_wgmma import WAIT_ALL, WAIT_ONE, rewrite_consumer_loops
@@ -42,14 +43,9 @@ BARRIER_CALLS = ("tc::mbarrier_",)
 ROTATED = "wgmma_rotated"  # annotation of a rotated loop
 
 
-def _call_name(s) -> str | None:
-    if isinstance(s, Evaluate) and isinstance(s.value, Call):
-        return s.value.name
-    return None
-
 
 def _is_barrier_call(s) -> bool:
-    name = _call_name(s)
+    name = called(s)
     return name is not None and name.startswith(BARRIER_CALLS)
 
 
@@ -79,7 +75,7 @@ def _writes(s) -> set:
 
 def _orders_threads(s) -> bool:
     """A block or named barrier, or a fence: ordering between threads, not within one."""
-    name = _call_name(s)
+    name = called(s)
     return name is not None and not _is_barrier_call(s) and \
         any(w in name for w in ("barrier", "sync", "fence"))
 
@@ -96,17 +92,17 @@ class _Batch:
 
 
 def _batches(body: list) -> list | None:
-    commits = [i for i, s in enumerate(body) if _call_name(s) == "tc::wgmma_commit_group"]
+    commits = [i for i, s in enumerate(body) if called(s) == "tc::wgmma_commit_group"]
     nested = sum(1 for s in body for n in walk(s)
                  if isinstance(n, Call) and n.name == "tc::wgmma_commit_group")
     if nested != len(commits):
         return None
     out = []
     for c in commits:
-        if c + 2 >= len(body) or _call_name(body[c + 1]) != WAIT_ALL or \
-                not (_call_name(body[c + 2]) or "").startswith("tc::wgmma_fence_registers"):
+        if c + 2 >= len(body) or called(body[c + 1]) != WAIT_ALL or \
+                not (called(body[c + 2]) or "").startswith("tc::wgmma_fence_registers"):
             return None
-        fences = [i for i in range(c) if _call_name(body[i]) == "tc::wgmma_fence"]
+        fences = [i for i in range(c) if called(body[i]) == "tc::wgmma_fence"]
         if not fences:
             return None
         arg = body[c + 2].value.args[0]
@@ -123,7 +119,7 @@ def _c_start(body: list, batch2: _Batch) -> int:
     start = batch2.fence
     while start > 0:
         s = body[start - 1]
-        if _is_barrier_call(s) and "wait" in _call_name(s):
+        if _is_barrier_call(s) and "wait" in called(s):
             start -= 1
         elif not _is_barrier_call(s) and _writes(s) and _writes(s) <= operands:
             start -= 1
@@ -150,7 +146,7 @@ def _rotated(loop: For):
         return None
     b1, b2 = batches
     c_release = body[b2.commit + 3:]
-    if not c_release or not all(_is_barrier_call(s) and "arrive" in _call_name(s)
+    if not c_release or not all(_is_barrier_call(s) and "arrive" in called(s)
                                 for s in c_release):
         return None
     A, sync1 = body[:b1.commit + 1], body[b1.commit + 1:b1.commit + 3]
