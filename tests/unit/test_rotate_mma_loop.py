@@ -12,7 +12,7 @@ from tilecraft.carver.recommend import underlying
 from tilecraft.codegen.cuda import emit_cuda
 from tilecraft.passes import pipelines
 
-from test_emulator_checker import calls, calls_prefix, dropped, kinds, plant
+from test_emulator_checker import _walk_stmts, calls, calls_prefix, dropped, kinds, plant
 
 SM80 = {"tl.disable_warp_specialized": True, "tl.disable_tma_lower": True,
         "tl.disable_wgmma": True}
@@ -95,7 +95,7 @@ def test_no_k_tiles_writes_zeros(example):
 
 def test_a_missing_wait_before_the_last_step_is_reported(example):
     lowered = E.lower(gemm_func(example, 96, 80, 200))
-    waits = [n for n in _stmts(lowered) if calls_prefix(n, "tc::cp_async_wait<")]
+    waits = [n for n in _walk_stmts(lowered) if calls_prefix(n, "tc::cp_async_wait<")]
     assert len(waits) == 2   # in front of the loop, and before its last k step
     bad = plant(lowered, lambda s: calls_prefix(s, "tc::cp_async_wait<"), dropped, 1)
     assert "async-before-wait" in kinds(run(bad, 96, 80, 200)[0])
@@ -103,13 +103,7 @@ def test_a_missing_wait_before_the_last_step_is_reported(example):
 
 def test_a_missing_barrier_before_the_last_step_is_a_race(example):
     lowered = E.lower(gemm_func(example, 96, 80, 200))
-    barriers = [n for n in _stmts(lowered) if calls("tc::syncthreads")(n)]
+    barriers = [n for n in _walk_stmts(lowered) if calls("tc::syncthreads")(n)]
     # The last one is the loop's (the prologue's and the one in front of the loop come first).
     bad = plant(lowered, calls("tc::syncthreads"), dropped, len(barriers) - 1)
     assert "race" in kinds(run(bad, 96, 80, 200)[0])
-
-
-def _stmts(func):
-    from tilecraft.ir.stmt import Stmt
-    from tilecraft.ir.visitor import walk
-    return [n for n in walk(func.body) if isinstance(n, Stmt)]
