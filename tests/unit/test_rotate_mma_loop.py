@@ -1,9 +1,9 @@
 """rotate_mma_loop: a cp.async GEMM loop loads each k step's fragments one step ahead (double
 buffered) and waits for the next tile before its last k step. The rotated kernels compute the
 product on the emulator for two and four k steps per tile (one is left unrotated) and every
-trip count (none, fewer than the stages, ragged), its checker stays silent, and it finds the bugs the rotation's
-synchronization prevents: a missing wait, a missing barrier. Loops of another shape (attention)
-are left as they are, and tl.disable_mma_rotation turns it off."""
+trip count (none, fewer than the stages, ragged), its checker stays silent, and it finds the
+bugs the rotation's synchronization prevents: a missing wait, a missing barrier. Loops of
+another shape (attention) are left as they are, and tl.disable_mma_rotation turns it off."""
 import numpy as np
 import pytest
 
@@ -12,7 +12,8 @@ from tilecraft.carver.recommend import underlying
 from tilecraft.codegen.cuda import emit_cuda
 from tilecraft.passes import pipelines
 
-from test_emulator_checker import _walk_stmts, calls, calls_prefix, dropped, kinds, plant
+from test_emulator_checker import (_walk_stmts, calls, calls_prefix, dropped, kinds,
+                                  plant)
 
 SM80 = {"tl.disable_warp_specialized": True, "tl.disable_tma_lower": True,
         "tl.disable_wgmma": True}
