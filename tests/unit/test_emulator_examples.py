@@ -118,6 +118,9 @@ ATTENTION = [
                  id="seq40-causal-b32x32-t64-s2"),
     pytest.param(77, False, dict(block_M=64, block_N=32, num_stages=1, threads=128),
                  id="seq77-b64x32-t128-s1"),
+    # 32 query rows per warp: the scores go into the second gemm by a register permutation.
+    pytest.param(77, True, dict(block_M=64, block_N=32, num_stages=2, threads=64),
+                 id="seq77-causal-b64x32-t64-s2"),
 ]
 
 

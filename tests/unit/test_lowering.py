@@ -95,8 +95,32 @@ def gemm_a_in_registers():
     return main
 
 
+def accumulator_into_operand():
+    # Two warps, 32 rows each: a warp holds two 16-row mma tiles of S, and S as the next
+    # gemm's A operand keeps every element in the same thread in another register order.
+    @T.prim_func
+    def main(Q: T.Tensor((64, 32), "float16"), K: T.Tensor((32, 32), "float16"),
+             V: T.Tensor((32, 32), "float16"), O: T.Tensor((64, 32), "float32")):
+        with T.Kernel(1, threads=64) as bx:
+            Q_s = T.alloc_shared((64, 32), "float16")
+            K_s = T.alloc_shared((32, 32), "float16")
+            V_s = T.alloc_shared((32, 32), "float16")
+            S_f = T.alloc_fragment((64, 32), "float32")
+            P_f = T.alloc_fragment((64, 32), "float16")
+            O_f = T.alloc_fragment((64, 32), "float32")
+            T.copy(Q, Q_s)
+            T.copy(K, K_s)
+            T.copy(V, V_s)
+            T.gemm(Q_s, K_s, S_f, transpose_B=True, clear_accum=True)
+            T.copy(S_f, P_f)
+            T.gemm(P_f, V_s, O_f, clear_accum=True)
+            T.copy(O_f, O)
+    return main
+
+
 KERNELS = {"gemm_epilogue": gemm_epilogue, "softmax": softmax, "elementwise": elementwise,
-           "cumsum": cumsum, "gemm_a_in_registers": gemm_a_in_registers}
+           "cumsum": cumsum, "gemm_a_in_registers": gemm_a_in_registers,
+           "accumulator_into_operand": accumulator_into_operand}
 
 
 def lower(func):
@@ -142,7 +166,8 @@ def test_fragments_become_register_arrays(name):
         assert flat.shape[0] >= tile.static_shape()[0] * tile.static_shape()[1]
 
 
-@pytest.mark.parametrize("name", ["gemm_epilogue", "softmax", "gemm_a_in_registers"])
+@pytest.mark.parametrize("name", ["gemm_epilogue", "softmax", "gemm_a_in_registers",
+                                  "accumulator_into_operand"])
 def test_register_indices_do_not_depend_on_the_thread(name):
     # A register array indexed by a thread-dependent value would live in local memory.
     func = KERNELS[name]()
@@ -158,6 +183,20 @@ def test_register_indices_do_not_depend_on_the_thread(name):
             assert id(tx) not in used, f"{n.buffer.name} indexed by the thread"
             checked += 1
     assert checked > 0
+
+
+def test_copy_between_fragments_of_the_same_threads_stays_in_registers():
+    # S_f (an accumulator) and P_f (an A operand) order a warp's two 16-row tiles differently
+    # but keep each element in one thread: the copy permutes registers, with no shared scratch
+    # tile and no barrier around it.
+    kernel = infer_layouts(accumulator_into_operand())
+    layouts = kernel.kernels()[0].attrs["layouts"]
+    frags = {b.name: b for b in allocations(kernel.kernels()[0].body).values()
+             if b.scope == FRAGMENT}
+    s, p = layouts.buffer(frags["S_f"]), layouts.buffer(frags["P_f"])
+    assert not s.is_equal(p)
+    lowered = lower(accumulator_into_operand()).kernels()[0]
+    assert not [b for b in allocations(lowered.body) if b.endswith("_stage")]
 
 
 def test_lowering_leaves_the_input_function_unchanged():

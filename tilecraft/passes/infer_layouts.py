@@ -13,6 +13,8 @@ A buffer that two ops want laid out differently is an error naming both ops and 
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..errors import TileError
 from ..ir.buffer import FRAGMENT, Buffer, is_shared
 from ..ir.expr import BufferLoad
@@ -70,6 +72,20 @@ def same_layout(a, b) -> bool:
     if getattr(a, "replicate", 1) != getattr(b, "replicate", 1):
         return False
     return a.is_equal(b)
+
+
+def same_threads(a, b) -> bool:
+    """Two fragments that keep every element (each replica) in the same thread, whatever
+    register of it: a copy between them is a permutation of each thread's registers (an
+    accumulator into a gemm operand whose warp holds several 16-row tiles numbers them in
+    another order)."""
+    if same_layout(a, b):
+        return True
+    if not (isinstance(a, lay.Fragment) and isinstance(b, lay.Fragment)) or \
+            tuple(a.shape) != tuple(b.shape) or a.replicate != b.replicate or \
+            a.num_threads != b.num_threads or a.thread_offset != b.thread_offset:
+        return False
+    return bool(np.array_equal(a.table()[..., 0], b.table()[..., 0]))
 
 
 def _annotated(b: Buffer, given, threads: int):

@@ -21,7 +21,7 @@ from ..ir.tileop import Atomic
 from .. import layout as lay
 from .lowering import ThreadContext, in_bounds_condition
 from .parallel import lower_parallel
-from ..passes.infer_layouts import same_layout
+from ..passes.infer_layouts import same_threads
 
 
 def _tile_extents(region: BufferRegion) -> list[int]:
@@ -68,7 +68,7 @@ def lower_copy(op, ctx: ThreadContext):
 
     loop = _synthetic_loop(extents, body, op.span)
     if src.buffer.scope == FRAGMENT and dst.buffer.scope == FRAGMENT and \
-            not same_layout(ctx.layouts.buffer(src.buffer), ctx.layouts.buffer(dst.buffer)):
+            not same_threads(ctx.layouts.buffer(src.buffer), ctx.layouts.buffer(dst.buffer)):
         return _staged_copy(op, extents, ctx)
     if frag is not None:
         layout = ctx.layouts.buffer(frag)
