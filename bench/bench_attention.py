@@ -20,8 +20,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 sys.path.insert(0, HERE)
 from flash_attention import flash_attention  # noqa: E402
-from bench_gemm import (ClockLog, in_rounds_with_clocks, mhz_text, parse_configs,  # noqa: E402
-                        variant_arms, warm_gpu, write_results)
+from bench_gemm import (SETTLE_S, ClockLog, in_rounds_with_clocks, mhz_text,  # noqa: E402
+                        parse_configs, variant_arms, warm_gpu, write_results)
 from tilecraft.profiler import cuda_median_ms  # noqa: E402
 from tilecraft.carver.recommend import underlying  # noqa: E402
 import tilecraft  # noqa: E402
@@ -31,7 +31,12 @@ CONFIGS = [dict(block_M=128, block_N=128, num_stages=2, threads=256),
            dict(block_M=128, block_N=128, num_stages=3, threads=256),
            dict(block_M=128, block_N=64, num_stages=2, threads=256),
            dict(block_M=64, block_N=64, num_stages=2, threads=128),
-           dict(block_M=128, block_N=64, num_stages=3, threads=256)]
+           dict(block_M=128, block_N=64, num_stages=3, threads=256),
+           # Four warps of 32 query rows each (two 16-row mma tiles a warp): each K / V
+           # fragment read from shared memory feeds twice the mma.sync of a 16-row warp.
+           dict(block_M=128, block_N=64, num_stages=2, threads=128),
+           dict(block_M=128, block_N=32, num_stages=2, threads=128),
+           dict(block_M=128, block_N=32, num_stages=3, threads=128)]
 
 
 def sdpa_ms(q, k, v, causal, backend):
@@ -58,6 +63,8 @@ def main():
     parser.add_argument("--shapes", default="", help="comma-separated indices of the shapes to "
                                                      "time (default: all)")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--settle", type=float, default=SETTLE_S,
+                        help="seconds each timer runs untimed before its kept run (SETTLE_S)")
     args = parser.parse_args()
     configs_timed = [CONFIGS[int(i)] for i in args.only.split(",")] if args.only else CONFIGS
     shapes = [SHAPES[int(i)] for i in args.shapes.split(",")] if args.shapes else SHAPES
@@ -88,7 +95,7 @@ def main():
             lambda: sdpa_ms(qt, kt, vt, causal, SDPBackend.FLASH_ATTENTION),
             lambda: sdpa_ms(qt, kt, vt, causal, SDPBackend.CUDNN_ATTENTION)] + [
             lambda kern=kernel: cuda_median_ms(lambda: kern(q, k, v), 3, 10, False)
-            for _, _, _, kernel, _ in cases], clocks)
+            for _, _, _, kernel, _ in cases], clocks, args.settle)
         for times, mhz, (cfg, label, configs, kernel, err) in zip(ours, our_mhz, cases):
             ms = median(times)
             row = {"shape": [B, H, S, D], "causal": causal, "config": cfg, "variant": label,
@@ -117,9 +124,10 @@ def main():
         ("regs", lambda r: str(r["registers"])), ("SM MHz", lambda r: mhz_text(r["sm_mhz"])),
         ("cuDNN SM MHz", lambda r: mhz_text(r["cudnn_sm_mhz"]))],
         notes=f"pass configs: {pass_configs}; variant: that pass config added. Medians over "
-              f"{args.rounds} rounds, each timing the peers and every candidate in turn; a ratio "
-              "is the median of the per-round ratios. SM MHz: the median SM clock nvidia-smi "
-              "sampled while each was timed.")
+              f"{args.rounds} rounds, each timing the peers and every candidate in turn, "
+              f"each after {args.settle} s of running untimed (SETTLE_S); a ratio is the "
+              "median of the per-round ratios. SM MHz: the median SM clock nvidia-smi sampled "
+              "while each was timed.")
     clocks.stop()
     print(open(path).read())
 

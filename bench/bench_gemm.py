@@ -72,10 +72,34 @@ def synced_median_ms(fn, reps=20, warmup=5):
     return times[len(times) // 2]
 
 
-def in_rounds(rounds: int, timers: list) -> list:
+# Seconds each timer runs its own work, untimed, before the run that is kept (--settle). The
+# board is power-capped: its clock follows the power drawn over the last tens of milliseconds,
+# so a kernel timed right after a lighter one borrows headroom it would not have on its own,
+# and which side of a ratio runs second shifted it by up to 20% (SM clocks 1425 against
+# 1830 MHz in one run). Settled, both sides are timed at the clock their own power allows.
+SETTLE_S = 1.0
+
+
+def settle(timer, seconds: float):
+    """Run timer for `seconds`, dropping what it returns."""
+    start = time.time()
+    while time.time() - start < seconds:
+        timer()
+
+
+def settled(timer, seconds: float):
+    """timer, each call preceded by `seconds` of running it (settle)."""
+    def run():
+        settle(timer, seconds)
+        return timer()
+    return run
+
+
+def in_rounds(rounds: int, timers: list, settle_s: float = 0.0) -> list:
     """[times of timer i over the rounds] for each timer, each round running every timer in
     turn: clocks drift over a run by more than the differences measured, so ratios are taken
     between timings of one round (and their median reported)."""
+    timers = [settled(t, settle_s) for t in timers]
     times = [[] for _ in timers]
     for _ in range(rounds):
         for out, timer in zip(times, timers):
@@ -128,12 +152,14 @@ def mhz_text(mhz) -> str:
     return "-" if mhz is None else f"{mhz:.0f}"
 
 
-def in_rounds_with_clocks(rounds: int, timers: list, clocks: ClockLog) -> tuple:
-    """in_rounds, and for each timer the median SM clock while it ran."""
+def in_rounds_with_clocks(rounds: int, timers: list, clocks: ClockLog,
+                          settle_s: float = 0.0) -> tuple:
+    """in_rounds, and for each timer the median SM clock while its kept run ran."""
     windows = [[] for _ in timers]
 
     def timed(i, timer):
         def run():
+            settle(timer, settle_s)
             start = time.time()
             try:
                 return timer()
@@ -210,7 +236,11 @@ def main():
                              "(KEY=1[,KEY2=1]; repeat for more arms), in the same rounds")
     parser.add_argument("--only", default="", help="comma-separated indices of the configs to "
                                                    "time (default: all)")
+    parser.add_argument("--panels", default="8", help="comma-separated T.use_swizzle panel "
+                                                       "sizes, each config timed with each")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--settle", type=float, default=SETTLE_S,
+                        help="seconds each timer runs untimed before its kept run (SETTLE_S)")
     args = parser.parse_args()
     configs = HOPPER_CONFIGS if args.configs == "hopper" else SM80_CONFIGS
     if args.only:
@@ -227,18 +257,23 @@ def main():
         b = torch.randn(K, N, device="cuda", dtype=torch.float16)
         ref = a.float() @ b.float()
         cases = []
+        panels = [int(x) for x in args.panels.split(",")]
         for cfg in configs:
-            for label, configs_here in variants:
-                t0 = time.time()
-                func = underlying(matmul)(M, N, K, swizzle_panel=8, **cfg)
-                kernel = tilecraft.compile(func, out_idx=[-1], pass_configs=configs_here)
-                compile_s = time.time() - t0
-                c = kernel(a, b)
-                cases.append(({**cfg, **({"variant": label} if label else {})}, kernel,
-                              float((c.float() - ref).norm() / ref.norm()), compile_s))
+            for panel in panels:
+                for label, configs_here in variants:
+                    t0 = time.time()
+                    func = underlying(matmul)(M, N, K, swizzle_panel=panel, **cfg)
+                    kernel = tilecraft.compile(func, out_idx=[-1], pass_configs=configs_here)
+                    compile_s = time.time() - t0
+                    c = kernel(a, b)
+                    named = {**cfg, **({"swizzle_panel": panel} if len(panels) > 1 else {}),
+                             **({"variant": label} if label else {})}
+                    cases.append((named, kernel, float((c.float() - ref).norm() / ref.norm()),
+                                  compile_s))
         (peer, *ours), (peer_mhz, *our_mhz) = in_rounds_with_clocks(
             args.rounds, [lambda: median_ms(lambda: torch.matmul(a, b))] +
-            [lambda k=kernel: median_ms(lambda: k(a, b)) for _, kernel, _, _ in cases], clocks)
+            [lambda k=kernel: median_ms(lambda: k(a, b)) for _, kernel, _, _ in cases], clocks,
+            args.settle)
         torch_synced = synced_median_ms(lambda: torch.matmul(a, b))
         for times, mhz, (cfg, kernel, err, compile_s) in zip(ours, our_mhz, cases):
             ms, torch_ms = median(times), median(peer)
@@ -267,11 +302,13 @@ def main():
         ("rel err", lambda r: f"{r['rel_error']:.1e}"), ("regs", lambda r: str(r["registers"])),
         ("SM MHz", lambda r: mhz_text(r["sm_mhz"])),
         ("torch SM MHz", lambda r: mhz_text(r["torch_sm_mhz"]))],
-        notes=f"pass configs: {pass_configs}. ratio: torch time / ours, both timed on a cold L2 with "
-              f"launches enqueued back to back (median_ms), in {args.rounds} rounds that time torch "
-              "and every candidate in turn; the median of the per-round ratios. ratio, synced: each run alone after a "
-              "synchronize, the host's launch latency included (synced_median_ms). SM MHz: "
-              "the median SM clock nvidia-smi sampled while each was timed.")
+        notes=f"pass configs: {pass_configs}. ratio: torch time / ours, both timed on a cold "
+              "L2 with launches enqueued back to back (median_ms), in "
+              f"{args.rounds} rounds that time torch and every candidate in turn, each after "
+              f"{args.settle} s of running untimed (SETTLE_S); the median of the per-round "
+              "ratios. ratio, synced: each run alone after a synchronize, the host's launch "
+              "latency included (synced_median_ms). SM MHz: the median SM clock nvidia-smi "
+              "sampled while each was timed.")
     clocks.stop()
     print(open(path).read())
 

@@ -15,7 +15,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 sys.path.insert(0, HERE)
 import tilecraft  # noqa: E402
 from mla_decode import flash_mla_decode  # noqa: E402
-from bench_gemm import in_rounds, variant_arms, warm_gpu, write_results  # noqa: E402
+from bench_gemm import (SETTLE_S, in_rounds, variant_arms, warm_gpu,  # noqa: E402
+                        write_results)
 from tilecraft.carver.recommend import underlying  # noqa: E402
 from tilecraft.profiler import cuda_median_ms  # noqa: E402
 
@@ -42,6 +43,8 @@ def main():
                         help="also time every config compiled with these pass configs added "
                              "(KEY=1[,KEY2=1]; repeat for more arms), in the same rounds")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--settle", type=float, default=SETTLE_S,
+                        help="seconds each timer runs untimed before its kept run (SETTLE_S)")
     args = parser.parse_args()
     variants = variant_arms({tilecraft.PassConfigKey.TL_ENABLE_FAST_MATH: True}, args.variant)
     rows = []
@@ -67,7 +70,7 @@ def main():
         peer, *ours = in_rounds(args.rounds, [
             lambda: cuda_median_ms(lambda: torch_mla(q, q_pe, kv, k_pe), 3, 20, True)] + [
             lambda kern=kernel: cuda_median_ms(lambda: kern(q, q_pe, kv, k_pe), 5, 30, True)
-            for _, _, kernel, _ in cases])
+            for _, _, kernel, _ in cases], args.settle)
         for times, (cfg, label, kernel, err) in zip(ours, cases):
             ms, torch_ms = median(times), median(peer)
             row = {"kv": S, "config": cfg, "variant": label, "ms": ms,
@@ -88,7 +91,8 @@ def main():
         ("ratio", lambda r: f"{r['vs_torch']:.2f}"), ("rel err", lambda r: f"{r['rel_error']:.1e}"),
         ("regs", lambda r: str(r["registers"])), ("spills", lambda r: str(r["spills"]))],
         notes="ratio: the median over rounds of torch's time / ours, each round timing torch "
-              "and every candidate in turn on a cold L2; variant: that pass config added.")
+              f"and every candidate in turn on a cold L2, each after {args.settle} s of running "
+              "untimed (SETTLE_S); variant: that pass config added.")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,130 @@
+"""Steady state under the power cap: each of our kernels and its peer runs back to back for a
+few seconds while nvidia-smi samples the SM clock and the board's power; the table gives the
+throughput, clock, power and FLOP per joule of each. A kernel that spends less energy per FLOP
+runs at a higher clock at the cap; a short timing instead inherits the clock the kernel before
+it left (the reason the other benches settle each timer first, bench_gemm.SETTLE_S).
+
+    python bench/bench_power.py [--seconds 3] [--rounds 2] [--tag power_steady_state]
+"""
+import argparse
+import datetime
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from statistics import median
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+import tilecraft  # noqa: E402
+from flash_attention import flash_attention  # noqa: E402
+from gemm import matmul  # noqa: E402
+from tilecraft.carver.recommend import underlying  # noqa: E402
+from bench_gemm import warm_gpu, write_results  # noqa: E402
+
+
+def workloads():
+    """{name: (callable, FLOP per call)}: MHA S4096 beside cuDNN, GEMM 8192^3 beside cuBLAS."""
+    B, H, S, D = 8, 32, 4096, 128
+    q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=torch.float16) for _ in range(3))
+    qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+    mha = tilecraft.compile(underlying(flash_attention)(B, H, S, D, False, block_M=128,
+                                                        block_N=128, num_stages=3, threads=256),
+                            out_idx=[-1], pass_configs={"tl.enable_fast_math": True})
+    M = N = K = 8192
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    gemm = tilecraft.compile(underlying(matmul)(M, N, K, swizzle_panel=8, block_M=128,
+                                                block_N=256, block_K=64, threads=256,
+                                                num_stages=4), out_idx=[-1])
+
+    def cudnn():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt)
+    mha_flop, gemm_flop = 4.0 * B * H * S * S * D, 2.0 * M * N * K
+    return {"MHA S4096, cuDNN": (cudnn, mha_flop),
+            "MHA S4096, ours": (lambda: mha(q, k, v), mha_flop),
+            "GEMM 8192^3, cuBLAS": (lambda: a @ b, gemm_flop),
+            "GEMM 8192^3, ours": (lambda: gemm(a, b), gemm_flop)}
+
+
+def sustained(fn, seconds: float) -> tuple:
+    """(ms per call, start, end) of fn run back to back for `seconds`."""
+    start = time.time()
+    calls = 0
+    first, last = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    first.record()
+    while time.time() - start < seconds:
+        for _ in range(5):
+            fn()
+        calls += 5
+        torch.cuda.synchronize()
+    last.record()
+    last.synchronize()
+    return first.elapsed_time(last) / calls, start, time.time()
+
+
+def read_samples(path) -> list:
+    """[(seconds since the epoch, SM MHz, watts)] from nvidia-smi's CSV."""
+    out = []
+    for line in open(path):
+        try:
+            stamp, mhz, watts = (x.strip() for x in line.split(","))
+            when = datetime.datetime.strptime(stamp, "%Y/%m/%d %H:%M:%S.%f").timestamp()
+            out.append((when, float(mhz), float(watts)))
+        except ValueError:
+            continue
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    parser.add_argument("--tag", default="power_steady_state")
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    work = workloads()
+    log = tempfile.NamedTemporaryFile("w+", suffix=".csv")
+    smi = subprocess.Popen(["nvidia-smi", "-i", str(torch.cuda.current_device()),
+                            "--query-gpu=timestamp,clocks.sm,power.draw",
+                            "--format=csv,noheader,nounits", "-lms", "50"], stdout=log)
+    warm_gpu()
+    runs = []
+    for r in range(args.rounds):
+        for name, (fn, flop) in work.items():
+            time.sleep(1.0)  # each starts from the same idle moment
+            ms, start, end = sustained(fn, args.seconds)
+            runs.append((name, r, ms, flop, start, end))
+    smi.terminate()
+    smi.wait()
+    log.flush()
+    samples = read_samples(log.name)
+    rows = []
+    for name, r, ms, flop, start, end in runs:
+        # The first half second is the clock still moving from idle; it is left out.
+        inside = [s for s in samples if start + 0.5 <= s[0] <= end]
+        mhz, watts = median(s[1] for s in inside), median(s[2] for s in inside)
+        tflops = flop / ms / 1e9
+        rows.append({"work": name, "round": r, "ms": ms, "tflops": tflops, "sm_mhz": mhz,
+                     "watts": watts, "tflops_per_ghz": tflops / mhz * 1000,
+                     "gflop_per_joule": tflops * 1000 / watts})
+        print(f"{name:22s} r{r} {tflops:5.0f} TFLOP/s {mhz:5.0f} MHz {watts:4.0f} W", flush=True)
+    path = write_results(args.out, args.tag, rows, [
+        ("work", lambda x: x["work"]), ("round", lambda x: str(x["round"])),
+        ("TFLOP/s", lambda x: f"{x['tflops']:.0f}"), ("SM MHz", lambda x: f"{x['sm_mhz']:.0f}"),
+        ("W", lambda x: f"{x['watts']:.0f}"),
+        ("TFLOP/s per GHz", lambda x: f"{x['tflops_per_ghz']:.1f}"),
+        ("GFLOP/J", lambda x: f"{x['gflop_per_joule']:.0f}")],
+        notes=f"Each runs back to back for {args.seconds} s after 1 s idle, in {args.rounds} "
+              "rounds; clock and power: medians of nvidia-smi's 50 ms samples after the first "
+              "0.5 s.")
+    print(open(path).read())
+
+
+if __name__ == "__main__":
+    main()
