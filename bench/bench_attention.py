@@ -91,7 +91,8 @@ def main():
                 out = kernel(q, k, v)
                 err = float((out.float() - ref).norm() / ref.norm())
                 cases.append((cfg, label, configs, kernel, err))
-        (flash, cudnn, *ours), (_, cudnn_mhz, *our_mhz) = in_rounds_with_clocks(args.rounds, [
+        (flash, cudnn, *ours), (flash_mhz, cudnn_mhz, *our_mhz) = in_rounds_with_clocks(
+            args.rounds, [
             lambda: sdpa_ms(qt, kt, vt, causal, SDPBackend.FLASH_ATTENTION),
             lambda: sdpa_ms(qt, kt, vt, causal, SDPBackend.CUDNN_ATTENTION)] + [
             lambda kern=kernel: cuda_median_ms(lambda: kern(q, k, v), 3, 10, False)
@@ -106,7 +107,7 @@ def main():
                    "vs_cudnn": median([c / t for c, t in zip(cudnn, times)]),
                    "rel_error": err, "registers": kernel.n_regs,
                    "spills": kernel.n_spills, "pass_configs": configs,
-                   "sm_mhz": mhz, "cudnn_sm_mhz": cudnn_mhz,
+                   "sm_mhz": mhz, "flash_sm_mhz": flash_mhz, "cudnn_sm_mhz": cudnn_mhz,
                    "wgmma": "wgmma_m64n" in kernel.get_kernel_source()}
             rows.append(row)
             print(f"S{S} causal={causal} {cfg} {label}: {row['tflops']:.0f} TFLOP/s; flash "
@@ -122,6 +123,7 @@ def main():
         ("SDPA cuDNN", lambda r: f"{r['cudnn_tflops']:.0f}"),
         ("x cuDNN", lambda r: f"{r['vs_cudnn']:.2f}"), ("rel err", lambda r: f"{r['rel_error']:.1e}"),
         ("regs", lambda r: str(r["registers"])), ("SM MHz", lambda r: mhz_text(r["sm_mhz"])),
+        ("flash SM MHz", lambda r: mhz_text(r["flash_sm_mhz"])),
         ("cuDNN SM MHz", lambda r: mhz_text(r["cudnn_sm_mhz"]))],
         notes=f"pass configs: {pass_configs}; variant: that pass config added. Medians over "
               f"{args.rounds} rounds, each timing the peers and every candidate in turn, "

@@ -214,3 +214,31 @@ def test_bound_of_contains_every_value(seed):
             assert lo <= value <= hi, (e, values, value, (lo, hi))
         if isinstance(e, Const):
             assert (lo, hi) == (e.value, e.value)
+
+
+@pytest.mark.parametrize("op", ["<", "<=", ">", ">="])
+@pytest.mark.parametrize("a, c", [(1, 2), (3, -10), (-2, 7), (64, 0)])
+def test_bounds_under_a_guard_are_exactly_the_values_that_pass_it(op, a, c):
+    # The narrowed range holds every k in [0, 127] for which `a k + c OP 50` is true, and no
+    # other (checked against evaluating the guard).
+    from tilecraft.arith.bounds import bounds_under
+    from tilecraft.ir.expr import binary, compare
+    k = Var("k")
+    guard = compare(op, binary("+", binary("*", k, a), c), 50)
+    narrowed = bounds_under(guard, {id(k): (0, 127)})
+    passing = [x for x in range(128) if evaluate(guard, {k: x})]
+    lo, hi = narrowed[id(k)]
+    assert [x for x in range(128) if lo <= x <= hi] == passing
+
+
+def test_bounds_under_takes_each_conjunct_and_ignores_other_shapes():
+    from tilecraft.arith.bounds import bounds_under
+    from tilecraft.ir.expr import binary, compare, logical
+    k, j = Var("k"), Var("j")
+    bounds = {id(k): (0, 127), id(j): (0, 15)}
+    both = logical("and", compare("<", binary("+", k, 2), 128), compare(">=", j, 3))
+    assert bounds_under(both, bounds) == {id(k): (0, 125), id(j): (3, 15)}
+    # Two variables in one comparison, or a variable without known bounds: nothing assumed.
+    assert bounds_under(compare("<", binary("+", k, j), 10), bounds) == {}
+    free = Var("n")
+    assert bounds_under(compare("<", free, 10), bounds) == {}

@@ -108,3 +108,15 @@ def test_a_missing_barrier_before_the_last_step_is_a_race(example):
     # The last one is the loop's (the prologue's and the one in front of the loop come first).
     bad = plant(lowered, calls("tc::syncthreads"), dropped, len(barriers) - 1)
     assert "race" in kinds(run(bad, 96, 80, 200)[0])
+
+
+@pytest.mark.parametrize("K, checked", [(8192, False), (8192 - 16, True)])
+def test_copies_under_the_pipeline_guard_check_bounds_only_when_ragged(example, K, checked):
+    # `if (k + 2 < 128)` keeps every k tile it issues inside K = 8192: the cp.async go without
+    # a run-time bounds predicate. With K ragged the last tile is partly out of range, and the
+    # predicate stays (the emulator cases above run such kernels).
+    src = cuda_text(gemm_func(example, 256, 256, K))
+    guarded = src[src.index("if (k + 2 < "):]
+    copies = [line for line in guarded.splitlines() if "tc::cp_async_cg_16" in line]
+    assert copies
+    assert any(not line.rstrip().endswith("true);") for line in copies) == checked

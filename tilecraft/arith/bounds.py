@@ -145,4 +145,39 @@ def var_range(var: Var, extent: int, start: int = 0) -> dict:
     return {id(var): (start, start + extent - 1)}
 
 
-__all__ = ["bound_of", "simplify", "var_range", "convert"]
+def bounds_under(cond, var_bounds: dict) -> dict:
+    """{id(var): (lo, hi)}, the bounds of var_bounds' variables narrowed where cond holds, for
+    each conjunct of cond of the form `a * v + c < d` (or <=, >, >=) with a single variable v:
+    a pipelined loop's guard `k + 2 < 128` tells what its copies may assume of k."""
+    out = {}
+
+    def narrow(c):
+        if not isinstance(c, Binary):
+            return
+        if c.op == "and":
+            narrow(c.a)
+            narrow(c.b)
+            return
+        if c.op not in ("<", "<=", ">", ">=") or not (c.a.dtype.is_int and c.b.dtype.is_int):
+            return
+        terms, k = linear_form(binary("-", c.a, c.b))
+        if len(terms) != 1:
+            return
+        (v, a), = terms.values()
+        if not isinstance(v, Var) or id(v) not in var_bounds:
+            return
+        if c.op in (">", ">="):  # a v + k > 0  <=>  -a v - k < 0
+            a, k = -a, -k
+        strict = c.op in ("<", ">")
+        # a v + k < 0 (strict) or <= 0: v against -k / a, rounded inward.
+        lo, hi = out.get(id(v), var_bounds[id(v)])
+        if a > 0:
+            hi = min(hi, (-k - 1) // a if strict else (-k) // a)
+        else:
+            lo = max(lo, -((-k - 1) // -a) if strict else -((-k) // -a))
+        out[id(v)] = (lo, hi)
+    narrow(cond)
+    return out
+
+
+__all__ = ["bound_of", "bounds_under", "simplify", "var_range", "convert"]

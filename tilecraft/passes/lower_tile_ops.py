@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..arith.bounds import bounds_under
 from ..arith.linear import constant_value
 from ..errors import TileError
 from ..ir import tileop as top
@@ -75,7 +76,14 @@ class _KernelLowering:
             return dataclasses.replace(s, body=self.stmt(s.body), kind=kind, annotations=kept)
         if isinstance(s, IfThenElse):
             cond = self.scalar_rewriter().visit(s.cond)
-            return dataclasses.replace(s, cond=cond, then_body=self.stmt(s.then_body),
+            # What the guard says of loop variables holds in its body: a pipelined loop's
+            # copies under `k + 2 < n` need no bounds check on tiles the guard keeps in range.
+            narrowed = bounds_under(s.cond, ctx.var_bounds)
+            outer = {v: ctx.var_bounds[v] for v in narrowed}
+            ctx.var_bounds.update(narrowed)
+            then_body = self.stmt(s.then_body)
+            ctx.var_bounds.update(outer)
+            return dataclasses.replace(s, cond=cond, then_body=then_body,
                                        else_body=None if s.else_body is None
                                        else self.stmt(s.else_body))
         if isinstance(s, Allocate):
