@@ -97,7 +97,7 @@ def _rewrite(e, vb):
                     return a
                 if bb[0] >= ba[1]:
                     return b
-        if a is e.a and b is e.b:
+        if a is e.a and b is e.b and not (isinstance(a, Const) and isinstance(b, Const)):
             return e
         return binary(e.op, a, b, e.span)
     if isinstance(e, Cast) and e.dtype.is_int and e.value.dtype.is_int:

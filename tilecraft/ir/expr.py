@@ -250,6 +250,8 @@ def binary(op: str, a, b, span=None) -> Expr:
         if op == "*" and _is_const(b, 1): return _retype(a, result)
         if op == "*" and _is_const(a, 1): return _retype(b, result)
         if op in ("//", "/") and _is_const(b, 1): return _retype(a, result)
+        if op in ("^", "|") and _is_const(b, 0): return _retype(a, result)
+        if op in ("^", "|") and _is_const(a, 0): return _retype(b, result)
     if a.dtype is not result:
         a = Cast(a, result, a.span)
     if b.dtype is not result:

@@ -14,6 +14,7 @@ from ..errors import TileError
 from ..ir import tileop as top
 from ..ir.buffer import FRAGMENT, GLOBAL, BufferRegion, is_shared
 from ..ir.expr import Expr, Var
+from ..ir.visitor import walk
 from ..ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, Evaluate, For, IfThenElse,
                        Kernel, SeqStmt, seq)
 from ..tileops.cumsum import lower_cumsum
@@ -39,6 +40,10 @@ class _KernelLowering:
             n = constant_value(g)
             self.ctx.var_bounds[id(v)] = (0, (n - 1) if n is not None else float("inf"))
         self.swizzle = None
+        self.ctx.fragment_registers = sum(
+            layouts.buffer(n.buffer).locals_per_thread * max(1, n.buffer.dtype.bits // 32)
+            for n in walk(kernel.body)
+            if isinstance(n, Allocate) and n.buffer.scope == FRAGMENT)
 
     def run(self) -> Kernel:
         body = self.stmt(self.kernel.body)
@@ -177,7 +182,6 @@ def lower_tile_ops(func, configs: dict | None = None):
             # barrier after its reads (insert_barriers) gets bytes of its own; the rest share
             # one offset above those: each such user ends with a barrier after its last
             # read, so the next one may take the bytes.
-            from ..ir.visitor import walk
             base = (top + 15) // 16 * 16
             scratch = [n.buffer for n in walk(kernel.body) if isinstance(n, Allocate) and
                        is_shared(n.buffer.scope) and id(n.buffer) not in arena]

@@ -18,6 +18,7 @@ from ..ir.expr import BufferLoad, Call, address_of, cast, const
 from ..ir.stmt import Allocate, BufferStore, Evaluate, For, seq
 from ..ir.tileop import Gemm, GemmWarpPolicy
 from ..passes.rotate_mma_loop import FRAGMENT_LOOP
+from .lowering import hoistable_offset
 
 _MMA = {("float16", "float32"): ("tc::mma_m16n8k16_f16_f32", 16),
         ("bfloat16", "float32"): ("tc::mma_m16n8k16_bf16_f32", 16)}
@@ -108,6 +109,7 @@ def _lower_mma(op: Gemm, ctx, m, n, k, wm, wn, mma_name):
             col = warp_m * WM + mi * 16 + (q % 2) * 8
             off = _shared_offset(ctx, op.A, ctx.simplify(row), ctx.simplify(col))
             fn = "tc::ldmatrix_x4_trans"
+        off = hoistable_offset(off, ctx, [(kk, KI), (mi, MI)])
         a_load = [Evaluate(Call(fn, (address_of(a_frag, mi * 4), address_of(ctx.flat(A), off)), dt.handle))]
     body.append(For(mi, const(0), const(MI), "unroll", seq(a_load), {}, op.span))
     # --- B atoms: two per ldmatrix.x4 when the warp has an even number of them ---------
@@ -123,7 +125,8 @@ def _lower_mma(op: Gemm, ctx, m, n, k, wm, wn, mma_name):
         krow = warp_n * WN + (ni * pair + (q // 2) * (pair - 1)) * 8 + lane % 8
         ncol = kk * 16 + (q % 2) * 8
         fn = f"tc::ldmatrix_{x}"
-    off = _shared_offset(ctx, op.B, ctx.simplify(krow), ctx.simplify(ncol))
+    off = hoistable_offset(_shared_offset(ctx, op.B, ctx.simplify(krow), ctx.simplify(ncol)),
+                           ctx, [(kk, KI), (ni, NI // pair)])
     b_load = Evaluate(Call(fn, (address_of(b_frag, ni * 2 * pair), address_of(ctx.flat(B), off)),
                            dt.handle))
     body.append(For(ni, const(0), const(NI // pair), "unroll", b_load, {}, op.span))

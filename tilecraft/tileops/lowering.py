@@ -35,6 +35,7 @@ class ThreadContext:
     counter: int = 0
     unswitch_masks: bool = True  # tileops/uniform_select (off: tl.disable_uniform_masks)
     private_scratch: set = field(default_factory=set)  # ids of scratch needing own bytes
+    fragment_registers: int = 0  # 32-bit registers per thread all the kernel's fragments take
 
     def fresh(self, name: str, extent: int | None = None) -> Var:
         self.counter += 1
@@ -91,6 +92,58 @@ def evaluate_table(expr, env: dict) -> np.ndarray:
     """expr evaluated on numpy arrays bound to its variables (env: id(var) -> array)."""
     from ..interp.values import evaluate
     return evaluate(expr, env)
+
+
+# Fragments that take this many of a thread's 255 registers leave too few for an address per
+# unrolled iteration. Below it the precomputed addresses cost nothing and the rewritten form was
+# slower: 128x128 sm80 attention on 256 threads (fragments ~200 registers) lost 16% with it,
+# while 128x64 on 128 threads (~280) went from 176 bytes of spills to 72 and gained 8%
+# (bench/results/2026-11-24_mha_fwd_sm80_hoisted_offsets.md).
+TIGHT_REGISTERS = 224
+
+
+def hoistable_offset(e, ctx: ThreadContext, unrolled: list) -> Expr:
+    """e, an offset into a swizzled shared tile read in unrolled loops (unrolled: [(var,
+    extent)]), with each term that mixes the thread index and those loops' variables written
+    as the term of iteration 0 plus, or XOR-ed with, a constant of the iteration: the
+    per-thread part is then computed once, before the loops, and each unrolled access adds an
+    immediate. Written as given, `((kk * 16 + c) % 64 / 8 ^ r) * 8` is a different per-thread
+    value for each kk, and an attention loop's ldmatrix addresses filled (and spilled) dozens of
+    registers. Each rewrite is checked on every thread and every iteration."""
+    from itertools import product
+    from ..arith.linear import linear_form
+    from ..ir.expr import binary
+    from ..ir.visitor import substitute
+    loops = [(v, n) for v, n in unrolled if n > 1]
+    if not loops or not isinstance(e, Expr) or not e.dtype.is_int or \
+            ctx.fragment_registers < TIGHT_REGISTERS:
+        return e
+    tx = ctx.tx
+    combos = np.array(list(product(*[range(n) for _, n in loops]))).T
+    env = {id(tx): np.arange(ctx.num_threads)[:, None]}
+    env.update({id(v): combos[i][None, :] for i, (v, _) in enumerate(loops)})
+    at_start = {id(v): const(0) for v, _ in loops}
+    thread_zero = {id(tx): const(0)}
+    own = {id(v) for v, _ in loops} | {id(tx)}
+    terms, total = linear_form(e)
+    out, changed = const(total), False
+    for atom, coeff in terms.values():
+        free = {id(x) for x in walk(atom) if isinstance(x, Var)}
+        term = atom
+        if id(tx) in free and free <= own and len(free) > 1:
+            first = ctx.simplify(substitute(atom, at_start))
+            every = np.broadcast_to(evaluate_table(atom, env), (ctx.num_threads, combos.shape[1]))
+            base = np.broadcast_to(evaluate_table(first, env), every.shape)
+            step = ctx.simplify(substitute(atom, thread_zero))
+            step0 = ctx.simplify(substitute(first, thread_zero))
+            if np.all(every - base == (every - base)[:1]):
+                term, changed = first + ctx.simplify(step - step0), True
+            elif np.all(every >= 0) and np.all(base >= 0) and \
+                    np.all(every ^ base == (every ^ base)[:1]):
+                flips = step if constant_int(step0) == 0 else binary("^", step, step0)
+                term, changed = binary("^", first, ctx.simplify(flips)), True
+        out = out + term * coeff
+    return ctx.simplify(out) if changed else e
 
 
 def uses_var(e, var: Var) -> bool:

@@ -64,7 +64,7 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(half_t* __restric
   // gemm.py:36
   #pragma unroll
   for (int mi = 0; mi < 4; ++mi) {
-    tc::ldmatrix_x4((&C_local_a[mi * 4]), (&A_shared[tx / 32 % 2 * 2048 + mi * 512 + tx % 32 % 16 * 32 + (0 * 2 + tx % 32 / 16 ^ tx % 32 % 16 % 8 / 2) * 8]));
+    tc::ldmatrix_x4((&C_local_a[mi * 4]), (&A_shared[tx / 32 % 2 * 2048 + mi * 512 + tx % 32 % 16 * 32 + (tx % 32 / 16 ^ tx % 32 % 16 % 8 / 2) * 8]));
   }
   #pragma unroll
   for (int ni = 0; ni < 4; ++ni) {
@@ -96,7 +96,7 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(half_t* __restric
           // gemm.py:36
           #pragma unroll
           for (int mi = 0; mi < 4; ++mi) {
-            tc::ldmatrix_x4((&C_local_a[mi * 4]), (&A_shared[k * 4096 + tx / 32 % 2 * 2048 + mi * 512 + tx % 32 % 16 * 32 + (0 * 2 + tx % 32 / 16 ^ tx % 32 % 16 % 8 / 2) * 8 + 4096]));
+            tc::ldmatrix_x4((&C_local_a[mi * 4]), (&A_shared[k * 4096 + tx / 32 % 2 * 2048 + mi * 512 + tx % 32 % 16 * 32 + (tx % 32 / 16 ^ tx % 32 % 16 % 8 / 2) * 8 + 4096]));
           }
           #pragma unroll
           for (int ni = 0; ni < 4; ++ni) {
