@@ -73,3 +73,27 @@ def test_blocksparse_attention_at_the_benchmark_size(example, causal):
     assert not torch.isnan(out).any()
     assert float((out.float() - ref).norm() / ref.norm()) < 1e-2
     assert kernel.n_spills == 0
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_with_two_row_tiles_a_warp_on_the_cp_async_path(example, causal):
+    """128 query rows on four warps (the config whose ldmatrix offsets are rewritten to fit the
+    registers, tileops.lowering.hoistable_offset), through cp.async + mma.sync, at a ragged
+    length: against float32 attention, the output poisoned with NaN first."""
+    from tilecraft.carver.recommend import underlying
+    module = example("flash_attention")
+    B, H, S, D = 2, 4, 1000, 128
+    func = underlying(module.flash_attention)(B, H, S, D, causal, block_M=128, block_N=64,
+                                              num_stages=2, threads=128)
+    kernel = tilecraft.compile(func, pass_configs={
+        "tl.enable_fast_math": True, "tl.disable_warp_specialized": True,
+        "tl.disable_tma_lower": True, "tl.disable_wgmma": True})
+    assert "^ kk * 16 % 64 / 8" in kernel.get_kernel_source()
+    q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=torch.float16) for _ in range(3))
+    out = torch.full((B, S, H, D), float("nan"), device="cuda", dtype=torch.float16)
+    kernel(q, k, v, out)
+    qt, kt, vt = (x.transpose(1, 2).float() for x in (q, k, v))
+    ref = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+    ref = ref.transpose(1, 2)
+    assert not torch.isnan(out).any()
+    assert float((out.float() - ref).norm() / ref.norm()) < 1e-2
