@@ -9,16 +9,19 @@ and out-of-bounds writes do nothing, as in the language.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import product
 
 import numpy as np
 
 from ..arith.bounds import bound_of, simplify
+from ..arith.linear import linear_form
 from ..errors import TileError
 from ..ir import dtypes as dt
 from ..ir.buffer import FRAGMENT, GLOBAL, LOCAL, Buffer, is_shared
-from ..ir.expr import BufferLoad, Call, Const, Expr, Var, const, convert, logical, select
+from ..ir.expr import (BufferLoad, Call, Const, Expr, Var, binary, const, convert, logical,
+                       select)
 from ..ir.stmt import BufferStore, Evaluate, IfThenElse
-from ..ir.visitor import Mutator, walk
+from ..ir.visitor import Mutator, substitute, walk
 
 
 @dataclass
@@ -110,10 +113,6 @@ def hoistable_offset(e, ctx: ThreadContext, unrolled: list) -> Expr:
     immediate. Written as given, `((kk * 16 + c) % 64 / 8 ^ r) * 8` is a different per-thread
     value for each kk, and an attention loop's ldmatrix addresses filled (and spilled) dozens of
     registers. Each rewrite is checked on every thread and every iteration."""
-    from itertools import product
-    from ..arith.linear import linear_form
-    from ..ir.expr import binary
-    from ..ir.visitor import substitute
     loops = [(v, n) for v, n in unrolled if n > 1]
     if not loops or not isinstance(e, Expr) or not e.dtype.is_int or \
             ctx.fragment_registers < TIGHT_REGISTERS:
@@ -140,8 +139,8 @@ def hoistable_offset(e, ctx: ThreadContext, unrolled: list) -> Expr:
                 term, changed = first + ctx.simplify(step - step0), True
             elif np.all(every >= 0) and np.all(base >= 0) and \
                     np.all(every ^ base == (every ^ base)[:1]):
-                flips = step if constant_int(step0) == 0 else binary("^", step, step0)
-                term, changed = binary("^", first, ctx.simplify(flips)), True
+                # (binary folds the XOR with iteration 0's value away when that is 0.)
+                term, changed = binary("^", first, ctx.simplify(binary("^", step, step0))), True
         out = out + term * coeff
     return ctx.simplify(out) if changed else e
 
