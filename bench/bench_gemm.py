@@ -108,37 +108,39 @@ def in_rounds(rounds: int, timers: list, settle_s: float = 0.0) -> list:
 
 
 class ClockLog:
-    """The GPU's SM clock, sampled by nvidia-smi every 50 ms in the background while a bench
-    runs: a kernel that draws more power runs at a lower clock under the board's power cap, so
-    a ratio is read together with the clocks each side ran at. Without nvidia-smi every
-    clock is None."""
+    """The GPU's SM clock (and any other nvidia-smi --query-gpu fields given), sampled by
+    nvidia-smi every 50 ms in the background while a bench runs: a kernel that draws more power
+    runs at a lower clock under the board's power cap, so a ratio is read together with the
+    clocks each side ran at. Without nvidia-smi every clock is None."""
 
-    def __init__(self):
+    def __init__(self, fields=("clocks.sm",)):
         self.file = tempfile.NamedTemporaryFile("w+", suffix=".csv")
         try:
             self.proc = subprocess.Popen(
                 ["nvidia-smi", "-i", str(torch.cuda.current_device()),
-                 "--query-gpu=timestamp,clocks.sm", "--format=csv,noheader,nounits",
-                 "-lms", "50"], stdout=self.file, stderr=subprocess.DEVNULL)
+                 "--query-gpu=" + ",".join(("timestamp",) + tuple(fields)),
+                 "--format=csv,noheader,nounits", "-lms", "50"],
+                stdout=self.file, stderr=subprocess.DEVNULL)
         except OSError:
             self.proc = None
 
     def samples(self) -> list:
-        """[(seconds since the epoch, MHz)] so far."""
+        """[(seconds since the epoch, value of each field...)] so far (the first field is the
+        SM clock in MHz unless other fields were given)."""
         self.file.flush()
         out = []
         for line in open(self.file.name):
             try:
-                stamp, mhz = (x.strip() for x in line.split(","))
+                stamp, *values = (x.strip() for x in line.split(","))
                 when = datetime.datetime.strptime(stamp, "%Y/%m/%d %H:%M:%S.%f").timestamp()
-                out.append((when, float(mhz)))
+                out.append((when, *(float(v) for v in values)))
             except ValueError:
                 continue
         return out
 
     def median_mhz(self, windows) -> float | None:
         """The median clock over the samples taken inside the (start, end) windows."""
-        inside = [mhz for when, mhz in self.samples()
+        inside = [mhz for when, mhz, *_ in self.samples()
                   if any(start <= when <= end for start, end in windows)]
         return median(inside) if inside else None
 

@@ -7,11 +7,8 @@ it left (the reason the other benches settle each timer first, bench_gemm.SETTLE
     python bench/bench_power.py [--seconds 3] [--rounds 2] [--tag power_steady_state]
 """
 import argparse
-import datetime
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from statistics import median
 
@@ -24,7 +21,7 @@ import tilecraft  # noqa: E402
 from flash_attention import flash_attention  # noqa: E402
 from gemm import matmul  # noqa: E402
 from tilecraft.carver.recommend import underlying  # noqa: E402
-from bench_gemm import warm_gpu, write_results  # noqa: E402
+from bench_gemm import ClockLog, warm_gpu, write_results  # noqa: E402
 
 
 def workloads():
@@ -68,19 +65,6 @@ def sustained(fn, seconds: float) -> tuple:
     return first.elapsed_time(last) / calls, start, time.time()
 
 
-def read_samples(path) -> list:
-    """[(seconds since the epoch, SM MHz, watts)] from nvidia-smi's CSV."""
-    out = []
-    for line in open(path):
-        try:
-            stamp, mhz, watts = (x.strip() for x in line.split(","))
-            when = datetime.datetime.strptime(stamp, "%Y/%m/%d %H:%M:%S.%f").timestamp()
-            out.append((when, float(mhz), float(watts)))
-        except ValueError:
-            continue
-    return out
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
@@ -89,10 +73,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     work = workloads()
-    log = tempfile.NamedTemporaryFile("w+", suffix=".csv")
-    smi = subprocess.Popen(["nvidia-smi", "-i", str(torch.cuda.current_device()),
-                            "--query-gpu=timestamp,clocks.sm,power.draw",
-                            "--format=csv,noheader,nounits", "-lms", "50"], stdout=log)
+    log = ClockLog(("clocks.sm", "power.draw"))
     warm_gpu()
     for fn, _ in work.values():  # first calls build plans (cuDNN) and load modules: untimed
         for _ in range(3):
@@ -104,10 +85,8 @@ def main():
             time.sleep(1.0)  # each starts from the same idle moment
             ms, start, end = sustained(fn, args.seconds)
             runs.append((name, r, ms, flop, start, end))
-    smi.terminate()
-    smi.wait()
-    log.flush()
-    samples = read_samples(log.name)
+    samples = log.samples()
+    log.stop()
     rows = []
     for name, r, ms, flop, start, end in runs:
         # The first half second is the clock still moving from idle; it is left out.
