@@ -5,6 +5,10 @@ runs at a higher clock at the cap; a short timing instead inherits the clock the
 it left (the reason the other benches settle each timer first, bench_gemm.SETTLE_S).
 
     python bench/bench_power.py [--seconds 3] [--rounds 2] [--tag power_steady_state]
+                                [--gemm-shapes 8192x8192x8192,...] [--variant KEY=1]
+
+--variant adds our GEMM compiled with those pass configs beside the default one (an A/B of a
+pass at the power cap).
 """
 import argparse
 import os
@@ -21,32 +25,43 @@ import tilecraft  # noqa: E402
 from flash_attention import flash_attention  # noqa: E402
 from gemm import matmul  # noqa: E402
 from tilecraft.carver.recommend import underlying  # noqa: E402
-from bench_gemm import ClockLog, warm_gpu, write_results  # noqa: E402
+from bench_gemm import ClockLog, parse_configs, warm_gpu, write_results  # noqa: E402
 
 
-def workloads():
-    """{name: (callable, FLOP per call)}: MHA S4096 beside cuDNN, GEMM 8192^3 beside cuBLAS."""
+def workloads(gemm_shapes=((8192, 8192, 8192),), variants=(), mha=True):
+    """{name: (callable, FLOP per call)}: MHA S4096 beside cuDNN, each GEMM shape beside cuBLAS
+    (and compiled once more per variant: a dict of pass configs)."""
+    work = {}
+    for M, N, K in gemm_shapes:
+        a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+        b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+        name = f"GEMM {M}x{N}x{K}"
+        work[f"{name}, cuBLAS"] = (lambda a=a, b=b: a @ b, 2.0 * M * N * K)
+        for configs in ({},) + tuple(variants):
+            # Panels of 16 tile rows: a wave of 132 tiles of 128x256 then covers about 16 x 8
+            # of them, the least A and B it can read from HBM.
+            gemm = tilecraft.compile(underlying(matmul)(M, N, K, swizzle_panel=16, block_M=128,
+                                                        block_N=256, block_K=64, threads=256,
+                                                        num_stages=4), out_idx=[-1],
+                                     pass_configs=configs)
+            label = ", ".join(f"{k}={v}" for k, v in configs.items())
+            work[f"{name}, ours{' ' + label if label else ''}"] = (
+                lambda g=gemm, a=a, b=b: g(a, b), 2.0 * M * N * K)
+    if not mha:
+        return work
     B, H, S, D = 8, 32, 4096, 128
     q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=torch.float16) for _ in range(3))
     qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
     mha = tilecraft.compile(underlying(flash_attention)(B, H, S, D, False, block_M=128,
                                                         block_N=128, num_stages=3, threads=256),
                             out_idx=[-1], pass_configs={"tl.enable_fast_math": True})
-    M = N = K = 8192
-    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
-    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
-    gemm = tilecraft.compile(underlying(matmul)(M, N, K, swizzle_panel=8, block_M=128,
-                                                block_N=256, block_K=64, threads=256,
-                                                num_stages=4), out_idx=[-1])
 
     def cudnn():
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt)
-    mha_flop, gemm_flop = 4.0 * B * H * S * S * D, 2.0 * M * N * K
+    mha_flop = 4.0 * B * H * S * S * D
     return {"MHA S4096, cuDNN": (cudnn, mha_flop),
-            "MHA S4096, ours": (lambda: mha(q, k, v), mha_flop),
-            "GEMM 8192^3, cuBLAS": (lambda: a @ b, gemm_flop),
-            "GEMM 8192^3, ours": (lambda: gemm(a, b), gemm_flop)}
+            "MHA S4096, ours": (lambda: mha(q, k, v), mha_flop), **work}
 
 
 def sustained(fn, seconds: float) -> tuple:
@@ -71,8 +86,13 @@ def main():
     parser.add_argument("--tag", default="power_steady_state")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--gemm-shapes", default="8192x8192x8192")
+    parser.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--no-mha", action="store_true")
     args = parser.parse_args()
-    work = workloads()
+    shapes = [tuple(int(x) for x in s.split("x")) for s in args.gemm_shapes.split(",")]
+    work = workloads(shapes, [parse_configs(v.split(",")) for v in args.variant],
+                     not args.no_mha)
     log = ClockLog(("clocks.sm", "power.draw"))
     warm_gpu()
     for fn, _ in work.values():  # first calls build plans (cuDNN) and load modules: untimed

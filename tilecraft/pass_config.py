@@ -19,6 +19,7 @@ class PassConfigKey:
     TL_DISABLE_WGMMA_BATCH_MERGE = "tl.disable_wgmma_batch_merge"
     TL_DISABLE_MMA_ROTATION = "tl.disable_mma_rotation"
     TL_DISABLE_WARPGROUP_PINGPONG = "tl.disable_warpgroup_pingpong"
+    TL_DISABLE_K_ALTERNATION = "tl.disable_k_alternation"
 
 
 # What each key does here (all but the first matter on sm_90a, the only target with TMA, WGMMA
@@ -57,6 +58,10 @@ KNOWN = {PassConfigKey.TL_ENABLE_FAST_MATH: "compile with --use_fast_math",
                                                       "attention loop issue their wgmma "
                                                       "batches whenever ready instead of "
                                                       "taking turns (pingpong_warpgroups)",
+         PassConfigKey.TL_DISABLE_K_ALTERNATION: "every block of a warp-specialized GEMM "
+                                                 "loop walks K upwards; by default blocks of "
+                                                 "odd waves walk it downwards, starting on "
+                                                 "tiles still in L2 (alternate_k_direction)",
          PassConfigKey.TL_ENABLE_PERSISTENT_TILES: "a warp-specialized kernel launches one "
                                                    "block per SM (or at most the int given), "
                                                    "each looping over the grid's tiles while "

@@ -21,6 +21,11 @@ from .bulk_stores import stmatrix_x4
 from .hopper import make_smem_desc
 from .memory import Bits, Pointer, as_bytes
 
+# The SMs of the GPU the emulator pretends to be: few enough that each block of a persistent
+# kernel runs several tiles of a small test problem (the ring's rounds carry over tiles), and
+# that a small grid has several waves (tc::launch_wave_parity).
+EMULATED_SMS = 2
+
 WARP = 32
 _LANE = np.arange(WARP)
 _G, _T = _LANE // 4, _LANE % 4
@@ -272,6 +277,8 @@ _SM90 = {
     "is_producer_thread": lambda m, b, h, n: m.tx >= np.asarray(n),
     "is_producer_leader": lambda m, b, h, n: m.tx == np.asarray(n),
     "is_block_leader": lambda m, b, h: m.tx == 0,
+    # Waves of EMULATED_SMS blocks, so a small grid has odd waves too.
+    "launch_wave_parity": lambda m, b, h: np.int64(m.tiles.index // EMULATED_SMS % 2),
     "barrier_all": lambda m, b, h: syncthreads(m),
     "syncwarp": _collective(lambda m, h, what: _whole_warps(m, what), "syncwarp"),
     "fence_proxy_async_shared": lambda m, b, h: b.fence_proxy(m.lanes),

@@ -32,10 +32,7 @@ from .copies import AsyncCopies
 from .hopper import WARPGROUP, Hopper
 from .memory import BlockMemory, Pointer
 
-
-# The SMs of the GPU the emulator pretends to be, for persistent kernels: few enough that each
-# block runs several tiles of a small test problem (the ring's rounds carry over tiles).
-EMULATED_SMS = 2
+EMULATED_SMS = intrinsics.EMULATED_SMS
 
 
 class ThreadEvaluator(Evaluator):

@@ -6,6 +6,7 @@ import os
 
 from .. import knobs
 from ..ir.verify import verify
+from .alternate_k_direction import alternate_k_direction
 from .finalize_barriers import finalize_barriers
 from .infer_instructions import infer_instructions
 from .infer_layouts import infer_layouts
@@ -42,6 +43,7 @@ def cuda(func, arch: str = "sm_80", smem_limit: int | None = None, configs: dict
              ("infer_instructions", lambda f: infer_instructions(f, arch, configs)),
              ("infer_pipeline", infer_pipeline),
              ("warp_specialize", lambda f: warp_specialize(f, arch, configs)),
+             ("alternate_k_direction", lambda f: alternate_k_direction(f, configs)),
              ("pipeline_loops", pipeline_loops),
              ("infer_layouts", infer_layouts),
              ("plan_shared_memory", lambda f: plan_shared_memory(f, smem_limit)),

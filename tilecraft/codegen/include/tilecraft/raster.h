@@ -23,6 +23,11 @@
 //     y    = o / w,     x = p * panel + o % w
 //     if serpentine and p is odd:  y = gy - 1 - y  (odd panels walk bottom to top)
 //
+// launch_wave_parity(): 0 for a block of an even wave, 1 for one of an odd wave, a wave being
+// %nsmid blocks in launch order (linear blockIdx, x fastest). That is the GPU's wave only for
+// kernels that fit one block per SM; %nsmid counts SM identifiers, which on an H100 SXM are
+// the 132 SMs themselves. alternate_k_direction reverses the K order of odd waves with it.
+//
 // Python mirror (integer division is floor division on non-negative values):
 //   def rasterize_row(panel, gx, gy, bx, by, serpentine=True):
 //       if panel <= 0: return bx, by
@@ -59,6 +64,13 @@ TC_DEVICE int2 rasterize_col(int panel, uint3 grid, int bx, int by, bool serpent
   const int x = p * panel + o % cols;
   if (serpentine && (p & 1)) y = gy - 1 - y;
   return make_int2(x, y);
+}
+
+TC_DEVICE int launch_wave_parity() {
+  unsigned sms;
+  asm("mov.u32 %0, %%nsmid;" : "=r"(sms));
+  const unsigned linear = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  return static_cast<int>((linear / sms) & 1u);
 }
 
 }  // namespace tc

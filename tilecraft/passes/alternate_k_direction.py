@@ -1,0 +1,111 @@
+"""alternate_k_direction: blocks of odd waves walk a GEMM's K loop from the top down.
+
+A warp-specialized GEMM that fills the register file runs one block per SM, so its blocks run
+in waves of as many blocks as the GPU has SMs, in launch order. Each block streams its rows of
+A and columns of B through the K loop from k = 0 up, and so does every block of the next wave:
+by then the slices of k = 0 have long left L2 (a wave of 128x256 tiles at 8192^3 touches about
+68 MB, the H100's L2 holds 50). When the blocks of odd waves load their tiles in the opposite
+order, a wave starts on the slices the wave before touched last, and the rows of A it shares
+with that wave (the same panel of T.use_swizzle) come from L2 instead of HBM. On the H100,
+128x256 tiles in panels of 16 at 8192^3 read 1.06 GB from HBM instead of 1.20, and at the power
+cap, where the clock follows the energy spent per FLOP, ran at 941-942 GFLOP/J instead of
+926-937 (cuBLAS 940; bench/results/2026-11-24_gemm_k_alternation_power.md and _ncu.md).
+
+Only the producer's copies change: the copy of iteration k loads tile n - 1 - k into k's stage
+of the ring when tc::launch_wave_parity() (raster.h) is 1, so the consumers accumulate the same
+products in the opposite order. That is the whole rewrite, and it is only valid where the
+order cannot matter: the consumer loop does nothing but wait for its stage, accumulate with
+T.gemm into accumulators nothing else in the loop touches, and release the stage. Kernels with
+clusters (both blocks of a pair must load the same k at once) or persistent tiles, and those
+that may fit several blocks on an SM (no setmaxnreg: the wave is then not one block per SM),
+keep their order. Turned off with tl.disable_k_alternation.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ..ir.expr import Call, const, select
+from ..ir.stmt import Evaluate, For, Kernel, called, stmts_of
+from ..ir.tileop import Copy, Gemm
+from ..ir.visitor import Mutator, substitute, walk
+from ..pass_config import PassConfigKey
+
+WAVE_PARITY = "tc::launch_wave_parity"
+
+
+def _order_free(loop: For) -> bool:
+    """The consumer loop only waits, accumulates with gemms and releases: its result does not
+    depend on the order in which its iterations see their tiles."""
+    gemms, barriers = [], 0
+    for s in stmts_of(loop.body):
+        if isinstance(s, Gemm) and not s.clear_accum:
+            gemms.append(s)
+        elif isinstance(s, Evaluate) and (called(s) or "").startswith("tc::mbarrier_"):
+            barriers += 1
+        else:
+            return False
+    if not gemms:
+        return False
+    accumulators = {id(g.C.buffer) for g in gemms}
+    # An accumulator one gemm feeds into another (as A or B) is read between iterations.
+    return not any(id(g.A.buffer) in accumulators or id(g.B.buffer) in accumulators
+                   for g in gemms)
+
+
+def _one_block_per_sm(kernel: Kernel) -> bool:
+    """Consumers that raise their registers with setmaxnreg take the register file: one block
+    per SM, so a wave is one block per SM."""
+    return any(isinstance(n, Call) and n.name.startswith("tc::setmaxnreg_inc")
+               for n in walk(kernel.body))
+
+
+class _ReverseProducerCopies(Mutator):
+    """In the producer loops over the given loop variables, each copy's source region reads
+    iteration n - 1 - k on odd waves."""
+
+    def __init__(self, loops: dict):
+        self.loops = loops          # id(loop var) -> (start, extent)
+        self.inside = None
+
+    def visit_For(self, s: For):
+        if id(s.var) in self.loops and not s.annotations.get("warp_specialized"):
+            outer, self.inside = self.inside, s
+            try:
+                return dataclasses.replace(s, body=self.visit(s.body))
+            finally:
+                self.inside = outer
+        return dataclasses.replace(s, body=self.visit(s.body))
+
+    def visit_Copy(self, s: Copy):
+        if self.inside is None or s.src.buffer.scope != "global":
+            return s
+        k = self.inside.var
+        start, extent = self.loops[id(k)]
+        odd = Call(WAVE_PARITY, (), k.dtype) != const(0)
+        reversed_k = select(odd, start + extent - const(1) - (k - start), k)
+        return dataclasses.replace(s, src=substitute(s.src, {id(k): reversed_k}))
+
+
+def _rewrite(kernel: Kernel) -> Kernel:
+    if not kernel.attrs.get("producer_threads") or kernel.attrs.get("cluster_dims") or \
+            kernel.attrs.get("persistent_blocks") is not None or \
+            not _one_block_per_sm(kernel):
+        return kernel
+    loops = {id(n.var): (n.start, n.extent) for n in walk(kernel.body)
+             if isinstance(n, For) and n.annotations.get("warp_specialized") and
+             _order_free(n)}
+    if not loops:
+        return kernel
+    return dataclasses.replace(kernel, body=_ReverseProducerCopies(loops).visit(kernel.body))
+
+
+def alternate_k_direction(func, configs: dict | None = None):
+    if (configs or {}).get(PassConfigKey.TL_DISABLE_K_ALTERNATION):
+        return func
+
+    return dataclasses.replace(func, body=_Kernels().visit(func.body))
+
+
+class _Kernels(Mutator):
+    def visit_Kernel(self, k: Kernel):
+        return _rewrite(k)
