@@ -48,7 +48,11 @@ def main():
         for M, N, K, cfg in [(256, 256, 256, dict(block_M=128, block_N=256, block_K=64,
                                                    threads=256, num_stages=3)),
                              (200, 136, 72, dict(block_M=128, block_N=128, block_K=64,
-                                                 threads=256, num_stages=2))]:
+                                                 threads=256, num_stages=2))] + [
+                # 17 x 16 blocks: two waves and more, the odd ones walking K downwards
+                # (alternate_k_direction, default arm only), K ragged
+                (2176, 2048, 200, dict(block_M=128, block_N=128, block_K=64, threads=256,
+                                       num_stages=3))] * (arm == ""):
             a = torch.randn(M, K, device="cuda", dtype=torch.float16)
             b = torch.randn(K, N, device="cuda", dtype=torch.float16)
             c = build(matmul, M, N, K, configs=configs, **cfg)(a, b)
