@@ -8,7 +8,7 @@ it left (the reason the other benches settle each timer first, bench_gemm.SETTLE
                                 [--gemm-shapes 8192x8192x8192,...] [--variant KEY=1]
 
 --variant adds our GEMM compiled with those pass configs beside the default one (an A/B of a
-pass at the power cap).
+pass at the power cap); an item panel=N in it sets that arm's T.use_swizzle panel (default 16).
 """
 import argparse
 import os
@@ -40,11 +40,13 @@ def workloads(gemm_shapes=((8192, 8192, 8192),), variants=(), mha=True):
         for configs in ({},) + tuple(variants):
             # Panels of 16 tile rows: a wave of 132 tiles of 128x256 then covers about 16 x 8
             # of them, the least A and B it can read from HBM.
-            gemm = tilecraft.compile(underlying(matmul)(M, N, K, swizzle_panel=16, block_M=128,
-                                                        block_N=256, block_K=64, threads=256,
-                                                        num_stages=4), out_idx=[-1],
-                                     pass_configs=configs)
-            label = ", ".join(f"{k}={v}" for k, v in configs.items())
+            configs = dict(configs)
+            panel = configs.pop("panel", 16)
+            func = underlying(matmul)(M, N, K, swizzle_panel=panel, block_M=128, block_N=256,
+                                      block_K=64, threads=256, num_stages=4)
+            gemm = tilecraft.compile(func, out_idx=[-1], pass_configs=configs)
+            label = ", ".join([f"{k}={v}" for k, v in configs.items()] +
+                              ([f"panel={panel}"] if panel != 16 else []))
             work[f"{name}, ours{' ' + label if label else ''}"] = (
                 lambda g=gemm, a=a, b=b: g(a, b), 2.0 * M * N * K)
     if not mha:
@@ -91,8 +93,13 @@ def main():
     parser.add_argument("--no-mha", action="store_true")
     args = parser.parse_args()
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.gemm_shapes.split(",")]
-    work = workloads(shapes, [parse_configs(v.split(",")) for v in args.variant],
-                     not args.no_mha)
+    variants = []
+    for text in args.variant:
+        items = text.split(",")
+        panels = {int(x[6:]) for x in items if x.startswith("panel=")}
+        configs = parse_configs([x for x in items if not x.startswith("panel=")])
+        variants.append({**configs, **({"panel": panels.pop()} if panels else {})})
+    work = workloads(shapes, variants, not args.no_mha)
     log = ClockLog(("clocks.sm", "power.draw"))
     warm_gpu()
     for fn, _ in work.values():  # first calls build plans (cuDNN) and load modules: untimed
