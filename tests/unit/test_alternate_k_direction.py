@@ -96,3 +96,31 @@ def test_the_pass_is_listed_and_its_config_known():
     from tilecraft.pass_config import KNOWN, PassConfigKey
     assert PassConfigKey.TL_DISABLE_K_ALTERNATION in KNOWN
     assert re.search(r"\balternate_k_direction\b", open(pipelines.__file__).read())
+
+
+def test_a_producer_that_loads_by_other_means_keeps_its_order(example):
+    """A producer loop with a statement besides its copies and barrier calls (one the rewrite
+    would leave in order) is left alone."""
+    import dataclasses
+
+    from tilecraft.ir.expr import Call
+    from tilecraft.ir.stmt import Evaluate, seq, stmts_of
+    from tilecraft.ir.visitor import Mutator, walk
+    from tilecraft.passes.infer_instructions import infer_instructions
+    from tilecraft.passes.infer_pipeline import infer_pipeline
+    from tilecraft.passes.stage_epilogue import stage_epilogue
+    from tilecraft.passes.warp_specialize import warp_specialize
+
+    func = stage_epilogue(gemm(example), "sm_90a", None, 227 * 1024)
+    func = warp_specialize(infer_pipeline(infer_instructions(func, "sm_90a", None)), "sm_90a")
+    asks = lambda f: "tc::launch_wave_parity" in akd.alternate_k_direction(f).script()  # noqa
+    assert asks(func)
+
+    class AddToProducer(Mutator):
+        def visit_For(self, s):
+            if s.annotations.get("warp_specialized") or \
+                    not any(isinstance(n, Copy) for n in walk(s.body)):
+                return s
+            other = Evaluate(Call("tc::some_other_load", (), s.var.dtype) + s.var)
+            return dataclasses.replace(s, body=seq(list(stmts_of(s.body)) + [other]))
+    assert not asks(AddToProducer().visit(func))

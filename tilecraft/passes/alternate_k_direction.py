@@ -86,6 +86,19 @@ class _ReverseProducerCopies(Mutator):
         return dataclasses.replace(s, src=substitute(s.src, {id(k): reversed_k}))
 
 
+def _producer_loads_only_by_copies(kernel: Kernel, loops: dict) -> bool:
+    """Every statement of the producer loops over those variables is a copy from global memory
+    or a barrier call: nothing else loads a tile the rewrite would leave in order."""
+    for n in walk(kernel.body):
+        if isinstance(n, For) and id(n.var) in loops and \
+                not n.annotations.get("warp_specialized"):
+            for s in stmts_of(n.body):
+                copy = isinstance(s, Copy) and s.src.buffer.scope == "global"
+                if not copy and not (isinstance(s, Evaluate) and called(s)):
+                    return False
+    return True
+
+
 def _rewrite(kernel: Kernel) -> Kernel:
     if not kernel.attrs.get("producer_threads") or kernel.attrs.get("cluster_dims") or \
             kernel.attrs.get("persistent_blocks") is not None or \
@@ -94,7 +107,7 @@ def _rewrite(kernel: Kernel) -> Kernel:
     loops = {id(n.var): (n.start, n.extent) for n in walk(kernel.body)
              if isinstance(n, For) and n.annotations.get("warp_specialized") and
              _order_free(n)}
-    if not loops:
+    if not loops or not _producer_loads_only_by_copies(kernel, loops):
         return kernel
     return dataclasses.replace(kernel, body=_ReverseProducerCopies(loops).visit(kernel.body))
 
