@@ -15,7 +15,9 @@ Only the producer's copies change: the copy of iteration k loads tile n - 1 - k 
 of the ring when tc::launch_wave_parity() (raster.h) is 1, so the consumers accumulate the same
 products in the opposite order. That is the whole rewrite, and it is only valid where the
 order cannot matter: the consumer loop does nothing but wait for its stage, accumulate with
-T.gemm into accumulators nothing else in the loop touches, and release the stage. Kernels with
+T.gemm into accumulators nothing else in the loop touches, and release the stage, and the
+producer loads every tile by a copy from global memory (anything else it would leave in
+order). Kernels with
 clusters (both blocks of a pair must load the same k at once) or persistent tiles, and those
 that may fit several blocks on an SM (no setmaxnreg: the wave is then not one block per SM),
 keep their order. Turned off with tl.disable_k_alternation.
@@ -36,13 +38,11 @@ WAVE_PARITY = "tc::launch_wave_parity"
 def _order_free(loop: For) -> bool:
     """The consumer loop only waits, accumulates with gemms and releases: its result does not
     depend on the order in which its iterations see their tiles."""
-    gemms, barriers = [], 0
+    gemms = []
     for s in stmts_of(loop.body):
         if isinstance(s, Gemm) and not s.clear_accum:
             gemms.append(s)
-        elif isinstance(s, Evaluate) and (called(s) or "").startswith("tc::mbarrier_"):
-            barriers += 1
-        else:
+        elif not (isinstance(s, Evaluate) and (called(s) or "").startswith("tc::mbarrier_")):
             return False
     if not gemms:
         return False
@@ -115,7 +115,6 @@ def _rewrite(kernel: Kernel) -> Kernel:
 def alternate_k_direction(func, configs: dict | None = None):
     if (configs or {}).get(PassConfigKey.TL_DISABLE_K_ALTERNATION):
         return func
-
     return dataclasses.replace(func, body=_Kernels().visit(func.body))
 
 
