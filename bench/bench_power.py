@@ -66,6 +66,16 @@ def workloads(gemm_shapes=((8192, 8192, 8192),), variants=(), mha=True):
             "MHA S4096, ours": (lambda: mha(q, k, v), mha_flop), **work}
 
 
+def parse_variant(text: str) -> dict:
+    """--variant KEY=0/1[,KEY2=0/1][,panel=N]: pass configs, and the arm's panel if given."""
+    items = text.split(",")
+    panels = [int(x[len("panel="):]) for x in items if x.startswith("panel=")]
+    if len(panels) > 1:
+        raise ValueError(f"--variant {text!r} gives more than one panel")
+    configs = parse_configs([x for x in items if not x.startswith("panel=")])
+    return {**configs, **({"panel": panels[0]} if panels else {})}
+
+
 def sustained(fn, seconds: float) -> tuple:
     """(ms per call, start, end) of fn run back to back for `seconds`."""
     start = time.time()
@@ -93,13 +103,7 @@ def main():
     parser.add_argument("--no-mha", action="store_true")
     args = parser.parse_args()
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.gemm_shapes.split(",")]
-    variants = []
-    for text in args.variant:
-        items = text.split(",")
-        panels = {int(x[6:]) for x in items if x.startswith("panel=")}
-        configs = parse_configs([x for x in items if not x.startswith("panel=")])
-        variants.append({**configs, **({"panel": panels.pop()} if panels else {})})
-    work = workloads(shapes, variants, not args.no_mha)
+    work = workloads(shapes, [parse_variant(v) for v in args.variant], not args.no_mha)
     log = ClockLog(("clocks.sm", "power.draw"))
     warm_gpu()
     for fn, _ in work.values():  # first calls build plans (cuDNN) and load modules: untimed
