@@ -20,6 +20,7 @@ class PassConfigKey:
     TL_DISABLE_MMA_ROTATION = "tl.disable_mma_rotation"
     TL_DISABLE_WARPGROUP_PINGPONG = "tl.disable_warpgroup_pingpong"
     TL_DISABLE_K_ALTERNATION = "tl.disable_k_alternation"
+    TL_DISABLE_AUTO_RASTERIZATION = "tl.disable_auto_rasterization"
 
 
 # What each key does here (all but the first matter on sm_90a, the only target with TMA, WGMMA
@@ -62,6 +63,11 @@ KNOWN = {PassConfigKey.TL_ENABLE_FAST_MATH: "compile with --use_fast_math",
                                                  "loop walks K upwards; by default blocks of "
                                                  "odd waves walk it downwards, starting on "
                                                  "tiles still in L2 (alternate_k_direction)",
+         PassConfigKey.TL_DISABLE_AUTO_RASTERIZATION: "a kernel without T.use_swizzle runs "
+                                                      "its blocks in launch order; by default "
+                                                      "it gets the panel the L2 model prefers "
+                                                      "where that saves HBM traffic "
+                                                      "(choose_rasterization)",
          PassConfigKey.TL_ENABLE_PERSISTENT_TILES: "a warp-specialized kernel launches one "
                                                    "block per SM (or at most the int given), "
                                                    "each looping over the grid's tiles while "

@@ -7,6 +7,7 @@ import os
 from .. import knobs
 from ..ir.verify import verify
 from .alternate_k_direction import alternate_k_direction
+from .choose_rasterization import choose_rasterization
 from .finalize_barriers import finalize_barriers
 from .infer_instructions import infer_instructions
 from .infer_layouts import infer_layouts
@@ -39,7 +40,8 @@ def cuda(func, arch: str = "sm_80", smem_limit: int | None = None, configs: dict
     GPUs (and the rest) take the mma.sync path."""
     verify(func)
     _dump(func, 0, "input")
-    steps = [("stage_epilogue", lambda f: stage_epilogue(f, arch, configs, smem_limit)),
+    steps = [("choose_rasterization", lambda f: choose_rasterization(f, arch, configs)),
+             ("stage_epilogue", lambda f: stage_epilogue(f, arch, configs, smem_limit)),
              ("infer_instructions", lambda f: infer_instructions(f, arch, configs)),
              ("infer_pipeline", infer_pipeline),
              ("warp_specialize", lambda f: warp_specialize(f, arch, configs)),
