@@ -113,3 +113,18 @@ def test_persistent_kernels_compile_for_sm90a_without_spills(module_name, factor
     # the producer's and the consumers' tiles
     assert source.count(" * gridDim.x + (tc_tile") == 2
     assert kernel.n_spills == 0
+
+
+def test_the_short_gemm_compiles_rastered_with_alternating_waves():
+    """The paper's GEMM without T.use_swizzle at 8192^3 on sm_90a: choose_rasterization gives it
+    a panel and alternate_k_direction reverses its odd waves; nvcc builds both."""
+    path = ROOT / "examples" / "gemm.py"
+    spec = importlib.util.spec_from_file_location("ex_gemm_raster", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    func = module.matmul.__wrapped__(8192, 8192, 8192, block_M=128, block_N=256, block_K=64,
+                                     threads=256, num_stages=4)
+    kernel = tilecraft.compile(func, target="sm_90a")
+    source = kernel.get_kernel_source()
+    assert "tc::rasterize_" in source and "tc::launch_wave_parity()" in source
+    assert kernel.n_regs > 0 and kernel.n_spills == 0
