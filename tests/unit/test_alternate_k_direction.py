@@ -83,11 +83,11 @@ def test_reversed_waves_agree_with_numpy_on_the_emulator(example, M, N, K):
 
 
 def test_reversing_one_operand_only_is_caught(example, monkeypatch):
-    visit = akd._ReverseProducerCopies.visit_Copy
+    reverse = akd._reversed_copy
 
-    def only_a(self, s: Copy):
-        return visit(self, s) if s.src.buffer.name == "A" else s
-    monkeypatch.setattr(akd._ReverseProducerCopies, "visit_Copy", only_a)
+    def only_a(copy: Copy, loop):
+        return reverse(copy, loop) if copy.src.buffer.name == "A" else copy
+    monkeypatch.setattr(akd, "_reversed_copy", only_a)
     _, C, want = run_gemm(example, 256, 256, 200)
     assert not np.allclose(C.astype(np.float32), want, rtol=2e-2, atol=5e-2)
 

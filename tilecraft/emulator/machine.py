@@ -32,8 +32,6 @@ from .copies import AsyncCopies
 from .hopper import WARPGROUP, Hopper
 from .memory import BlockMemory, Pointer
 
-EMULATED_SMS = intrinsics.EMULATED_SMS
-
 
 class ThreadEvaluator(Evaluator):
     """The interpreter's expression evaluator, with loads and calls that reach the emulated
@@ -349,7 +347,7 @@ class Emulator:
         # tile (TileWalk); the others each own the tile of their own linear index.
         persistent = k.attrs.get("persistent_blocks")
         tiles = gx * gy * gz
-        count = tiles if persistent is None else min(tiles, persistent or EMULATED_SMS)
+        count = tiles if persistent is None else min(tiles, persistent or intrinsics.EMULATED_SMS)
         for b in range(count):
             walk_ = TileWalk(b, count, (gx, gy, gz), swizzle, len(k.block_vars))
             coords = walk_.coords(b) if persistent is None else ()

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..ir.expr import Call, const, select
-from ..ir.stmt import Evaluate, For, Kernel, called, stmts_of
+from ..ir.stmt import Evaluate, For, Kernel, called, seq, stmts_of
 from ..ir.tileop import Copy, Gemm
 from ..ir.visitor import Mutator, substitute, walk
 from ..pass_config import PassConfigKey
@@ -59,44 +59,37 @@ def _one_block_per_sm(kernel: Kernel) -> bool:
                for n in walk(kernel.body))
 
 
-class _ReverseProducerCopies(Mutator):
-    """In the producer loops over the given loop variables, each copy's source region reads
-    iteration n - 1 - k on odd waves."""
+def _producer_loops(kernel: Kernel, loop_vars: set) -> list:
+    """The producer's loops over those variables (warp_specialize gives the producer's and the
+    consumers' loop the same variable, start and extent)."""
+    return [n for n in walk(kernel.body) if isinstance(n, For) and id(n.var) in loop_vars and
+            not n.annotations.get("warp_specialized")]
 
-    def __init__(self, loops: dict):
-        self.loops = loops          # id(loop var) -> (start, extent)
-        self.inside = None
+
+def _loads_only_by_copies(loop: For) -> bool:
+    """Every statement is a copy from global memory or a barrier call: nothing else loads a
+    tile the rewrite would leave in order."""
+    return all((isinstance(s, Copy) and s.src.buffer.scope == "global") or
+               (isinstance(s, Evaluate) and called(s)) for s in stmts_of(loop.body))
+
+
+def _reversed_copy(copy: Copy, loop: For) -> Copy:
+    """The copy of iteration k, reading iteration n - 1 - k on odd waves."""
+    k = loop.var
+    odd = Call(WAVE_PARITY, (), k.dtype) != const(0)
+    reversed_k = select(odd, loop.start + loop.extent - const(1) - (k - loop.start), k)
+    return dataclasses.replace(copy, src=substitute(copy.src, {id(k): reversed_k}))
+
+
+class _ReverseProducerCopies(Mutator):
+    def __init__(self, producers: list):
+        self.producers = {id(loop) for loop in producers}
 
     def visit_For(self, s: For):
-        if id(s.var) in self.loops and not s.annotations.get("warp_specialized"):
-            outer, self.inside = self.inside, s
-            try:
-                return dataclasses.replace(s, body=self.visit(s.body))
-            finally:
-                self.inside = outer
-        return dataclasses.replace(s, body=self.visit(s.body))
-
-    def visit_Copy(self, s: Copy):
-        if self.inside is None or s.src.buffer.scope != "global":
-            return s
-        k = self.inside.var
-        start, extent = self.loops[id(k)]
-        odd = Call(WAVE_PARITY, (), k.dtype) != const(0)
-        reversed_k = select(odd, start + extent - const(1) - (k - start), k)
-        return dataclasses.replace(s, src=substitute(s.src, {id(k): reversed_k}))
-
-
-def _producer_loads_only_by_copies(kernel: Kernel, loops: dict) -> bool:
-    """Every statement of the producer loops over those variables is a copy from global memory
-    or a barrier call: nothing else loads a tile the rewrite would leave in order."""
-    for n in walk(kernel.body):
-        if isinstance(n, For) and id(n.var) in loops and \
-                not n.annotations.get("warp_specialized"):
-            for s in stmts_of(n.body):
-                copy = isinstance(s, Copy) and s.src.buffer.scope == "global"
-                if not copy and not (isinstance(s, Evaluate) and called(s)):
-                    return False
-    return True
+        if id(s) not in self.producers:
+            return self.generic_visit(s)
+        return dataclasses.replace(s, body=seq([
+            _reversed_copy(x, s) if isinstance(x, Copy) else x for x in stmts_of(s.body)]))
 
 
 def _rewrite(kernel: Kernel) -> Kernel:
@@ -104,12 +97,13 @@ def _rewrite(kernel: Kernel) -> Kernel:
             kernel.attrs.get("persistent_blocks") is not None or \
             not _one_block_per_sm(kernel):
         return kernel
-    loops = {id(n.var): (n.start, n.extent) for n in walk(kernel.body)
-             if isinstance(n, For) and n.annotations.get("warp_specialized") and
-             _order_free(n)}
-    if not loops or not _producer_loads_only_by_copies(kernel, loops):
+    loop_vars = {id(n.var) for n in walk(kernel.body)
+                 if isinstance(n, For) and n.annotations.get("warp_specialized") and
+                 _order_free(n)}
+    producers = _producer_loops(kernel, loop_vars)
+    if not producers or not all(_loads_only_by_copies(p) for p in producers):
         return kernel
-    return dataclasses.replace(kernel, body=_ReverseProducerCopies(loops).visit(kernel.body))
+    return dataclasses.replace(kernel, body=_ReverseProducerCopies(producers).visit(kernel.body))
 
 
 def alternate_k_direction(func, configs: dict | None = None):
