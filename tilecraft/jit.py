@@ -201,6 +201,11 @@ class JITKernel:
         return self.program.spills if self.program is not None else 0
 
     @property
+    def wgmma_serialized(self) -> dict:
+        """Kernel name -> why ptxas issues its wgmma one at a time (empty when it does not)."""
+        return self.program.wgmma_serialized if self.program is not None else {}
+
+    @property
     def shared_memory(self) -> int:
         return self.program.shared_memory if self.program is not None else 0
 

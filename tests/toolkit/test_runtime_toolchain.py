@@ -109,6 +109,28 @@ def test_ptxas_log_parsing_keeps_entries_only():
     assert kernels["light"] == KernelInfo("light", registers=8)
 
 
+def test_ptxas_log_parsing_keeps_why_wgmma_were_serialized():
+    """ptxas's own words (CUDA 13.0) for a kernel whose wgmma it issues one at a time."""
+    log = textwrap.dedent("""\
+        ptxas info    : (C7520) Potential Performance Loss: wgmma.mma_async instructions are \
+serialized due to program dependence on compiler-inserted WG.AR in divergent path in the \
+function 'seesaw'
+        ptxas info    : (C7519) warpgroup.arrive is injected in around line 489 by compiler to \
+allow use of registers in GMMA in function 'seesaw'
+        ptxas info    : Compiling entry function 'seesaw' for 'sm_90a'
+        ptxas info    : Function properties for seesaw
+            0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+        ptxas info    : Used 168 registers, used 16 barriers
+        ptxas info    : Compiling entry function 'pipelined' for 'sm_90a'
+        ptxas info    : Used 90 registers, used 2 barriers
+        """)
+    kernels = toolchain.parse_ptxas_info(log)
+    assert kernels["seesaw"].wgmma_serialized == (
+        "program dependence on compiler-inserted WG.AR in divergent path")
+    assert kernels["seesaw"].registers == 168 and kernels["seesaw"].barriers == 16
+    assert kernels["pipelined"].wgmma_serialized == ""  # an injected arrive alone is harmless
+
+
 def test_compile_error_shows_nvcc_line_and_python_origin():
     source = KERNELS + textwrap.dedent("""\
         // model.py:31

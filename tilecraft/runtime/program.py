@@ -140,6 +140,12 @@ class CudaProgram:
         return max((k.spill_bytes for k in self.kernel_info.values()), default=0)
 
     @property
+    def wgmma_serialized(self) -> dict:
+        """Kernel name -> ptxas's reason, for the kernels whose wgmma it serialized."""
+        return {name: k.wgmma_serialized for name, k in self.kernel_info.items()
+                if k.wgmma_serialized}
+
+    @property
     def shared_memory(self) -> int:
         return max((smem for *_, smem in self.launches), default=0)
 

@@ -4,7 +4,10 @@ Device code is built with `nvcc -cubin` and no host code at all (DESIGN.md decis
 about three times faster than building a shared library, and the cubin is loaded with the
 driver API by `launcher.py`. `-Xptxas -v` makes ptxas report registers, static shared memory,
 spills and stack frame per kernel; those numbers are parsed here so tests and the autotuner can
-reject kernels that spill without running them.
+reject kernels that spill without running them. ptxas also says when it had to wait for each
+wgmma before issuing the next (it does so when it cannot prove the accumulator registers safe,
+e.g. a wgmma's registers live across a branch on a value it thinks may differ between threads);
+that reason is kept too, since such a kernel runs its tensor cores one instruction at a time.
 
 The generated source carries `// file.py:line` comments from the emitter. When nvcc rejects the
 source, each diagnostic is shown with the nearest such comment above the offending line, so a
@@ -43,6 +46,7 @@ class KernelInfo:
     spill_load_bytes: int = 0
     stack_frame_bytes: int = 0
     barriers: int = 0
+    wgmma_serialized: str = ""     # ptxas's reason when it serialized the wgmma, else empty
 
     @property
     def spill_bytes(self) -> int:
@@ -187,6 +191,8 @@ _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) b
 _USED = re.compile(r"ptxas info\s*: Used (\d+) registers(.*)")
 _SMEM = re.compile(r"(\d+) bytes smem")
 _BARRIERS = re.compile(r"used (\d+) barriers")
+_SERIALIZED = re.compile(r"wgmma\.mma_async instructions are serialized (?:due to )?(.+?) in "
+                         r"(?:the )?function '([^']+)'")
 
 
 def parse_ptxas_info(log: str) -> dict:
@@ -194,7 +200,9 @@ def parse_ptxas_info(log: str) -> dict:
     facts: dict = {}
     entry = properties_of = None
     for line in log.splitlines():
-        if m := _ENTRY.search(line):
+        if m := _SERIALIZED.search(line):
+            facts.setdefault(m.group(2), {"name": m.group(2)})["wgmma_serialized"] = m.group(1)
+        elif m := _ENTRY.search(line):
             entry = m.group(1)
             facts.setdefault(entry, {"name": entry})
         elif m := _PROPERTIES.search(line):
