@@ -106,7 +106,8 @@ def main():
                    "vs_flash": median([f / t for f, t in zip(flash, times)]),
                    "vs_cudnn": median([c / t for c, t in zip(cudnn, times)]),
                    "rel_error": err, "registers": kernel.n_regs,
-                   "spills": kernel.n_spills, "pass_configs": configs,
+                   "spills": kernel.n_spills,
+                   "wgmma_serialized": kernel.wgmma_serialized, "pass_configs": configs,
                    "sm_mhz": mhz, "flash_sm_mhz": flash_mhz, "cudnn_sm_mhz": cudnn_mhz,
                    "wgmma": "wgmma_m64n" in kernel.get_kernel_source()}
             rows.append(row)

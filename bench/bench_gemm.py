@@ -287,6 +287,7 @@ def main():
                    "rel_error": err, "synced_ms": synced, "torch_synced_ms": torch_synced,
                    "synced_ratio_vs_torch": torch_synced / synced,
                    "registers": kernel.n_regs, "spills": kernel.n_spills,
+                   "wgmma_serialized": kernel.wgmma_serialized,
                    "compile_s": compile_s, "pass_configs": pass_configs,
                    "sm_mhz": mhz, "torch_sm_mhz": peer_mhz,
                    "wgmma": "wgmma_m64n" in kernel.get_kernel_source()}

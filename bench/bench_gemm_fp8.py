@@ -48,7 +48,8 @@ def main():
             ms = median_ms(lambda: kernel(a, b))
             row = {"shape": text, "config": cfg, "ms": ms, "tflops": flop / ms / 1e9,
                    "peer_tflops": flop / peer_ms / 1e9, "ratio": peer_ms / ms,
-                   "rel_error": err, "registers": kernel.n_regs, "spills": kernel.n_spills}
+                   "rel_error": err, "registers": kernel.n_regs, "spills": kernel.n_spills,
+                   "wgmma_serialized": kernel.wgmma_serialized}
             rows.append(row)
             print(f"{text} {cfg}: {row['tflops']:.0f} TFLOP/s vs _scaled_mm "
                   f"{row['peer_tflops']:.0f} ({row['ratio']:.2f}x) err {err:.1e}", flush=True)

@@ -78,6 +78,7 @@ def main():
                    "torch_tflops": flop / torch_ms / 1e9,
                    "vs_torch": median([p / t for p, t in zip(peer, times)]), "rel_error": err,
                    "registers": kernel.n_regs, "spills": kernel.n_spills,
+                   "wgmma_serialized": kernel.wgmma_serialized,
                    "shared_memory": kernel.shared_memory}
             rows.append(row)
             print(f"KV {S} {cfg} {label or '-'}: {row['tflops']:.0f} TFLOP/s vs torch "
