@@ -5,6 +5,7 @@ import pathlib
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 
@@ -129,6 +130,13 @@ allow use of registers in GMMA in function 'seesaw'
         "program dependence on compiler-inserted WG.AR in divergent path")
     assert kernels["seesaw"].registers == 168 and kernels["seesaw"].barriers == 16
     assert kernels["pipelined"].wgmma_serialized == ""  # an injected arrive alone is harmless
+
+    from tilecraft.runtime.program import warn_serialized_wgmma
+    with pytest.warns(UserWarning, match=r"wgmma of seesaw one at a time \(program dependence"):
+        warn_serialized_wgmma(kernels)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_serialized_wgmma({"pipelined": kernels["pipelined"]})
 
 
 def test_compile_error_shows_nvcc_line_and_python_origin():

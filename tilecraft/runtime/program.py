@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import pickle
 import threading
+import warnings
 
 import numpy as np
 
@@ -77,6 +78,16 @@ def _positions(func, signature) -> list:
     return out
 
 
+def warn_serialized_wgmma(kernel_info: dict):
+    """Say so when ptxas issues a kernel's wgmma one at a time: the kernel still computes the
+    right thing, but its tensor cores wait for every instruction before the next."""
+    for name, info in kernel_info.items():
+        if info.wgmma_serialized:
+            warnings.warn(f"tilecraft: ptxas issues the wgmma of {name} one at a time "
+                          f"({info.wgmma_serialized}), so its tensor cores run far below their "
+                          "rate", stacklevel=3)
+
+
 class CudaProgram:
     def __init__(self, func, arch: str, *, fast_math: bool = False, debug: bool = False,
                  configs: dict | None = None):
@@ -98,6 +109,7 @@ class CudaProgram:
         self.__dict__.update(plan)
         self._kernels = None
         self._maps: dict = {}
+        warn_serialized_wgmma(self.kernel_info)
 
     @staticmethod
     def _build(func, arch, flags, dumping, configs=None) -> dict:
