@@ -198,10 +198,11 @@ _SERIALIZED = re.compile(r"wgmma\.mma_async instructions are serialized (?:due t
 def parse_ptxas_info(log: str) -> dict:
     """Entry name -> KernelInfo from `-Xptxas -v` output (non-entry functions are left out)."""
     facts: dict = {}
+    serialized: dict = {}  # ptxas may say so before it names the entry
     entry = properties_of = None
     for line in log.splitlines():
         if m := _SERIALIZED.search(line):
-            facts.setdefault(m.group(2), {"name": m.group(2)})["wgmma_serialized"] = m.group(1)
+            serialized[m.group(2)] = m.group(1)
         elif m := _ENTRY.search(line):
             entry = m.group(1)
             facts.setdefault(entry, {"name": entry})
@@ -217,7 +218,8 @@ def parse_ptxas_info(log: str) -> dict:
             facts[entry].update(registers=int(m.group(1)),
                                 shared_bytes=int(smem.group(1)) if smem else 0,
                                 barriers=int(barriers.group(1)) if barriers else 0)
-    return {name: KernelInfo(**f) for name, f in facts.items()}
+    return {name: KernelInfo(**f, wgmma_serialized=serialized.get(name, ""))
+            for name, f in facts.items()}
 
 
 _DIAGNOSTIC_AT = re.compile(re.escape(_SOURCE_NAME) + r"\((\d+)\)")
