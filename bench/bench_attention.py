@@ -20,8 +20,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 sys.path.insert(0, HERE)
 from flash_attention import flash_attention  # noqa: E402
-from bench_gemm import (SETTLE_S, ClockLog, in_rounds_with_clocks, mhz_text,  # noqa: E402
-                        parse_configs, variant_arms, warm_gpu, write_results)
+from bench_gemm import (SETTLE_S, ClockLog, in_rounds_with_clocks, kernel_facts,  # noqa: E402
+                        mhz_text, parse_configs, variant_arms, warm_gpu, write_results)
 from tilecraft.profiler import cuda_median_ms  # noqa: E402
 from tilecraft.carver.recommend import underlying  # noqa: E402
 import tilecraft  # noqa: E402
@@ -105,9 +105,7 @@ def main():
                    "cudnn_tflops": flop / median(cudnn) / 1e9,
                    "vs_flash": median([f / t for f, t in zip(flash, times)]),
                    "vs_cudnn": median([c / t for c, t in zip(cudnn, times)]),
-                   "rel_error": err, "registers": kernel.n_regs,
-                   "spills": kernel.n_spills,
-                   "wgmma_serialized": kernel.wgmma_serialized, "pass_configs": configs,
+                   "rel_error": err, **kernel_facts(kernel), "pass_configs": configs,
                    "sm_mhz": mhz, "flash_sm_mhz": flash_mhz, "cudnn_sm_mhz": cudnn_mhz,
                    "wgmma": "wgmma_m64n" in kernel.get_kernel_source()}
             rows.append(row)

@@ -195,6 +195,12 @@ def warm_gpu(seconds: float = 2.0):
         torch.cuda.synchronize()
 
 
+def kernel_facts(kernel) -> dict:
+    """What ptxas reported for a compiled kernel, for a results row."""
+    return {"registers": kernel.n_regs, "spills": kernel.n_spills,
+            "wgmma_serialized": kernel.wgmma_serialized}
+
+
 def gpu_facts() -> dict:
     facts = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
              "tilecraft": tilecraft.__version__}
@@ -286,9 +292,7 @@ def main():
                    "ratio_vs_torch": median([p / t for p, t in zip(peer, times)]),
                    "rel_error": err, "synced_ms": synced, "torch_synced_ms": torch_synced,
                    "synced_ratio_vs_torch": torch_synced / synced,
-                   "registers": kernel.n_regs, "spills": kernel.n_spills,
-                   "wgmma_serialized": kernel.wgmma_serialized,
-                   "compile_s": compile_s, "pass_configs": pass_configs,
+                   **kernel_facts(kernel), "compile_s": compile_s, "pass_configs": pass_configs,
                    "sm_mhz": mhz, "torch_sm_mhz": peer_mhz,
                    "wgmma": "wgmma_m64n" in kernel.get_kernel_source()}
             rows.append(row)

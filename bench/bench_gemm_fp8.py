@@ -13,7 +13,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "gpu"))
 import tilecraft  # noqa: E402
-from bench_gemm import median_ms, warm_gpu, write_results  # noqa: E402
+from bench_gemm import kernel_facts, median_ms, warm_gpu, write_results  # noqa: E402
 from kernels import fp8_gemm  # noqa: E402
 
 CONFIGS = [dict(bm=128, bn=256, bk=128, threads=256, num_stages=3),
@@ -48,8 +48,7 @@ def main():
             ms = median_ms(lambda: kernel(a, b))
             row = {"shape": text, "config": cfg, "ms": ms, "tflops": flop / ms / 1e9,
                    "peer_tflops": flop / peer_ms / 1e9, "ratio": peer_ms / ms,
-                   "rel_error": err, "registers": kernel.n_regs, "spills": kernel.n_spills,
-                   "wgmma_serialized": kernel.wgmma_serialized}
+                   "rel_error": err, **kernel_facts(kernel)}
             rows.append(row)
             print(f"{text} {cfg}: {row['tflops']:.0f} TFLOP/s vs _scaled_mm "
                   f"{row['peer_tflops']:.0f} ({row['ratio']:.2f}x) err {err:.1e}", flush=True)

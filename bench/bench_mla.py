@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 sys.path.insert(0, HERE)
 import tilecraft  # noqa: E402
 from mla_decode import flash_mla_decode  # noqa: E402
-from bench_gemm import (SETTLE_S, in_rounds, variant_arms, warm_gpu,  # noqa: E402
+from bench_gemm import (SETTLE_S, in_rounds, kernel_facts, variant_arms, warm_gpu,  # noqa: E402
                         write_results)
 from tilecraft.carver.recommend import underlying  # noqa: E402
 from tilecraft.profiler import cuda_median_ms  # noqa: E402
@@ -77,9 +77,7 @@ def main():
                    "tflops": flop / ms / 1e9, "torch_ms": torch_ms,
                    "torch_tflops": flop / torch_ms / 1e9,
                    "vs_torch": median([p / t for p, t in zip(peer, times)]), "rel_error": err,
-                   "registers": kernel.n_regs, "spills": kernel.n_spills,
-                   "wgmma_serialized": kernel.wgmma_serialized,
-                   "shared_memory": kernel.shared_memory}
+                   **kernel_facts(kernel), "shared_memory": kernel.shared_memory}
             rows.append(row)
             print(f"KV {S} {cfg} {label or '-'}: {row['tflops']:.0f} TFLOP/s vs torch "
                   f"{row['torch_tflops']:.0f} ({row['vs_torch']:.2f}x) err {err:.1e} "
