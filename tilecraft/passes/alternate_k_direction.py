@@ -17,10 +17,9 @@ products in the opposite order. That is the whole rewrite, and it is only valid 
 order cannot matter: the consumer loop does nothing but wait for its stage, accumulate with
 T.gemm into accumulators nothing else in the loop touches, and release the stage, and the
 producer loads every tile by a copy from global memory (anything else it would leave in
-order). Kernels with
-clusters (both blocks of a pair must load the same k at once) or persistent tiles, and those
-that may fit several blocks on an SM (no setmaxnreg: the wave is then not one block per SM),
-keep their order. Turned off with tl.disable_k_alternation.
+order). Kernels with clusters (both blocks of a pair must load the same k at once) or
+persistent tiles, and those that may fit several blocks on an SM (no setmaxnreg: the wave is
+then not one block per SM), keep their order. Turned off with tl.disable_k_alternation.
 """
 from __future__ import annotations
 
