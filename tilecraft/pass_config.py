@@ -21,6 +21,7 @@ class PassConfigKey:
     TL_DISABLE_WARPGROUP_PINGPONG = "tl.disable_warpgroup_pingpong"
     TL_DISABLE_K_ALTERNATION = "tl.disable_k_alternation"
     TL_DISABLE_AUTO_RASTERIZATION = "tl.disable_auto_rasterization"
+    TL_DISABLE_SEESAW_WARPGROUPS = "tl.disable_seesaw_warpgroups"
 
 
 # What each key does here (all but the first matter on sm_90a, the only target with TMA, WGMMA
@@ -68,6 +69,11 @@ KNOWN = {PassConfigKey.TL_ENABLE_FAST_MATH: "compile with --use_fast_math",
                                                       "it gets the panel the L2 model prefers "
                                                       "where that saves HBM traffic "
                                                       "(choose_rasterization)",
+         PassConfigKey.TL_DISABLE_SEESAW_WARPGROUPS: "a decode loop whose two consumer "
+                                                     "warpgroups share each 64-row score tile "
+                                                     "keeps it so, instead of each taking "
+                                                     "whole blocks in turn "
+                                                     "(seesaw_warpgroups)",
          PassConfigKey.TL_ENABLE_PERSISTENT_TILES: "a warp-specialized kernel launches one "
                                                    "block per SM (or at most the int given), "
                                                    "each looping over the grid's tiles while "

@@ -10,6 +10,7 @@ from tilecraft.codegen.cuda import emit_cuda
 from tilecraft.passes import pipelines
 
 OFF = {"tl.disable_wgmma_batch_merge": True}
+SHARED_ROWS = {"tl.disable_seesaw_warpgroups": True}   # both warpgroups in every score tile
 WAIT = "tc::wgmma_wait_group<0>();"
 
 
@@ -24,7 +25,7 @@ def mla(example, **cfg):
 
 
 def test_the_score_gemms_of_mla_share_one_wait(example):
-    merged, plain = source(mla(example)), source(mla(example), OFF)
+    merged, plain = source(mla(example), SHARED_ROWS), source(mla(example), {**OFF, **SHARED_ROWS})
     assert plain.count(WAIT) - merged.count(WAIT) == 1
     loop = merged[merged.index("wgmma_m64n32k16"):]
     first, second = loop.index("Q_shared"), loop.index("Q_pe_shared")
@@ -32,6 +33,15 @@ def test_the_score_gemms_of_mla_share_one_wait(example):
     # the first batch is committed, then the consumers wait for the rotary tiles, no wgmma wait
     assert "tc::wgmma_commit_group();" in between and WAIT not in between
     assert "tc::mbarrier_wait_parity" in between
+
+
+def test_each_warpgroup_of_the_seesaw_merges_its_score_gemms(example):
+    """seesaw_warpgroups gives each warpgroup its own copy of the score gemms (n64, one
+    warpgroup each): both copies wait once."""
+    merged, plain = source(mla(example)), source(mla(example), OFF)
+    assert "tc::warpgroup_index()" in merged
+    assert plain.count(WAIT) - merged.count(WAIT) == 2
+    assert merged.count("wgmma_m64n64k16") == plain.count("wgmma_m64n64k16") > 0
 
 
 def test_gemms_into_different_accumulators_keep_their_waits(example):

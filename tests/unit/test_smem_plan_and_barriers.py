@@ -200,16 +200,17 @@ def refill_after_a_reduce(threads):
 
 
 def test_a_reduction_across_warps_serves_as_the_barrier_before_a_refill(example):
-    # MLA decode splits the score columns over two warpgroups (FullCol): its row max and sum
-    # go through shared memory between two barriers, which also order the last iteration's
-    # reads of S_shared before this iteration's write: no barrier of its own at the loop top.
+    # MLA decode splits the score columns over two warpgroups (FullCol, with the seesaw
+    # schedule off): its row max and sum go through shared memory between two barriers, which
+    # also order the last iteration's reads of S_shared before this iteration's write: no
+    # barrier of its own at the loop top.
     from tilecraft.carver.recommend import underlying
     from tilecraft.codegen.cuda import emit_cuda
     from tilecraft.passes import pipelines
     m = example("mla_decode")
     func = underlying(m.flash_mla_decode)(2, 64, 1, 200, 128, 64, block_N=64, block_H=64,
                                           num_stages=2, threads=256)
-    text = emit_cuda(pipelines.cuda(func, "sm_90a", 227 * 1024))[0]
+    text = emit_cuda(pipelines.cuda(func, "sm_90a", 227 * 1024, SHARED_ROWS))[0]
     consumer = text[text.index("} else {"):]
     loop = consumer[consumer.index("for (int k = 0;"):]
     assert "tc::named_barrier_sync" not in loop[:loop.index("scores_max_red[0] =")]
@@ -222,6 +223,10 @@ def test_a_reduction_across_warps_serves_as_the_barrier_before_a_refill(example)
                 for s in stmts_of(loop.body)] == kinds
 
 
+# Both warpgroups in every score tile, as FullCol splits it (not seesaw_warpgroups).
+SHARED_ROWS = {"tl.disable_seesaw_warpgroups": True}
+
+
 def _mla_consumer_loop(example, **cfg):
     from tilecraft.carver.recommend import underlying
     from tilecraft.codegen.cuda import emit_cuda
@@ -229,7 +234,7 @@ def _mla_consumer_loop(example, **cfg):
     m = example("mla_decode")
     func = underlying(m.flash_mla_decode)(2, 64, 1, 200, 128, 64, block_N=64, block_H=64,
                                           num_stages=2, threads=256)
-    text = emit_cuda(pipelines.cuda(func, "sm_90a", 227 * 1024, cfg))[0]
+    text = emit_cuda(pipelines.cuda(func, "sm_90a", 227 * 1024, {**SHARED_ROWS, **cfg}))[0]
     consumer = text[text.index("} else {"):]
     start = consumer.index("for (int k = 0;")
     return text, consumer[start:consumer.index("tma_empty[(tc_rounds[0] + k) % 2]));", start)]

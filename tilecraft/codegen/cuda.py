@@ -317,6 +317,10 @@ class CudaEmitter:
             f"threadIdx.x + {dims[0]} * (threadIdx.y + {dims[1]} * threadIdx.z)")
         self.emit(1, f"const int {tx} = {flat};")
         self.var_bounds[id(k.thread_var)] = (0, threads - 1)
+        wtx = k.attrs.get("warpgroup_thread")
+        if wtx is not None:  # the thread's index within its warpgroup (seesaw_warpgroups)
+            self.emit(1, f"const int {self.name(wtx)} = {tx} % 128;")
+            self.var_bounds[id(wtx)] = (0, 127)
         self.kernel_node = k
         if k.attrs.get("persistent_blocks") is None:
             self.bind_block_vars(k, 1, ("blockIdx.x", "blockIdx.y", "blockIdx.z"), "gridDim")

@@ -277,6 +277,7 @@ _SM90 = {
     "is_producer_thread": lambda m, b, h, n: m.tx >= np.asarray(n),
     "is_producer_leader": lambda m, b, h, n: m.tx == np.asarray(n),
     "is_block_leader": lambda m, b, h: m.tx == 0,
+    "warpgroup_index": lambda m, b, h: m.tx // 128,
     # Waves of EMULATED_SMS blocks, so a small grid has odd waves too.
     "launch_wave_parity": lambda m, b, h: np.int64(m.tiles.index // EMULATED_SMS % 2),
     "barrier_all": lambda m, b, h: syncthreads(m),

@@ -101,6 +101,9 @@ class BlockMachine:
             raise TileError("the emulator runs lowered kernels; this one has no thread index "
                             "(run the sm_80 pipeline first)", kernel.span)
         self.env[id(kernel.thread_var)] = self.tx
+        wtx = kernel.attrs.get("warpgroup_thread")
+        if wtx is not None:
+            self.env[id(wtx)] = self.tx % 128
 
     def bind_block(self, coords: tuple):
         for var, i in zip(self.kernel.block_vars, coords):

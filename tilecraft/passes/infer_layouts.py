@@ -19,12 +19,13 @@ from ..errors import TileError
 from ..ir.buffer import FRAGMENT, Buffer, is_shared
 from ..ir.expr import BufferLoad
 from ..ir.stmt import BufferStore, For, Kernel
-from ..ir.tileop import AnnotateLayout, Copy, CumSum, Gemm, Reduce
+from ..ir.tileop import AnnotateLayout, Copy, CumSum, Gemm, Reduce, TileOp
 from ..ir.visitor import walk
 from ..arith.linear import structural_key
 from .. import layout as lay
 from ..tileops.gemm import warp_partition
-from ..tileops.wgmma import wgmma_partition
+from ..tileops.wgmma import WARPGROUP, wgmma_partition
+from .seesaw_warpgroups import WARPGROUP_FRAGMENTS
 
 
 class LayoutMap:
@@ -144,6 +145,8 @@ class _Inference:
         self.kernel = kernel
         self.T = kernel.num_threads
         self.map = LayoutMap(self.T)
+        # Fragments of one warpgroup (seesaw_warpgroups) are laid out over its 128 threads.
+        self.local = set(kernel.attrs.get(WARPGROUP_FRAGMENTS, ()))
         self.ops = _tile_ops(kernel.body)
         self.fragments = [b for b in _allocated(kernel.body) if b.scope == FRAGMENT]
         self.shared = [b for b in _allocated(kernel.body) if is_shared(b.scope)]
@@ -163,26 +166,33 @@ class _Inference:
                 # A tile that is reduced gets thread groups along both dims; others the plain
                 # round-robin partition.
                 choose = lay.grid_partition if id(b) in reduced else lay.make_partition
-                self.map.set(b, choose(b.static_shape(), self.T), None)
+                self.map.set(b, choose(b.static_shape(), self.buffer_threads(b)), None)
                 self.common()
         for op in self.ops:
             if isinstance(op, For) and id(op) not in self.map.loops:
-                self.map.loops[id(op)] = lay.make_partition(_extents(op), self.T)
+                self.map.loops[id(op)] = lay.make_partition(_extents(op), self.op_threads(op))
         for b in self.shared:
             if not self.map.has(b):
                 self.map.set(b, _shared_default(b, self.tma_tiles), None)
         return self.map
+
+    def buffer_threads(self, b: Buffer) -> int:
+        return WARPGROUP if b.name in self.local else self.T
+
+    def op_threads(self, op) -> int:
+        """The threads an op runs on: one warpgroup's if it touches one's fragments."""
+        return WARPGROUP if any(b.name in self.local for b in _fragments_of(op)) else self.T
 
     # --- strict -------------------------------------------------------------------
     def strict(self, op):
         if isinstance(op, Gemm):
             m, n, k = _gemm_dims(op)
             if op.instruction == "wgmma":
-                gm, gn = wgmma_partition(op, m, n, self.T)
+                gm, gn = wgmma_partition(op, m, n, self.op_threads(op))
                 wm, wn = 4 * gm, gn
                 c_layout = lay.wgmma_c_fragment(m, n, gm, gn)
             else:
-                wm, wn = warp_partition(op, m, n, self.T)
+                wm, wn = warp_partition(op, m, n, self.op_threads(op))
                 c_layout = lay.gemm_c_fragment(m, n, wm, wn)
             self.map.gemm_warps[id(op)] = (wm, wn)
             self.map.set(op.C.buffer, c_layout, op)
@@ -214,7 +224,8 @@ class _Inference:
                     patterns[id(b)][1].add(("computed",))
             for b, keys in patterns.values():
                 if len(keys) > 1 and not self.map.has(b):
-                    self.map.set(b, lay.fully_replicated(b.static_shape(), self.T), op)
+                    self.map.set(b, lay.fully_replicated(b.static_shape(),
+                                                         self.buffer_threads(b)), op)
 
     # --- common -------------------------------------------------------------------
     def common(self):
@@ -234,10 +245,21 @@ class _Inference:
         if isinstance(op, (Copy, CumSum)):
             s, d = op.src.buffer, op.dst.buffer
             if s.scope == FRAGMENT and d.scope == FRAGMENT and s.static_shape() == d.static_shape():
+                if (s.name in self.local) != (d.name in self.local):
+                    return self.propagate_twin(s, d, op)
                 if m.has(s) and not m.has(d):
                     return m.set(d, m.buffer(s), op)
                 if m.has(d) and not m.has(s):
                     return m.set(s, m.buffer(d), op)
+        return False
+
+    def propagate_twin(self, s: Buffer, d: Buffer, op) -> bool:
+        """A copy between a fragment of one warpgroup and its block-wide twin: the twin holds
+        each element in the same threads of every warpgroup (a copy of registers)."""
+        m = self.map
+        local, other = (s, d) if s.name in self.local else (d, s)
+        if m.has(local) and not m.has(other):
+            return m.set(other, m.buffer(local).replicate_over(self.T // WARPGROUP), op)
         return False
 
     def propagate_loop(self, loop: For) -> bool:
@@ -272,7 +294,8 @@ class _Inference:
                 continue
             if len(patterns[id(b)]) > 1 or (_projection(indices, loop_vars) is None and
                                             not _is_identity(indices, loop_vars, b, loop)):
-                changed |= m.set(b, lay.fully_replicated(b.static_shape(), self.T), loop)
+                changed |= m.set(b, lay.fully_replicated(b.static_shape(),
+                                                         self.buffer_threads(b)), loop)
                 continue
             if _is_identity(indices, loop_vars, b, loop):
                 changed |= m.set(b, frag, loop)
@@ -341,6 +364,17 @@ def _tile_ops(body) -> list:
                 visit(c, in_parallel)
 
     visit(body, False)
+    return out
+
+
+def _fragments_of(op) -> list:
+    """The fragments a tile op or T.Parallel nest touches."""
+    out = []
+    for n in walk(op):
+        if isinstance(n, TileOp):
+            out += [b for b in list(n.reads()) + list(n.writes()) if b.scope == FRAGMENT]
+        elif isinstance(n, (BufferLoad, BufferStore)) and n.buffer.scope == FRAGMENT:
+            out.append(n.buffer)
     return out
 
 

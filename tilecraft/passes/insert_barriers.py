@@ -22,6 +22,7 @@ from ..ir.stmt import (BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt, 
                        stmts_of)
 from ..ir.tileop import Reduce, TileOp
 from ..ir.visitor import walk
+from .seesaw_warpgroups import is_warpgroup_branch
 import dataclasses
 
 
@@ -125,6 +126,11 @@ class _Inserter:
             return [s]
         if isinstance(s, For) and s.kind != "parallel":
             return self.loop(s, state)
+        if is_warpgroup_branch(s):
+            # Each warpgroup runs its own branch (seesaw_warpgroups), which orders its shared
+            # accesses with named barriers of its own; a block barrier inside would deadlock.
+            # What the branches touch is settled before them, as for one statement.
+            return self.plain(s, state)
         if isinstance(s, IfThenElse):  # outside T.Parallel: the same branch for every thread
             prefix = []
             cond_reads, _ = shared_accesses(s.cond)
@@ -141,6 +147,9 @@ class _Inserter:
             then_state.merge(else_state)
             state.reads, state.writes = then_state.reads, then_state.writes
             return prefix + [dataclasses.replace(s, then_body=then_body, else_body=else_body)]
+        return self.plain(s, state)
+
+    def plain(self, s, state: _State) -> list:
         reads, writes = shared_accesses(s)
         out = []
         if state.conflicts(reads, writes):

@@ -18,15 +18,17 @@ from ..ir.visitor import walk
 from ..ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, Evaluate, For, IfThenElse,
                        Kernel, SeqStmt, seq)
 from ..tileops.cumsum import lower_cumsum
-from ..tileops.copy import lower_atomic_tile, lower_copy, lower_fill
+from ..tileops.copy import lower_atomic_tile, lower_copy, lower_fill, lower_twin_copy
+from ..tileops.wgmma import WARPGROUP
 from ..tileops.gemm import lower_gemm
 from ..pass_config import PassConfigKey
 from ..tileops.lowering import AccessRewriter, ThreadContext
 from ..tileops.parallel import lower_parallel
 from ..tileops.tma import is_tma_store, lower_tma_copy, lower_tma_store
 from ..tileops.reduce import lower_reduce
-from .infer_layouts import infer_layouts, same_layout, tma_tile_layout
+from .infer_layouts import _fragments_of, infer_layouts, same_layout, tma_tile_layout
 from .plan_shared_memory import footprint
+from .seesaw_warpgroups import WARPGROUP_FRAGMENTS
 
 
 class _KernelLowering:
@@ -44,10 +46,35 @@ class _KernelLowering:
             layouts.buffer(n.buffer).locals_per_thread * max(1, n.buffer.dtype.bits // 32)
             for n in walk(kernel.body)
             if isinstance(n, Allocate) and n.buffer.scope == FRAGMENT)
+        # Ops on one warpgroup's fragments (seesaw_warpgroups) run as if in a block of its
+        # 128 threads, numbered wtx = tx % 128; they share everything else with the kernel.
+        self.local = set(kernel.attrs.get(WARPGROUP_FRAGMENTS, ()))
+        self.wg_ctx = None
+        if self.local:
+            c = self.ctx
+            wtx = Var("wtx")
+            self.wg_ctx = ThreadContext(
+                wtx, WARPGROUP, layouts, var_bounds=c.var_bounds, registers=c.registers,
+                flat_shared=c.flat_shared, allocations=c.allocations,
+                tensor_maps=c.tensor_maps, unswitch_masks=unswitch_masks,
+                private_scratch=c.private_scratch, fragment_registers=c.fragment_registers)
+            c.var_bounds[id(wtx)] = (0, WARPGROUP - 1)
+
+    def context(self, op) -> ThreadContext:
+        if self.wg_ctx is not None and any(b.name in self.local for b in _fragments_of(op)):
+            return self.wg_ctx
+        return self.ctx
+
+    def twin_copy(self, op) -> bool:
+        s, d = op.src.buffer, op.dst.buffer
+        return s.scope == FRAGMENT and d.scope == FRAGMENT and \
+            (s.name in self.local) != (d.name in self.local)
 
     def run(self) -> Kernel:
         body = self.stmt(self.kernel.body)
         attrs = dict(self.kernel.attrs)
+        if self.wg_ctx is not None:
+            attrs["warpgroup_thread"] = self.wg_ctx.tx
         if self.swizzle is not None:
             attrs["use_swizzle"] = self.swizzle
         if self.ctx.tensor_maps:
@@ -65,7 +92,7 @@ class _KernelLowering:
             return seq([self.stmt(x) for x in s.stmts], s.span)
         if isinstance(s, For):
             if s.kind == "parallel":
-                return lower_parallel(s, ctx)
+                return lower_parallel(s, self.context(s))
             n = constant_value(s.extent)
             lo = constant_value(s.start)
             if n is not None and lo is not None:
@@ -131,9 +158,11 @@ class _KernelLowering:
         return new
 
     def tile_op(self, op):
-        ctx = self.ctx
+        ctx = self.context(op)
         if not isinstance(op, (top.AnnotateLayout, top.UseSwizzle)):
             op = self.operands_read(op)
+        if isinstance(op, top.Copy) and self.twin_copy(op):
+            return lower_twin_copy(op, self.ctx, self.kernel.num_threads, WARPGROUP)
         if isinstance(op, top.Copy):
             if "tma_barrier" in op.annotations:
                 return lower_tma_copy(op, ctx)

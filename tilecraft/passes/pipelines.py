@@ -21,6 +21,7 @@ from .plan_shared_memory import plan_shared_memory
 from .pingpong_warpgroups import pingpong_warpgroups
 from .rotate_mma_loop import rotate_mma_loop
 from .rotate_wgmma_loop import rotate_wgmma_loop
+from .seesaw_warpgroups import seesaw_warpgroups
 from .stage_epilogue import stage_epilogue
 from .warp_specialize import warp_specialize
 
@@ -46,6 +47,7 @@ def cuda(func, arch: str = "sm_80", smem_limit: int | None = None, configs: dict
              ("infer_pipeline", infer_pipeline),
              ("warp_specialize", lambda f: warp_specialize(f, arch, configs)),
              ("alternate_k_direction", lambda f: alternate_k_direction(f, configs)),
+             ("seesaw_warpgroups", lambda f: seesaw_warpgroups(f, arch, configs)),
              ("pipeline_loops", pipeline_loops),
              ("infer_layouts", infer_layouts),
              ("plan_shared_memory", lambda f: plan_shared_memory(f, smem_limit)),

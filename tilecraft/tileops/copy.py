@@ -167,6 +167,50 @@ def _stmatrix_store(op, layout, ctx: ThreadContext):
     return For(g, const(0), const(groups), "unroll", store, {}, op.span)
 
 
+def lower_twin_copy(op, ctx: ThreadContext, threads: int, local: int):
+    """A copy between a fragment of one warpgroup (laid out over `local` threads, every
+    warpgroup holding its own) and its block-wide twin, where each thread holds the same
+    elements in both: register moves, dst[l] = src[m(l)] with m the same in every thread.
+    (seesaw_warpgroups makes the twins; a pair that is not such is an internal error.)"""
+    src_layout = ctx.layouts.buffer(op.src.buffer)
+    dst_layout = ctx.layouts.buffer(op.dst.buffer)
+
+    def slots(layout):
+        """(thread, local) -> logical index, and logical index -> the threads holding it."""
+        held, holders = {}, {}
+        table = layout.table()
+        for pos in np.ndindex(*table.shape[:-1]):
+            t, l = (int(x) for x in table[pos])
+            idx = pos[:layout.ndim]
+            held[(t, l)] = idx
+            holders.setdefault(idx, set()).add(t)
+        return held, holders
+
+    dst_held, _ = slots(dst_layout)
+    _, src_holders = slots(src_layout)
+
+    def owner(layout, t):
+        return t % local if layout.num_threads == local else t
+
+    moves, src_table = {}, src_layout.table()
+    for t in range(threads):
+        for l in range(dst_layout.locals_per_thread):
+            idx = dst_held.get((owner(dst_layout, t), l))
+            if idx is None:
+                continue
+            entry = src_table[idx] if src_layout.replicate == 1 else src_table[idx][0]
+            m = int(entry[1])
+            if owner(src_layout, t) not in src_holders[idx] or moves.setdefault(l, m) != m:
+                raise TileError(f"internal: T.copy {op.src.buffer.name} -> "
+                                f"{op.dst.buffer.name}: the twins hold their elements in "
+                                "different threads", op.span)
+    src_reg, dst_reg = ctx.register_array(op.src.buffer), ctx.register_array(op.dst.buffer)
+    from ..ir.stmt import seq
+    return seq([BufferStore(dst_reg, (const(l),), cast(BufferLoad(src_reg, (const(m),)),
+                                                         dst_reg.dtype), op.span)
+                for l, m in sorted(moves.items())], op.span)
+
+
 def _staged_copy(op, extents, ctx: ThreadContext):
     """A copy between fragments laid out differently (an accumulator into a gemm operand of
     another warp split): through a shared scratch tile, with barriers around it."""

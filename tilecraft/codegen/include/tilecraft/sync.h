@@ -6,6 +6,10 @@
 //   is_producer_thread(n) / is_producer_leader(n) / is_block_leader()   threadIdx.x >= n /
 //                                        == n / == 0: the roles of a warp-specialized kernel
 //   syncwarp()                           __syncwarp() (all lanes)
+//   warpgroup_index()                    threadIdx.x / 128, taken from lane 0 so that the
+//                                        compiler knows it is the same in all lanes: ptxas
+//                                        serializes every wgmma of a kernel that branches on a
+//                                        warpgroup index it cannot prove warp-uniform (C7520)
 //   named_barrier_sync(id, nthreads)     bar.sync id, nthreads: wait until nthreads threads
 //                                        (a multiple of 32, counted per warp) have arrived at
 //                                        hardware barrier id (0..15; 0 is __syncthreads')
@@ -61,6 +65,7 @@ TC_DEVICE bool is_producer_leader(int consumers) { return threadIdx.x == consume
 TC_DEVICE bool is_block_leader() { return threadIdx.x == 0; }
 TC_DEVICE void barrier_all() { __syncthreads(); }
 TC_DEVICE void syncwarp() { __syncwarp(); }
+TC_DEVICE int warpgroup_index() { return __shfl_sync(0xffffffffu, int(threadIdx.x) >> 7, 0); }
 
 TC_DEVICE void named_barrier_sync(int id, int nthreads) {
   asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(nthreads) : "memory");
