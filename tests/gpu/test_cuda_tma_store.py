@@ -4,15 +4,9 @@ poisoned outputs. The output is a view into a larger poisoned buffer, so a store
 the tensor's edge (TMA must drop what falls outside the map) shows up in the rows after it."""
 import pytest
 
-from tilecraft.runtime import current_arch, has_cuda_device, has_nvcc
+from gpu_requirements import require_hopper
 
-if not has_cuda_device():
-    pytest.skip("no CUDA device", allow_module_level=True)
-if not has_nvcc():
-    pytest.skip("nvcc is not installed", allow_module_level=True)
-torch = pytest.importorskip("torch")
-if current_arch() != "sm_90a":
-    pytest.skip("TMA stores need an sm_90 (Hopper) GPU", allow_module_level=True)
+torch = require_hopper("TMA stores need")
 
 import tilecraft  # noqa: E402
 from tilecraft.carver.recommend import underlying  # noqa: E402

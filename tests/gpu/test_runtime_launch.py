@@ -8,15 +8,9 @@ import time
 
 import pytest
 
-from tilecraft.runtime import has_cuda_device, has_nvcc
+from gpu_requirements import require_cuda
 
-if not has_cuda_device():
-    pytest.skip("no CUDA device", allow_module_level=True)
-if not has_nvcc():
-    pytest.skip("nvcc is not installed", allow_module_level=True)
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("torch has no CUDA", allow_module_level=True)
+torch = require_cuda()
 
 from tilecraft.errors import TileError  # noqa: E402
 from tilecraft.runtime import (CudaDriverError, CudaKernel, CudaModule, KernelCache,  # noqa: E402

@@ -14,17 +14,9 @@ Needs an sm_90 GPU, torch and nvcc; skipped elsewhere.
 """
 import pytest
 
-from tilecraft.runtime import current_arch, has_cuda_device, has_nvcc
+from gpu_requirements import require_hopper
 
-if not has_cuda_device():
-    pytest.skip("no CUDA device", allow_module_level=True)
-if not has_nvcc():
-    pytest.skip("nvcc is not installed", allow_module_level=True)
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("torch has no CUDA", allow_module_level=True)
-if current_arch() != "sm_90a":
-    pytest.skip("TMA needs an sm_90 (Hopper) GPU", allow_module_level=True)
+torch = require_hopper("TMA needs")
 
 from tilecraft.runtime import CudaKernel, CudaModule, compile_cubin  # noqa: E402
 from tilecraft.runtime.tensor_map import encode_tensor, encode_tiled  # noqa: E402
