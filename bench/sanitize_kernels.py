@@ -66,16 +66,21 @@ def main():
             ref = mha_ref(q.cpu().numpy(), k.cpu().numpy(), v.cpu().numpy(), causal)
             check(f"mha{arm} S{S} causal={causal} stages={stages}", out,
                   torch.as_tensor(ref).cuda(), 1e-2)
-        # MLA decode: two warpgroups split the score columns (cross-warp reductions)
-        B, H, S, D, PE = 2, 64, 200, 128, 64
-        q, kv = (torch.randn(B, H, D, device="cuda", dtype=torch.float16),
-                 torch.randn(B, S, 1, D, device="cuda", dtype=torch.float16))
-        q_pe, k_pe = (torch.randn(B, H, PE, device="cuda", dtype=torch.float16),
-                      torch.randn(B, S, 1, PE, device="cuda", dtype=torch.float16))
-        out = build(flash_mla_decode, B, H, 1, S, D, PE, configs=configs, block_N=64,
-                    block_H=64, num_stages=2, threads=256)(q, q_pe, kv, k_pe)
-        ref = mla_ref(*(x.cpu().numpy() for x in (q, q_pe, kv, k_pe)))
-        check(f"mla{arm} KV{S}", out, torch.as_tensor(ref).cuda(), 1e-2)
+        # MLA decode: the two warpgroups take whole KV blocks in turn (seesaw_warpgroups),
+        # over an even and an odd count of blocks, or split the score columns (FullCol, with
+        # cross-warp reductions) with the seesaw turned off
+        for S, seesaw in ((200, True), (130, True), (200, False)):
+            B, H, D, PE = 2, 64, 128, 64
+            q, kv = (torch.randn(B, H, D, device="cuda", dtype=torch.float16),
+                     torch.randn(B, S, 1, D, device="cuda", dtype=torch.float16))
+            q_pe, k_pe = (torch.randn(B, H, PE, device="cuda", dtype=torch.float16),
+                          torch.randn(B, S, 1, PE, device="cuda", dtype=torch.float16))
+            off = {} if seesaw else {"tl.disable_seesaw_warpgroups": True}
+            out = build(flash_mla_decode, B, H, 1, S, D, PE, configs={**configs, **off},
+                        block_N=64, block_H=64, num_stages=2, threads=256)(q, q_pe, kv, k_pe)
+            ref = mla_ref(*(x.cpu().numpy() for x in (q, q_pe, kv, k_pe)))
+            check(f"mla{arm} KV{S}{'' if seesaw else ' no seesaw'}", out,
+                  torch.as_tensor(ref).cuda(), 1e-2)
 
 
 if __name__ == "__main__":
