@@ -47,7 +47,9 @@ KNOWN = {PassConfigKey.TL_ENABLE_FAST_MATH: "compile with --use_fast_math",
          PassConfigKey.TL_ENABLE_PRODUCER_PRELOAD: "the producer warpgroup loads the tiles "
                                                    "copied in front of a warp-specialized "
                                                    "loop (a query tile) by TMA, instead of "
-                                                   "the consumers",
+                                                   "the consumers; unset: on for loops "
+                                                   "with two or more gemms whose grid is one "
+                                                   "wave",
          PassConfigKey.TL_DISABLE_TMA_STORE: "shared -> global copies are stored by all "
                                              "threads, 16 bytes each, not by TMA",
          PassConfigKey.TL_DISABLE_WGMMA_BATCH_MERGE: "back-to-back gemms into one accumulator "
@@ -79,7 +81,8 @@ KNOWN = {PassConfigKey.TL_ENABLE_FAST_MATH: "compile with --use_fast_math",
                                                    "each looping over the grid's tiles while "
                                                    "its producer loads the next tile's data; "
                                                    "unset: on for loops with two or more gemms "
-                                                   "(attention), False turns it off"}
+                                                   "(attention) whose grid spans more than one "
+                                                   "wave, False turns it off"}
 
 
 def check_pass_configs(configs) -> dict:

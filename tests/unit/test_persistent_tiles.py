@@ -65,9 +65,10 @@ def test_without_the_config_nothing_changes(gemm):
                    for n in walk(func.body))
 
 
-def attention(example, causal=True):
+def attention(example, causal=True, batch=8):
+    """8 x 4 heads x 8 query tiles: 256 blocks, two waves on the H100 sm_90a stands for."""
     return underlying(example("flash_attention").flash_attention)(
-        2, 4, 1000, 128, causal, block_M=128, block_N=128, num_stages=3, threads=256)
+        batch, 4, 1000, 128, causal, block_M=128, block_N=128, num_stages=3, threads=256)
 
 
 def test_loops_with_several_gemms_are_persistent_unless_told_otherwise(example, gemm):
@@ -81,6 +82,19 @@ def test_loops_with_several_gemms_are_persistent_unless_told_otherwise(example, 
     assert "tma_ready" in emit_cuda(preloaded)[0]
     with pytest.raises(tilecraft.TileError, match="cannot be combined"):
         check_pass_configs({PERSISTENT: True, "tl.enable_producer_preload": True})
+
+
+def test_a_grid_of_one_wave_gets_the_producer_preload_instead(example):
+    one_wave = lowered(attention(example, batch=4))           # 128 blocks on 132 SMs
+    assert not tile_loops(one_wave)
+    assert "tma_ready" in emit_cuda(one_wave)[0]
+    # asked for either way, as asked
+    assert tile_loops(lowered(attention(example, batch=4), **{PERSISTENT: True}))
+    plain = lowered(attention(example, batch=4), **{"tl.enable_producer_preload": False})
+    assert not tile_loops(plain) and "tma_ready" not in emit_cuda(plain)[0]
+    # two waves: persistent, the query loaded by the consumers
+    two_waves = lowered(attention(example, batch=5))          # 160 blocks
+    assert tile_loops(two_waves) and "tma_ready" not in emit_cuda(two_waves)[0]
 
 
 def test_a_number_of_blocks_caps_the_grid_and_bad_values_are_refused():

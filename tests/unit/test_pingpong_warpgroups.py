@@ -30,9 +30,10 @@ def cuda(func, configs=None):
 
 def test_warpgroups_take_turns_over_the_issue_of_both_batches(example):
     _, func = attention(example)
-    text = cuda(func)
+    text = cuda(func, {"tl.enable_persistent_tiles": True})
     consumers = text[text.index("} else {"):]
-    # warpgroup 1 hands warpgroup 0 the first turn, once, after the register raise
+    # warpgroup 1 hands warpgroup 0 the first turn, once, after the register raise (in a
+    # persistent kernel, before the loop over tiles)
     assert consumers.index("tc::setmaxnreg_inc") < \
         consumers.index("if (tx / 128 == 1) {\n      tc::named_barrier_arrive(2, 256);") < \
         consumers.index("for (int tc_tile")

@@ -152,7 +152,8 @@ def test_tiles_first_read_by_different_statements_get_their_own_barriers():
 def _attention(example, **configs):
     fa = example("flash_attention")
     from tilecraft.carver.recommend import underlying
-    func = underlying(fa.flash_attention)(2, 4, 1000, 128, True, block_M=128, block_N=128,
+    # 8 x 4 heads x 8 query tiles: two waves, where the query's load stays the consumers'
+    func = underlying(fa.flash_attention)(8, 4, 1000, 128, True, block_M=128, block_N=128,
                                          threads=256, num_stages=3)
     return source(func, configs)
 

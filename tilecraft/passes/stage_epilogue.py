@@ -103,7 +103,7 @@ def stage_epilogue(func, arch: str | None = None, configs: dict | None = None,
         return func
     def rebuild(s):
         if isinstance(s, Kernel):
-            return _stage_kernel(s, persistent_for(s, configs) is not None, smem_limit)
+            return _stage_kernel(s, persistent_for(s, configs, arch) is not None, smem_limit)
         if isinstance(s, SeqStmt):
             return seq([rebuild(x) for x in s.stmts])
         return s

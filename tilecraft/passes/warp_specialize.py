@@ -24,8 +24,8 @@ With tl.enable_producer_preload, copies from global into shared memory in front 
 that TMA can do (the query tile of attention and MLA) are issued by the producer too, before
 the loop's first stage, completing on an mbarrier of their own (tma_ready) that the consumers
 wait for where the copies were. On an H100 it made causal attention 13% faster and non-causal
-attention 2-19% slower, MLA decode level (bench/results/2026-11-24_mha_fwd_preload_ab.md,
-..._mla_decode_preload_ab.md), so it is not the default.
+attention 2-19% slower (bench/results/2026-11-24_mha_fwd_preload_ab.md), so it is the default
+only where persistence is not: for one-wave grids (producer_preload_for).
 
 The producer runs up to D iterations ahead; each consumer warp releases a version only after
 all its lanes' last reads of it in program order (a wgmma batch is waited for inside T.gemm), so the
@@ -61,6 +61,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..arith.linear import constant_value
+from ..carver.targets import get_target
 from ..ir import dtypes as dt
 from ..ir.buffer import LOCAL_VAR, Buffer
 from ..ir.expr import BufferLoad, Call, Var, address_of, const, minmax
@@ -98,25 +100,60 @@ def _plan_loop(loop: For) -> dict | None:
     return ahead
 
 
-def persistent_for(kernel: Kernel, configs: dict | None) -> int | None:
+def _attention_like(kernel: Kernel) -> bool:
+    """One pipelined loop holding two or more gemms (attention and its kin)."""
+    loops = [s for s in stmts_of(kernel.body) if isinstance(s, For) and s.kind == "pipelined"]
+    return len(loops) == 1 and sum(isinstance(n, Gemm) for n in walk(loops[0].body)) >= 2
+
+
+def one_wave(kernel: Kernel, arch: str | None) -> bool:
+    """The grid is static and has no more blocks than the GPU the carver knows for the arch
+    (sm_90a: an H100) has SMs: every block has an SM of its own from the start."""
+    try:
+        sms = get_target(arch or "sm_90a").num_sms
+    except ValueError:
+        return False
+    blocks = 1
+    for g in kernel.grid:
+        n = constant_value(g)
+        if n is None:
+            return False
+        blocks *= n
+    return blocks <= sms
+
+
+def persistent_for(kernel: Kernel, configs: dict | None, arch: str | None = None) -> int | None:
     """tl.enable_persistent_tiles for this kernel (pass_config.persistent_blocks): as configured;
     unset, persistent with one block per SM where the pipelined loop holds two or more gemms
-    (attention and its kin), unless the producer preload is asked for or the kernel is not
-    warp-specialized. There the next tile's
+    (attention and its kin) and the grid spans more than one wave, unless the producer preload
+    is asked for or the kernel is not warp-specialized. There the next tile's
     first stages load during this one's softmax tail and epilogue, and on the H100 the 3-stage
     attention ran 2-14% faster (causal and not) and the 2-stage one 2-10%
     (bench/results/2026-11-24_mha_persistent_default_candidates.md); a GEMM main loop, long
-    beside its epilogue, measured level to 2-8% slower (..._gemm_persistent_serpentine_ab.md)."""
+    beside its epilogue, measured level to 2-8% slower (..._gemm_persistent_serpentine_ab.md).
+    A grid of one wave (MLA decode at batch 64: 128 blocks) has no next tile to load early, and
+    its loop over tiles only costs: MLA ran 1-3% faster without it, 5% with the producer
+    preload in its place (producer_preload_for; ..._mla_decode_seesaw_preload.md)."""
     configs = configs or {}
     if PassConfigKey.TL_ENABLE_PERSISTENT_TILES in configs or \
             configs.get(PassConfigKey.TL_ENABLE_PRODUCER_PRELOAD) or \
             configs.get(PassConfigKey.TL_DISABLE_WARP_SPECIALIZED) or \
             configs.get(PassConfigKey.TL_DISABLE_TMA_LOWER):
         return persistent_blocks(configs)
-    loops = [s for s in stmts_of(kernel.body) if isinstance(s, For) and s.kind == "pipelined"]
-    if len(loops) == 1 and sum(isinstance(n, Gemm) for n in walk(loops[0].body)) >= 2:
+    if _attention_like(kernel) and not one_wave(kernel, arch):
         return 0
     return None
+
+
+def producer_preload_for(kernel: Kernel, configs: dict | None, arch: str | None) -> bool:
+    """tl.enable_producer_preload for this kernel: as configured; unset, on for an
+    attention-like loop whose grid is one wave and that is not asked to be persistent (where
+    persistent_for leaves it, the producer loads the query by TMA instead)."""
+    configs = configs or {}
+    if PassConfigKey.TL_ENABLE_PRODUCER_PRELOAD in configs:
+        return bool(configs[PassConfigKey.TL_ENABLE_PRODUCER_PRELOAD])
+    return PassConfigKey.TL_ENABLE_PERSISTENT_TILES not in configs and \
+        _attention_like(kernel) and one_wave(kernel, arch)
 
 
 def consumer_registers(threads: int) -> int | None:
@@ -346,11 +383,11 @@ def warp_specialize(func, arch: str | None = None, configs: dict | None = None):
         return func
 
     multicast = bool(configs.get(PassConfigKey.TL_ENABLE_TMA_MULTICAST))
-    preload = bool(configs.get(PassConfigKey.TL_ENABLE_PRODUCER_PRELOAD))
 
     def rebuild(s):
         if isinstance(s, Kernel):
-            return _Specializer(s, multicast, persistent_for(s, configs), preload).run()
+            return _Specializer(s, multicast, persistent_for(s, configs, arch),
+                                producer_preload_for(s, configs, arch)).run()
         if isinstance(s, SeqStmt):
             return seq([rebuild(x) for x in s.stmts])
         return s
