@@ -2,6 +2,7 @@
 one process on one GPU: batch 64, 128 heads, one KV head, dim 512 + rope 64 (ANCHORS.md).
 
     python bench/bench_mla.py [--kv 1024,4096] [--variant KEY=1] [--rounds 3] [--tag ...]
+                              [--flush dirty|clean]
 """
 import argparse
 import os
@@ -45,7 +46,11 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--settle", type=float, default=SETTLE_S,
                         help="seconds each timer runs untimed before its kept run (SETTLE_S)")
+    parser.add_argument("--flush", choices=("dirty", "clean"), default="dirty",
+                        help="how the L2 is emptied before each timed run: overwritten "
+                             "(dirty lines the run writes back) or read (profiler.cuda_median_ms)")
     args = parser.parse_args()
+    flush = True if args.flush == "dirty" else "clean"
     variants = variant_arms({tilecraft.PassConfigKey.TL_ENABLE_FAST_MATH: True}, args.variant)
     rows = []
     warm_gpu()
@@ -68,8 +73,8 @@ def main():
         # short enough that back-to-back timing would also count host launch time. Rounds
         # time the peer and every candidate in turn: clocks drift over a run.
         peer, *ours = in_rounds(args.rounds, [
-            lambda: cuda_median_ms(lambda: torch_mla(q, q_pe, kv, k_pe), 3, 20, True)] + [
-            lambda kern=kernel: cuda_median_ms(lambda: kern(q, q_pe, kv, k_pe), 5, 30, True)
+            lambda: cuda_median_ms(lambda: torch_mla(q, q_pe, kv, k_pe), 3, 20, flush)] + [
+            lambda kern=kernel: cuda_median_ms(lambda: kern(q, q_pe, kv, k_pe), 5, 30, flush)
             for _, _, kernel, _ in cases], args.settle)
         for times, (cfg, label, kernel, err) in zip(ours, cases):
             ms, torch_ms = median(times), median(peer)
@@ -90,8 +95,10 @@ def main():
         ("ratio", lambda r: f"{r['vs_torch']:.2f}"), ("rel err", lambda r: f"{r['rel_error']:.1e}"),
         ("regs", lambda r: str(r["registers"])), ("spills", lambda r: str(r["spills"]))],
         notes="ratio: the median over rounds of torch's time / ours, each round timing torch "
-              f"and every candidate in turn on a cold L2, each after {args.settle} s of running "
-              "untimed (SETTLE_S); variant: that pass config added.")
+              "and every candidate in turn on a cold L2 (a 256 MiB buffer "
+              f"{'overwritten' if args.flush == 'dirty' else 'read'} before each run), each "
+              f"after {args.settle} s of running untimed (SETTLE_S); variant: that pass config "
+              "added.")
 
 
 if __name__ == "__main__":

@@ -186,9 +186,14 @@ class Profiler:
         return float(np.median(times))
 
 
-def cuda_median_ms(run, warmup: int = 25, rep: int = 100, flush_l2: bool = True) -> float:
+def cuda_median_ms(run, warmup: int = 25, rep: int = 100, flush_l2: bool | str = True) -> float:
     """Median of CUDA-event timings of run(); with flush_l2, a 256 MiB buffer is overwritten
-    before each timed run so every run starts from a cold L2."""
+    before each timed run so every run starts from a cold L2 (as Triton's do_bench does). That
+    leaves the L2 full of dirty lines, and the timed run pays for writing them back as its
+    loads evict them: up to 50 MB of extra DRAM traffic, which a short kernel feels most.
+    flush_l2="clean" reads the buffer instead: just as cold, nothing left to write back."""
+    if flush_l2 not in (False, True, "clean"):
+        raise ValueError(f"flush_l2 takes False, True or 'clean', got {flush_l2!r}")
     import torch
     scratch = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda") \
         if flush_l2 else None
@@ -199,7 +204,7 @@ def cuda_median_ms(run, warmup: int = 25, rep: int = 100, flush_l2: bool = True)
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
     for start, end in zip(starts, ends):
         if scratch is not None:
-            scratch.zero_()
+            scratch.sum() if flush_l2 == "clean" else scratch.zero_()
         start.record()
         run()
         end.record()

@@ -519,3 +519,10 @@ def test_inputs_drawn_by_torch_follow_the_host_distributions(dtype, supply, low,
     assert low <= float(t.min()) and float(t.max()) <= high
     again = make_input(p, kind, TorchRandom(7, "cpu"))
     assert torch.equal(t, again)  # seeded
+
+
+@pytest.mark.parametrize("flush", ["dirty", 2, None])
+def test_the_timer_refuses_a_flush_it_does_not_know(flush):
+    from tilecraft.profiler import cuda_median_ms
+    with pytest.raises(ValueError, match="flush_l2 takes False, True or 'clean'"):
+        cuda_median_ms(lambda: None, flush_l2=flush)
