@@ -37,9 +37,10 @@ def build(factory, *args, configs=None, **tiles):
 
 def main():
     torch.manual_seed(0)
-    # Each kernel as compiled by default (attention: persistent, one block per SM), not
-    # persistent, persistent in two blocks that loop over every tile of the grid, in clusters
-    # sharing tiles by TMA multicast, and on the cp.async + mma.sync path.
+    # Each kernel as compiled by default (attention and MLA here: one wave, so the producer
+    # loads the query by TMA), not persistent (nor preloaded), persistent in two blocks that
+    # loop over every tile of the grid, in clusters sharing tiles by TMA multicast, and on the
+    # cp.async + mma.sync path.
     sm80 = {"tl.disable_warp_specialized": True, "tl.disable_tma_lower": True,
             "tl.disable_wgmma": True}
     for arm, configs in (("", {}), (" plain", {PERSISTENT: False}),
