@@ -50,7 +50,9 @@ def _unique(buffers) -> tuple:
     return tuple(out)
 
 
-def _element_accesses(stmt) -> tuple[tuple, tuple]:
+def element_accesses(stmt) -> tuple[tuple, tuple]:
+    """The buffers read and written anywhere under stmt (tile ops and element loads and
+    stores), each once, in first-use order."""
     reads, writes = [], []
     for n in walk(stmt):
         if isinstance(n, BufferLoad):
@@ -91,13 +93,13 @@ class FTG:
             if s.else_body is not None:
                 self._collect(s.else_body, loops)
         elif isinstance(s, TileOp):
-            reads, writes = _element_accesses(s)
+            reads, writes = element_accesses(s)
             self._add(s, s.op_name, reads, writes, loops)
         elif isinstance(s, For):
-            reads, writes = _element_accesses(s)
+            reads, writes = element_accesses(s)
             self._add(s, "parallel", reads, writes, loops)
         elif isinstance(s, (BufferStore, Evaluate)):
-            reads, writes = _element_accesses(s)
+            reads, writes = element_accesses(s)
             self._add(s, "store" if isinstance(s, BufferStore) else "call", reads, writes, loops)
         elif isinstance(s, Allocate):
             pass

@@ -17,9 +17,10 @@ import numpy as np
 
 from ..errors import TileError
 from ..ir.buffer import FRAGMENT, Buffer, is_shared
+from ..ir.ftg import element_accesses
 from ..ir.expr import BufferLoad
 from ..ir.stmt import BufferStore, For, Kernel
-from ..ir.tileop import AnnotateLayout, Copy, CumSum, Gemm, Reduce, TileOp
+from ..ir.tileop import AnnotateLayout, Copy, CumSum, Gemm, Reduce
 from ..ir.visitor import walk
 from ..arith.linear import structural_key
 from .. import layout as lay
@@ -181,7 +182,7 @@ class _Inference:
 
     def op_threads(self, op) -> int:
         """The threads an op runs on: one warpgroup's if it touches one's fragments."""
-        return WARPGROUP if any(b.name in self.local for b in _fragments_of(op)) else self.T
+        return WARPGROUP if on_warpgroup_fragments(op, self.local) else self.T
 
     # --- strict -------------------------------------------------------------------
     def strict(self, op):
@@ -245,7 +246,7 @@ class _Inference:
         if isinstance(op, (Copy, CumSum)):
             s, d = op.src.buffer, op.dst.buffer
             if s.scope == FRAGMENT and d.scope == FRAGMENT and s.static_shape() == d.static_shape():
-                if (s.name in self.local) != (d.name in self.local):
+                if is_twin_copy(op, self.local):
                     return self.propagate_twin(s, d, op)
                 if m.has(s) and not m.has(d):
                     return m.set(d, m.buffer(s), op)
@@ -369,13 +370,20 @@ def _tile_ops(body) -> list:
 
 def _fragments_of(op) -> list:
     """The fragments a tile op or T.Parallel nest touches."""
-    out = []
-    for n in walk(op):
-        if isinstance(n, TileOp):
-            out += [b for b in list(n.reads()) + list(n.writes()) if b.scope == FRAGMENT]
-        elif isinstance(n, (BufferLoad, BufferStore)) and n.buffer.scope == FRAGMENT:
-            out.append(n.buffer)
-    return out
+    reads, writes = element_accesses(op)
+    return [b for b in reads + writes if b.scope == FRAGMENT]
+
+
+def on_warpgroup_fragments(op, local: set) -> bool:
+    """The op touches a fragment of one warpgroup (named in `local`, the kernel's
+    WARPGROUP_FRAGMENTS), so it runs on that warpgroup's 128 threads."""
+    return any(b.name in local for b in _fragments_of(op))
+
+
+def is_twin_copy(op, local: set) -> bool:
+    """A copy between a fragment of one warpgroup and its block-wide twin."""
+    s, d = op.src.buffer, op.dst.buffer
+    return s.scope == FRAGMENT and d.scope == FRAGMENT and (s.name in local) != (d.name in local)
 
 
 def _allocated(body) -> list:

@@ -26,7 +26,8 @@ from ..tileops.lowering import AccessRewriter, ThreadContext
 from ..tileops.parallel import lower_parallel
 from ..tileops.tma import is_tma_store, lower_tma_copy, lower_tma_store
 from ..tileops.reduce import lower_reduce
-from .infer_layouts import _fragments_of, infer_layouts, same_layout, tma_tile_layout
+from .infer_layouts import (infer_layouts, is_twin_copy, on_warpgroup_fragments, same_layout,
+                            tma_tile_layout)
 from .plan_shared_memory import footprint
 from .seesaw_warpgroups import WARPGROUP_FRAGMENTS
 
@@ -61,14 +62,9 @@ class _KernelLowering:
             c.var_bounds[id(wtx)] = (0, WARPGROUP - 1)
 
     def context(self, op) -> ThreadContext:
-        if self.wg_ctx is not None and any(b.name in self.local for b in _fragments_of(op)):
+        if self.wg_ctx is not None and on_warpgroup_fragments(op, self.local):
             return self.wg_ctx
         return self.ctx
-
-    def twin_copy(self, op) -> bool:
-        s, d = op.src.buffer, op.dst.buffer
-        return s.scope == FRAGMENT and d.scope == FRAGMENT and \
-            (s.name in self.local) != (d.name in self.local)
 
     def run(self) -> Kernel:
         body = self.stmt(self.kernel.body)
@@ -161,7 +157,7 @@ class _KernelLowering:
         ctx = self.context(op)
         if not isinstance(op, (top.AnnotateLayout, top.UseSwizzle)):
             op = self.operands_read(op)
-        if isinstance(op, top.Copy) and self.twin_copy(op):
+        if isinstance(op, top.Copy) and is_twin_copy(op, self.local):
             return lower_twin_copy(op, self.ctx, self.kernel.num_threads, WARPGROUP)
         if isinstance(op, top.Copy):
             if "tma_barrier" in op.annotations:

@@ -48,6 +48,7 @@ import dataclasses
 
 from ..ir.buffer import FRAGMENT, SHARED, Buffer, BufferRegion, is_shared
 from ..ir import dtypes as dt
+from ..ir.ftg import element_accesses
 from ..ir.expr import BufferLoad, Call, Const, Var, const
 from ..ir.stmt import (Allocate, For, IfThenElse, Kernel, SeqStmt, BufferStore,
                        call_stmt, called, flat_stmts, seq)
@@ -80,16 +81,8 @@ def is_warpgroup_branch(s) -> bool:
 
 def _accesses(s) -> tuple[dict, dict]:
     """(read, written) buffers of a tile-level statement, by id."""
-    reads, writes = {}, {}
-    for n in walk(s):
-        if isinstance(n, TileOp):
-            reads.update((id(b), b) for b in n.reads())
-            writes.update((id(b), b) for b in n.writes())
-        elif isinstance(n, BufferLoad):
-            reads[id(n.buffer)] = n.buffer
-        elif isinstance(n, BufferStore):
-            writes[id(n.buffer)] = n.buffer
-    return reads, writes
+    reads, writes = element_accesses(s)
+    return {id(b): b for b in reads}, {id(b): b for b in writes}
 
 
 def _rows_per_warpgroup(gemm: Gemm, threads: int) -> bool:

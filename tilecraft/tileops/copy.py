@@ -16,7 +16,7 @@ from ..errors import TileError
 from ..ir import dtypes as dt
 from ..ir.buffer import FRAGMENT, GLOBAL, LOCAL, LOCAL_VAR, BufferRegion, is_shared
 from ..ir.expr import BufferLoad, Call, Var, address_of, cast, const
-from ..ir.stmt import BufferStore, Evaluate, For, IfThenElse
+from ..ir.stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, seq
 from ..ir.tileop import Atomic
 from .. import layout as lay
 from .lowering import ThreadContext, in_bounds_condition
@@ -205,7 +205,6 @@ def lower_twin_copy(op, ctx: ThreadContext, threads: int, local: int):
                                 f"{op.dst.buffer.name}: the twins hold their elements in "
                                 "different threads", op.span)
     src_reg, dst_reg = ctx.register_array(op.src.buffer), ctx.register_array(op.dst.buffer)
-    from ..ir.stmt import seq
     return seq([BufferStore(dst_reg, (const(l),), cast(BufferLoad(src_reg, (const(m),)),
                                                          dst_reg.dtype), op.span)
                 for l, m in sorted(moves.items())], op.span)
@@ -215,7 +214,6 @@ def _staged_copy(op, extents, ctx: ThreadContext):
     """A copy between fragments laid out differently (an accumulator into a gemm operand of
     another warp split): through a shared scratch tile, with barriers around it."""
     from ..ir.buffer import SHARED, Buffer
-    from ..ir.stmt import Allocate, seq
     from ..ir.tileop import Copy
     from ..passes.insert_barriers import sync_stmt
     tmp = Buffer(f"{op.dst.buffer.name}_stage", tuple(extents), op.dst.buffer.dtype, SHARED,
