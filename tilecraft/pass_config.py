@@ -22,6 +22,7 @@ class PassConfigKey:
     TL_DISABLE_K_ALTERNATION = "tl.disable_k_alternation"
     TL_DISABLE_AUTO_RASTERIZATION = "tl.disable_auto_rasterization"
     TL_DISABLE_SEESAW_WARPGROUPS = "tl.disable_seesaw_warpgroups"
+    TL_DISABLE_L2_PREFETCH = "tl.disable_l2_prefetch"
 
 
 # What each key does here (all but the first matter on sm_90a, the only target with TMA, WGMMA
@@ -76,6 +77,10 @@ KNOWN = {PassConfigKey.TL_ENABLE_FAST_MATH: "compile with --use_fast_math",
                                                      "keeps it so, instead of each taking "
                                                      "whole blocks in turn "
                                                      "(seesaw_warpgroups)",
+         PassConfigKey.TL_DISABLE_L2_PREFETCH: "the producer of a warp-specialized loop "
+                                               "does not prefetch into L2 the next "
+                                               "iteration's tiles that at most two blocks "
+                                               "read (tileops/prefetch.py)",
          PassConfigKey.TL_ENABLE_PERSISTENT_TILES: "a warp-specialized kernel launches one "
                                                    "block per SM (or at most the int given), "
                                                    "each looping over the grid's tiles while "

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import TileError
 from ..ir import dtypes as dt
+from ..ir.buffer import GLOBAL
 from ..layout.mma import mma_a_fragment, mma_b_fragment, mma_c_fragment
 from .checker import Site
 from .bulk_stores import stmatrix_x4
@@ -263,6 +264,15 @@ def _advance(m, b, h, desc, nbytes):
     return out
 
 
+def _prefetch_l2(m, b, h, ptr, nbytes):
+    """cp.async.bulk.prefetch.L2 changes no memory; its range must lie inside one global tensor
+    and start on 16 bytes, or the hardware faults."""
+    if ptr.buffer.scope != GLOBAL or int(nbytes) % 16:
+        raise TileError(f"internal: L2 prefetch of {ptr.buffer.name}: a global range of a "
+                        f"multiple of 16 bytes expected, got {int(nbytes)} bytes", m.span)
+    m.mem.byte_range(ptr, int(nbytes), m.lanes, "L2 prefetch", m.span, align=16)
+
+
 def _try_wait(m, b, h, ptr, parity):
     ok, found = b.passed(ptr, parity)
     b.observe(found, ok)
@@ -277,6 +287,7 @@ _SM90 = {
     "is_producer_thread": lambda m, b, h, n: m.tx >= np.asarray(n),
     "is_producer_leader": lambda m, b, h, n: m.tx == np.asarray(n),
     "is_block_leader": lambda m, b, h: m.tx == 0,
+    "prefetch_l2": _prefetch_l2,
     "warpgroup_index": lambda m, b, h: m.tx // 128,
     # Waves of EMULATED_SMS blocks, so a small grid has odd waves too.
     "launch_wave_parity": lambda m, b, h: np.int64(m.tiles.index // EMULATED_SMS % 2),

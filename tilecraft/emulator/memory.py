@@ -186,8 +186,9 @@ class BlockMemory:
         return out
 
     # --- byte-addressed accesses (vector loads / stores, cp.async, ldmatrix) ------------
-    def byte_range(self, ptr: Pointer, nbytes: int, lanes, op: str, span):
-        """(lanes kept, [k] first byte of each access in its space) after bounds checks."""
+    def byte_range(self, ptr: Pointer, nbytes: int, lanes, op: str, span, align=None):
+        """(lanes kept, [k] first byte of each access in its space) after bounds checks and
+        the alignment check (to `align` bytes; unset, to the access's size)."""
         b = ptr.buffer
         es = b.dtype.bits // 8
         elem = np.broadcast_to(np.asarray(ptr.elem, np.int64), (self.T,))[lanes]
@@ -204,8 +205,9 @@ class BlockMemory:
         if not inside.all():
             self._oob(b, op, lanes[~inside], span, elem[~inside], nbytes)
             lanes, first = lanes[inside], first[inside]
-        if nbytes > 2 and b.scope != LOCAL and (first % nbytes).any():
-            bad = int(np.argmax(first % nbytes != 0))
+        align = nbytes if align is None else align
+        if align > 2 and b.scope != LOCAL and (first % align).any():
+            bad = int(np.argmax(first % align != 0))
             self.reports.add("misaligned", f"{b.name}: thread {lanes[bad]} {op} of {nbytes} "
                              f"bytes at a misaligned address", b.name, (lanes[bad],),
                              (Site(op, b.name, span),))

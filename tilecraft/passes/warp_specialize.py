@@ -72,6 +72,7 @@ from ..ir.tileop import Copy, Gemm
 from ..ir.visitor import buffers_used, walk
 from ..pass_config import PassConfigKey, persistent_blocks
 from ..tileops.cluster import cluster_plan
+from ..tileops.prefetch import next_tile_prefetch
 from ..tileops.tma import tma_plan
 from .pipeline_loops import Reallocate, Versioned, check_unversioned, schedule_of
 
@@ -167,9 +168,10 @@ def consumer_registers(threads: int) -> int | None:
 
 class _Specializer:
     def __init__(self, kernel: Kernel, multicast: bool = True, persistent: int | None = None,
-                 preload: bool = False):
+                 preload: bool = False, prefetch: bool = True):
         self.kernel = kernel
         self.preload = preload
+        self.prefetch = prefetch
         self.T = kernel.num_threads
         self.multicast = multicast
         self.persistent = persistent
@@ -318,10 +320,12 @@ class _Specializer:
                     notes["tma_multicast"] = self.cluster.size
                 copies.append(dataclasses.replace(copy, annotations={**copy.annotations,
                                                                      **notes}))
+            fetch = [next_tile_prefetch(self.kernel, loop, body[i]) for i in group.copies] \
+                if self.prefetch and not self.cluster else []
             produce += [call_stmt("tc::mbarrier_wait_parity", address_of(empty, slot(g)),
                                   parity ^ 1),
                         call_stmt("tc::mbarrier_arrive_expect_tx", address_of(full, slot(g)),
-                                  const(total))] + copies
+                                  const(total))] + copies + [f for f in fetch if f is not None]
         produce_loop = dataclasses.replace(loop, kind="serial", body=seq(produce),
                                            annotations={})
         shrink = [] if consumer_registers(self.T) is None else [
@@ -383,11 +387,12 @@ def warp_specialize(func, arch: str | None = None, configs: dict | None = None):
         return func
 
     multicast = bool(configs.get(PassConfigKey.TL_ENABLE_TMA_MULTICAST))
+    prefetch = not configs.get(PassConfigKey.TL_DISABLE_L2_PREFETCH)
 
     def rebuild(s):
         if isinstance(s, Kernel):
             return _Specializer(s, multicast, persistent_for(s, configs, arch),
-                                producer_preload_for(s, configs, arch)).run()
+                                producer_preload_for(s, configs, arch), prefetch).run()
         if isinstance(s, SeqStmt):
             return seq([rebuild(x) for x in s.stmts])
         return s

@@ -8,6 +8,7 @@ and out-of-bounds writes do nothing, as in the language.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from itertools import product
 
@@ -188,6 +189,15 @@ class AccessRewriter(Mutator):
             if cond is not None:
                 return select(cond, load, const(0, b.dtype))
         return load
+
+    def visit_Call(self, e: Call):
+        """address_of(global[...]) names an address, it reads nothing: no bounds guard (what
+        takes the address checks its range, as the L2 prefetch's condition does)."""
+        load = e.args[0] if e.name == "address_of" and e.args else None
+        if isinstance(load, BufferLoad) and load.buffer.scope == GLOBAL:
+            indices = tuple(self.ctx.simplify(self.visit(i)) for i in load.indices)
+            return dataclasses.replace(e, args=(BufferLoad(load.buffer, indices, load.span),))
+        return self.generic_visit(e)
 
     def visit_BufferStore(self, s: BufferStore):
         value = self.visit(s.value)

@@ -8,6 +8,10 @@
 //                                        cuda.h needed in kernels)
 //   prefetch_tma_descriptor(map)         prefetch.tensormap: pull the map into the cache
 //                                        early (one thread, at kernel start)
+//   prefetch_l2(gmem, bytes)             cp.async.bulk.prefetch.L2.global: start bringing
+//                                        `bytes` (a multiple of 16) of global memory from
+//                                        gmem (16-byte aligned) into L2; no completion to wait
+//                                        for, nothing written
 //
 // Loads (one thread issues; completion is counted on an mbarrier in bytes):
 //   tma_load_2d(smem_dst, map, mbar, c0, c1)
@@ -53,6 +57,11 @@ static_assert(sizeof(TensorMap) == 128, "CUtensorMap is 128 bytes");
 
 TC_DEVICE void prefetch_tma_descriptor(const void* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
+
+TC_DEVICE void prefetch_l2(const void* gmem, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(gmem), "r"(bytes)
+               : "memory");
 }
 
 // ---------------------------------------------------------------- loads
