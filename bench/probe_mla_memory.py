@@ -1,0 +1,186 @@
+"""Probes of where MLA decode's memory time goes: each arm patches the generated CUDA source of
+examples/mla_decode.py (B64 H128, dim 512 + 64) and is timed beside torch and the unpatched
+kernel, in rounds. The compiler's own L2 prefetch (tileops/prefetch.py) is turned off in every
+arm but those with `builtin`, so the arms that prefetch compare against none.
+
+  l2res   every iteration loads KV block k % 2: after the first two blocks the loads hit L2, so
+          the loop runs as if DRAM cost nothing (the numbers are wrong on purpose; a ceiling)
+  order   warpgroup 1 issues its score gemm only after warpgroup 0 has issued its own
+  bulkN   the producer prefetches block k + N into L2 (cp.async.bulk.prefetch.L2) after issuing
+          block k, each of the two head-group blocks half of it
+  fullN   the same, each block all of it (what tileops/prefetch.py does, for N = 1)
+  tensorN the same, one TMA tensor prefetch per box
+  evictq / evictkv / evict   the query's, the KV's or both TMA loads carry an L2 evict_first hint
+  evictkv0 / evictkv1   only head group 0's (1's) KV loads carry it, the other's evict_normal
+  builtin the compiler's prefetch left on; with `skipfirst` it skips block 1 (which the producer
+          loads right after block 0 anyway), with `late` it starts only once the ring is full
+
+python3 bench/probe_mla_memory.py 1024,4096 base,l2res,full1 (arms joined by '+' combine;
+PROBE_FLUSH=clean empties the L2 by reading, not writing: profiler.cuda_median_ms).
+"""
+import os
+import re
+import sys
+from statistics import median
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "examples")]
+
+import torch  # noqa: E402
+
+import tilecraft  # noqa: E402
+import tilecraft.codegen.cuda as cg  # noqa: E402
+from bench_gemm import in_rounds, warm_gpu  # noqa: E402
+from bench_mla import B, D, H, PE, torch_mla  # noqa: E402
+from mla_decode import flash_mla_decode  # noqa: E402
+from tilecraft.carver.recommend import underlying  # noqa: E402
+from tilecraft.profiler import cuda_median_ms  # noqa: E402
+
+PE_LOAD = "tc::tma_load_4d((&K_pe_shared[k % 2 * 4096]), (&K_pe_tma), (&tma_full[k % 2 + 2]), " \
+          "0, 0, k * 64, bx);\n"
+HINTED = r"""__device__ __forceinline__ uint64_t tc_evict_first() { uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p)); return p; }
+__device__ __forceinline__ uint64_t tc_evict_normal() { uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(p)); return p; }
+#define TC_HINTED(N, C, ...) asm volatile("cp.async.bulk.tensor." #N "d.shared::cluster.global" \
+  ".mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {" C "}], [%2], %3;" :: \
+  "r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(map), \
+  "r"((uint32_t)__cvta_generic_to_shared(mbar)), "l"(pol), __VA_ARGS__ : "memory")
+__device__ __forceinline__ void tc_tma3h(void* dst, const void* map, uint64_t* mbar, int c0,
+    int c1, int c2, uint64_t pol) { TC_HINTED(3, "%4, %5, %6", "r"(c0), "r"(c1), "r"(c2)); }
+__device__ __forceinline__ void tc_tma4h(void* dst, const void* map, uint64_t* mbar, int c0,
+    int c1, int c2, int c3, uint64_t pol) {
+  TC_HINTED(4, "%4, %5, %6, %7", "r"(c0), "r"(c1), "r"(c2), "r"(c3)); }
+"""
+
+
+def blocks(src):
+    return int(re.search(r"for \(int k = 0; k < (\d+); \+\+k\)", src).group(1))
+
+
+def l2res(src):
+    src, n = re.subn(r"k \* 64, bx\);", "k % 2 * 64, bx);", src)
+    assert n == 9, n
+    return src
+
+
+def order(src):
+    i = src.index("if (tc::warpgroup_index() == 0) {")
+    j = src.index("tc::wgmma_commit_group();\n        tc::wgmma_wait_group<0>();", i)
+    src = src[:j] + "tc::wgmma_commit_group();\n        tc::named_barrier_arrive(6, 256);" + \
+        src[j + len("tc::wgmma_commit_group();"):]
+    k = src.index("tc::wgmma_fence();", src.index("} else {", i))
+    return src[:k] + "tc::named_barrier_sync(6, 256);\n        " + src[k:]
+
+
+def bulk(ahead, half):
+    def patch(src):
+        n = blocks(src)
+        cut = "+ (by % 2) * {}" if half else "+ 0 * {}"
+        lines = [f"if (k + {ahead} < {n}) {{"]
+        for name, row, size in (("KV", 512, 65536), ("K_pe", 64, 8192)):
+            part = size // 2 if half else size
+            at = f"reinterpret_cast<const char*>({name} + ((long long)bx * {n * 64} + " \
+                 f"(k + {ahead}) * 64) * {row}) {cut.format(part)}"
+            lines.append(f'  asm volatile("cp.async.bulk.prefetch.L2.global [%0], {part};" '
+                         f':: "l"({at}) : "memory");')
+        assert src.count(PE_LOAD) == 1
+        return src.replace(PE_LOAD, PE_LOAD + "\n".join(lines) + "}\n")
+    return patch
+
+
+def tensor(ahead):
+    def patch(src):
+        n = blocks(src)
+        fn = "__device__ __forceinline__ void tc_pf4(const void* m, int a, int b, int c, int d) " \
+             "{ asm volatile(\"cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, " \
+             "%3, %4}];\" :: \"l\"(m), \"r\"(a), \"r\"(b), \"r\"(c), \"r\"(d) : \"memory\"); }\n"
+        src = src.replace('extern "C"', fn + 'extern "C"', 1)
+        box = re.compile(r"(tc::tma_load_4d\(\(&(?:KV|K_pe)_shared\[[^\]]*\]\), \(&(\w+)\), "
+                         r"\(&tma_full\[[^\]]*\]\), (\d+), 0, k \* 64, bx\);)")
+        src, c = box.subn(lambda m: m.group(1) + f" if (k + {ahead} < {n}) tc_pf4((&"
+                          f"{m.group(2)}), {m.group(3)}, 0, (k + {ahead}) * 64, bx);", src)
+        assert c == 9, c
+        return src
+    return patch
+
+
+def evict(query, kv, group=None):
+    def patch(src):
+        src = src.replace('extern "C"', HINTED + 'extern "C"', 1)
+        lead = "    if (tc::is_producer_leader(256)) {\n"
+        pick = "tc_evict_first()" if group is None else \
+            f"by == {group} ? tc_evict_first() : tc_evict_normal()"
+        src = src.replace(lead, lead + f"      const uint64_t tc_pol = {pick};\n")
+        for on, rank, names in ((query, 3, "Q(?:_pe)?"), (kv, 4, "(?:KV|K_pe)")):
+            if on:
+                src, c = re.subn(rf"tc::tma_load_{rank}d\(((?:\(&{names}_shared\[[^\]]*\]\)), "
+                                 r"[^;]*)\);", rf"tc_tma{rank}h(\1, tc_pol);", src)
+                assert c == 9, c
+        return src
+    return patch
+
+
+def guard(extra):
+    def patch(src):
+        src, c = re.subn(r"if \(k \+ 1 < (\d+) && ", lambda m: f"if ({extra} && k + 1 < "
+                         f"{m.group(1)} && ", src)
+        assert c == 2, c
+        return src
+    return patch
+
+
+ARMS = {"base": lambda s: s, "builtin": lambda s: s, "skipfirst": guard("k + 1 >= 2"),
+        "late": guard("k >= 2"), "l2res": l2res, "order": order, "evictq": evict(1, 0),
+        "evictkv": evict(0, 1), "evict": evict(1, 1), "evictkv0": evict(0, 1, 0),
+        "evictkv1": evict(0, 1, 1),
+        **{f"bulk{a}": bulk(a, True) for a in (1, 2)}, **{f"full{a}": bulk(a, False) for a in (1, 2)},
+        **{f"tensor{a}": tensor(a) for a in (1, 2)}}
+
+
+def build(seqlen, arm, target=None):
+    original = cg.emit_cuda
+
+    def patched(lowered):
+        src, names = original(lowered)
+        for part in sorted(arm.split("+"), key=lambda p: p.startswith("evict")):  # hints last
+            if part in ("skipfirst", "late") and "builtin" not in arm:
+                raise ValueError(f"{part} changes the compiler's prefetch: add builtin")
+            src = ARMS[part](src)
+        return src, names
+    cg.emit_cuda = patched
+    try:
+        func = underlying(flash_mla_decode)(B, H, 1, seqlen, D, PE, block_N=64, block_H=64,
+                                            num_stages=2, threads=256)
+        return tilecraft.compile(func, out_idx=[-1], target=target, pass_configs={
+            "tl.enable_fast_math": True, "tl.disable_l2_prefetch": "builtin" not in arm})
+    finally:
+        cg.emit_cuda = original
+
+
+def main():
+    os.environ["TILECRAFT_DISABLE_CACHE"] = "1"
+    arms = sys.argv[2].split(",")
+    flush = True if os.environ.get("PROBE_FLUSH", "dirty") == "dirty" else "clean"
+    warm_gpu()
+    for seqlen in (int(x) for x in sys.argv[1].split(",")):
+        q = torch.randn(B, H, D, device="cuda", dtype=torch.float16)
+        q_pe = torch.randn(B, H, PE, device="cuda", dtype=torch.float16)
+        kv = torch.randn(B, seqlen, 1, D, device="cuda", dtype=torch.float16)
+        k_pe = torch.randn(B, seqlen, 1, PE, device="cuda", dtype=torch.float16)
+        ref = torch_mla(q.float(), q_pe.float(), kv.float(), k_pe.float())
+        kernels = [build(seqlen, a) for a in arms]
+        for a, k in zip(arms, kernels):
+            out = k(q, q_pe, kv, k_pe)
+            print(a, "rel err %.1e" % float((out.float() - ref).norm() / ref.norm()))
+        flop = 2.0 * B * H * seqlen * (D + PE) + 2.0 * B * H * seqlen * D
+        peer, *ours = in_rounds(3, [lambda: cuda_median_ms(
+            lambda: torch_mla(q, q_pe, kv, k_pe), 3, 20, flush)] + [lambda k=k: cuda_median_ms(
+                lambda: k(q, q_pe, kv, k_pe), 5, 30, flush) for k in kernels], 1.0)
+        print(f"KV {seqlen} torch {flop / median(peer) / 1e9:.0f}", " ".join(
+            f"{a} {flop / median(t) / 1e9:.0f} ({median(p / x for p, x in zip(peer, t)):.2f}x)"
+            for a, t in zip(arms, ours)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
