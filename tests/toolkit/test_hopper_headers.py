@@ -177,7 +177,7 @@ k_wgmma(float* out, const uint32_t* in, int scale_d) {
 
 extern "C" __global__ void k_tma(const __grid_constant__ tc::TensorMap map2,
                                  const __grid_constant__ tc::TensorMap map3, int x, int y,
-                                 int z) {
+                                 int z, const uint16_t* next) {
   __shared__ __align__(1024) uint16_t tile[4 * 64 * 64];
   __shared__ __align__(8) uint64_t bar[2];
   if (threadIdx.x == 0) {
@@ -195,6 +195,7 @@ extern "C" __global__ void k_tma(const __grid_constant__ tc::TensorMap map2,
     tc::mbarrier_arrive_expect_tx(&bar[1], 2 * 64 * 64 * 2);
     tc::tma_load_2d(tc::smem_addr(tile + 2 * 64 * 64), &map2, tc::smem_addr(&bar[1]), y, x);
     tc::tma_load_3d(tile + 3 * 64 * 64, &map3, &bar[1], z, y, x);
+    tc::prefetch_l2(next + 64 * 64, 64 * 64 * 2);
   }
   tc::mbarrier_wait_parity(&bar[0], 0);
   tc::mbarrier_wait_parity(&bar[1], 0);
@@ -295,7 +296,8 @@ def test_sm90a_ptx_holds_every_instruction(sm90a_build):
                "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group",
                "cp.async.bulk.commit_group", "cp.async.bulk.wait_group.read 1",
                "cp.async.bulk.wait_group.read 0", "cp.async.bulk.wait_group 0",
-               "prefetch.tensormap", "setmaxnreg.inc.sync.aligned.u32 232",
+               "prefetch.tensormap", "cp.async.bulk.prefetch.L2.global",
+               "setmaxnreg.inc.sync.aligned.u32 232",
                "setmaxnreg.dec.sync.aligned.u32 40"]:
         assert op in ptx, f"PTX lacks {op}"
     sass = sm90a_build["sass"]
