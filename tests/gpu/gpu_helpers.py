@@ -23,9 +23,10 @@ TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.
 
 
 def run_gemm(M, N, K, dtype="float16", trans_A=False, trans_B=False, bm=64, bn=64, bk=32,
-             threads=128, a_in_registers=False, policy=T.GemmWarpPolicy.Square, num_stages=0, pass_configs=None):
+             threads=128, a_in_registers=False, policy=T.GemmWarpPolicy.Square, num_stages=0,
+             pass_configs=None, eviction=None):
     func = kernels.gemm(M, N, K, bm, bn, bk, dtype, "float32", trans_A, trans_B, threads,
-                        a_in_registers, policy, num_stages)
+                        a_in_registers, policy, num_stages, eviction)
     kernel = tilecraft.compile(func, target="cuda", pass_configs=pass_configs)
     t = TORCH[dtype]
     a = torch.rand((K, M) if trans_A else (M, K), device="cuda").sub_(0.5).to(t)

@@ -4,7 +4,8 @@ import tilecraft.language as T
 
 
 def gemm(M, N, K, bm, bn, bk, dtype, accum, trans_A=False, trans_B=False, threads=128,
-         a_in_registers=False, policy=T.GemmWarpPolicy.Square, num_stages=0):
+         a_in_registers=False, policy=T.GemmWarpPolicy.Square, num_stages=0, eviction=None):
+    """C = A @ B; `eviction`: the L2 eviction policy of A's loads and C's store."""
     a_shape = (K, M) if trans_A else (M, K)
     b_shape = (N, K) if trans_B else (K, N)
     as_shape = (bk, bm) if trans_A else (bm, bk)
@@ -22,7 +23,7 @@ def gemm(M, N, K, bm, bn, bk, dtype, accum, trans_A=False, trans_B=False, thread
                 if trans_A:
                     T.copy(A[k * bk, by * bm], A_s)
                 else:
-                    T.copy(A[by * bm, k * bk], A_s)
+                    T.copy(A[by * bm, k * bk], A_s, eviction_policy=eviction)
                 if trans_B:
                     T.copy(B[bx * bn, k * bk], B_s)
                 else:
@@ -32,7 +33,7 @@ def gemm(M, N, K, bm, bn, bk, dtype, accum, trans_A=False, trans_B=False, thread
                     T.gemm(A_f, B_s, C_f, transpose_B=trans_B, policy=policy)
                 else:
                     T.gemm(A_s, B_s, C_f, transpose_A=trans_A, transpose_B=trans_B, policy=policy)
-            T.copy(C_f, C[by * bm, bx * bn])
+            T.copy(C_f, C[by * bm, bx * bn], eviction_policy=eviction)
 
     return main
 
@@ -179,6 +180,8 @@ def corpus():
     out.append(("gemm_big", gemm(384, 512, 256, 128, 256, 64, "float16", "float32", threads=256)))
     out.append(("gemm_pipelined", gemm(200, 136, 72, 64, 64, 32, "float16", "float32",
                                        num_stages=3)))
+    out.append(("gemm_l2_hints", gemm(200, 136, 72, 64, 64, 32, "float16", "float32",
+                                      num_stages=3, eviction="evict_first")))
     out.append(("gemm_fp8", fp8_gemm(130, 200, 96, 64, 64, 64, threads=128,
                                      a_dtype="float8_e5m2")))
     out.append(("elementwise", elementwise(100, 77)))

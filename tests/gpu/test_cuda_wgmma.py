@@ -85,6 +85,16 @@ def test_warp_specialized_tma_pipeline_any_trip_count(stages, shape):
     assert is_warp_specialized(kernel)
 
 
+@pytest.mark.parametrize("eviction", ["evict_first", "evict_last"])
+@pytest.mark.parametrize("configs", [None, {"tl.disable_tma_lower": True}], ids=["tma", "cp.async"])
+def test_l2_eviction_hints_ride_on_tma_and_cp_async(eviction, configs):
+    kernel = run_gemm(200, 136, 72, bm=128, bn=128, bk=64, threads=256, num_stages=3,
+                      pass_configs=configs, eviction=eviction)
+    source = kernel.get_kernel_source()
+    assert f"tc::l2_{eviction}()" in source
+    assert ("tc::tma_load_2d_hint(" if configs is None else "tc::cp_async_cg_16_hint(") in source
+
+
 def test_warp_specialization_can_be_turned_off():
     kernel = run_gemm(256, 256, 256, bm=128, bn=128, bk=64, threads=256, num_stages=3,
                       pass_configs={"tl.disable_warp_specialized": True})

@@ -24,6 +24,7 @@ from ..tileops.gemm import lower_gemm
 from ..pass_config import PassConfigKey
 from ..tileops.lowering import AccessRewriter, ThreadContext
 from ..tileops.parallel import lower_parallel
+from ..tileops.cache_hints import warn_unhinted
 from ..tileops.tma import is_tma_store, lower_tma_copy, lower_tma_store
 from ..tileops.reduce import lower_reduce
 from .infer_layouts import (infer_layouts, is_twin_copy, on_warpgroup_fragments, same_layout,
@@ -161,11 +162,11 @@ class _KernelLowering:
             return lower_twin_copy(op, self.ctx, self.kernel.num_threads, WARPGROUP)
         if isinstance(op, top.Copy):
             if "tma_barrier" in op.annotations:
-                return lower_tma_copy(op, ctx)
+                return warn_unhinted(op, lower_tma_copy(op, ctx))
             if is_tma_store(op) and same_layout(ctx.layouts.buffer(op.src.buffer),
                                                 tma_tile_layout(op.src.buffer)):
-                return lower_tma_store(op, ctx)
-            return lower_copy(op, ctx)
+                return warn_unhinted(op, lower_tma_store(op, ctx))
+            return warn_unhinted(op, lower_copy(op, ctx))
         if isinstance(op, top.Fill):
             return lower_fill(op, ctx)
         if isinstance(op, top.Gemm):

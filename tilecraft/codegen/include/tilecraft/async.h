@@ -10,6 +10,11 @@
 // `smem` is a generic pointer into shared memory, or a 32-bit shared-window address.
 // Both addresses must be aligned to the copy size.
 //
+// L2 eviction priorities (sm_80+; createpolicy, an opaque 64-bit value for .L2::cache_hint):
+//   l2_evict_first()   lines the first to go when L2 needs room (data read once)
+//   l2_evict_last()    lines the last to go
+//   cp_async_cg_16_hint(smem, gmem, pred, policy)   cp_async_cg_16 carrying the priority
+//
 // Completion: copies issued since the previous commit form one group at
 //   cp_async_commit();
 //   cp_async_wait<N>();   // wait until at most N most recent groups are still in flight
@@ -50,6 +55,21 @@ TC_DEVICE void cp_async_ca_8(void* smem, const void* gmem, bool pred) {
 }
 TC_DEVICE void cp_async_ca_4(void* smem, const void* gmem, bool pred) {
   cp_async_ca_4(smem_addr(smem), gmem, pred);
+}
+
+TC_DEVICE uint64_t l2_evict_first() {
+  uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+TC_DEVICE uint64_t l2_evict_last() {
+  uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+TC_DEVICE void cp_async_cg_16_hint(void* smem, const void* gmem, bool pred, uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n"
+               :: "r"(smem_addr(smem)), "l"(gmem), "r"(pred ? 16 : 0), "l"(policy) : "memory");
 }
 
 TC_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }

@@ -37,10 +37,14 @@
 //                                        may then be overwritten)
 //   tma_store_wait_all<N>()              cp.async.bulk.wait_group N: wait until at most N
 //                                        groups are pending, writes to global complete
+// With an L2 eviction priority (policy: tc::l2_evict_first() / tc::l2_evict_last(), async.h):
+//   tma_load_Nd_hint(smem_dst, map, mbar, policy, c0, ...)    N = 2..5, .L2::cache_hint
+//   tma_store_Nd_hint(map, smem_src, policy, c0, ...)
 // Overloads take 32-bit shared-window addresses (tc::smem_addr) for smem_dst / smem_src /
 // mbar. Feature macro: TC_HAS_TMA (device passes for sm_90 and newer, and the host pass).
 #pragma once
 
+#include "async.h"
 #include "memory.h"
 
 #define TC_HAS_TMA (TC_CUDA_ARCH >= 900)
@@ -163,6 +167,41 @@ template <int N> TC_DEVICE void tma_store_wait_all() {
   static_assert(N >= 0, "cp.async.bulk.wait_group takes N >= 0");
   asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
 }
+
+// ---------------------------------------------------------------- with an L2 cache hint
+// The same copies carrying an L2 eviction priority (.L2::cache_hint, a createpolicy value).
+// The store's operand %2 is unused, so both forms number their coordinates from %4.
+#define TC_COORDS2 "{%4, %5}"
+#define TC_COORDS3 "{%4, %5, %6}"
+#define TC_COORDS4 "{%4, %5, %6, %7}"
+#define TC_COORDS5 "{%4, %5, %6, %7, %8}"
+#define TC_TMA_HINTED(N, PARAMS, ...)                                                        \
+  TC_DEVICE void tma_load_##N##d_hint(void* smem_dst, const void* map, uint64_t* mbar,      \
+                                      uint64_t policy, PARAMS) {                            \
+    asm volatile("cp.async.bulk.tensor." #N "d.shared::cluster.global.mbarrier::complete_tx" \
+                 "::bytes.L2::cache_hint [%0], [%1, " TC_COORDS##N "], [%2], %3;\n"          \
+                 ::"r"(smem_addr(smem_dst)), "l"(map), "r"(smem_addr(mbar)), "l"(policy),   \
+                 __VA_ARGS__ : "memory");                                                   \
+  }                                                                                         \
+  TC_DEVICE void tma_store_##N##d_hint(const void* map, const void* smem_src,               \
+                                       uint64_t policy, PARAMS) {                           \
+    asm volatile("cp.async.bulk.tensor." #N "d.global.shared::cta.bulk_group.L2::cache_hint" \
+                 " [%0, " TC_COORDS##N "], [%1], %3;\n"                                     \
+                 ::"l"(map), "r"(smem_addr(smem_src)), "r"(0), "l"(policy), __VA_ARGS__     \
+                 : "memory");                                                               \
+  }
+#define TC_P(...) __VA_ARGS__
+TC_TMA_HINTED(2, TC_P(int c0, int c1), "r"(c0), "r"(c1))
+TC_TMA_HINTED(3, TC_P(int c0, int c1, int c2), "r"(c0), "r"(c1), "r"(c2))
+TC_TMA_HINTED(4, TC_P(int c0, int c1, int c2, int c3), "r"(c0), "r"(c1), "r"(c2), "r"(c3))
+TC_TMA_HINTED(5, TC_P(int c0, int c1, int c2, int c3, int c4), "r"(c0), "r"(c1), "r"(c2),
+              "r"(c3), "r"(c4))
+#undef TC_P
+#undef TC_TMA_HINTED
+#undef TC_COORDS2
+#undef TC_COORDS3
+#undef TC_COORDS4
+#undef TC_COORDS5
 
 #endif  // TC_HAS_TMA
 
