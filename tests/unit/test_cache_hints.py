@@ -13,6 +13,7 @@ import tilecraft.emulator as E
 from tilecraft.codegen.cuda import emit_cuda
 from tilecraft.passes import pipelines
 
+from test_emulator_checker import line_of
 from test_seesaw_warpgroups import SMEM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
@@ -32,7 +33,7 @@ def source(func, arch, configs=None):
         warnings.simplefilter("always")
         text = emit_cuda(pipelines.cuda(func, arch, SMEM if arch == "sm_90a" else 163 * 1024,
                                         configs))[0]
-    return text, [str(w.message) for w in seen]
+    return text, [f"{w.filename}:{w.lineno}: {w.message}" for w in seen]
 
 
 def test_tma_loads_and_the_staged_store_carry_the_hint_on_sm90a():
@@ -49,7 +50,9 @@ def test_cp_async_carries_the_hint_on_sm80_and_the_vector_store_warns():
     assert "tc::cp_async_cg_16(" in text                 # B's copies
     # C leaves in 32-bit pairs from registers: no hinted form, so it says so, at C's line
     assert len(seen) == 1 and "T.copy from C_f (local.fragment) to C (global)" in seen[0]
-    assert "kernels.py:" in seen[0] and "eviction_policy='evict_last'" in seen[0]
+    line = line_of(kernels.gemm, "T.copy(C_f, C[by * bm, bx * bn], eviction_policy=eviction)")
+    assert seen[0].startswith(f"{kernels.__file__}:{line}: ")
+    assert "eviction_policy='evict_last'" in seen[0]
 
 
 def test_evict_normal_is_the_plain_instruction():

@@ -36,9 +36,12 @@ def warn_unhinted(op, lowered):
     if l2_policy(op) is None or not touches_global or any(
             isinstance(n, Call) and n.name.endswith(HINT_SUFFIX) for n in walk(lowered)):
         return lowered   # (a staged epilogue's register -> shared half has nothing to hint)
-    where = f"{op.span}: " if op.span is not None else ""
-    warnings.warn(f"tilecraft: {where}T.copy from {op.src.buffer.name} ({op.src.buffer.scope}) "
-                  f"to {op.dst.buffer.name} ({op.dst.buffer.scope}) runs without its "
-                  f"eviction_policy={op.annotations['eviction_policy']!r}: only TMA copies and "
-                  "16-byte cp.async copies carry an L2 cache hint", stacklevel=2)
+    message = (f"tilecraft: T.copy from {op.src.buffer.name} ({op.src.buffer.scope}) to "
+               f"{op.dst.buffer.name} ({op.dst.buffer.scope}) runs without its "
+               f"eviction_policy={op.annotations['eviction_policy']!r}: only TMA copies and "
+               "16-byte cp.async copies carry an L2 cache hint")
+    if op.span is None:
+        warnings.warn(message, stacklevel=2)
+    else:   # reported at the copy's own line, not at the compiler's
+        warnings.warn_explicit(message, UserWarning, op.span.filename, op.span.line)
     return lowered
