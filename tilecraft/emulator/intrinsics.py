@@ -17,6 +17,7 @@ from ..errors import TileError
 from ..ir import dtypes as dt
 from ..ir.buffer import GLOBAL
 from ..layout.mma import mma_a_fragment, mma_b_fragment, mma_c_fragment
+from ..tileops.cache_hints import HINT_SUFFIX, unhinted
 from .checker import Site
 from .bulk_stores import stmatrix_x4
 from .hopper import make_smem_desc
@@ -308,23 +309,12 @@ _SM90 = {
 }
 
 
-# Where the L2 policy sits among a hinted copy's arguments (tileops/cache_hints.py): the
-# emulator models no cache, so a hinted copy runs as the plain one.
-_POLICY_AT = (("tma_load_", 3), ("tma_store_", 2), ("cp_async_", -1))
-
-
-def _unhinted(name: str, args: list) -> tuple:
-    base = name[:-len("_hint")]
-    at = next(i for prefix, i in _POLICY_AT if base.startswith(prefix))
-    return base, args[:at] + (args[at + 1:] if at >= 0 else [])
-
-
 def call(m, name: str, args: list):
     """Run tc::<name>(*args) for the executing lanes."""
     if name in ("l2_evict_first", "l2_evict_last"):
         return np.uint64(0)     # an opaque policy value; nothing reads it here
-    if name.endswith("_hint"):
-        name, args = _unhinted(name, list(args))
+    if name.endswith(HINT_SUFFIX):     # no cache modelled: a hinted copy runs as the plain one
+        name, args = unhinted(name, list(args))
     if name == "syncthreads":
         return syncthreads(m)
     if name == "cp_async_commit":

@@ -320,8 +320,8 @@ class _Specializer:
                     notes["tma_multicast"] = self.cluster.size
                 copies.append(dataclasses.replace(copy, annotations={**copy.annotations,
                                                                      **notes}))
-            fetch = [next_tile_prefetch(self.kernel, loop, body[i]) for i in group.copies] \
-                if self.prefetch and not self.cluster else []
+            fetch = (next_tile_prefetch(self.kernel, loop, body[i]) for i in group.copies
+                     if self.prefetch and not self.cluster)
             produce += [call_stmt("tc::mbarrier_wait_parity", address_of(empty, slot(g)),
                                   parity ^ 1),
                         call_stmt("tc::mbarrier_arrive_expect_tx", address_of(full, slot(g)),

@@ -20,6 +20,9 @@ from ..ir.visitor import walk
 
 HINTED = ("evict_first", "evict_last")
 HINT_SUFFIX = "_hint"
+# Where the policy goes among a hinted instruction's arguments (the headers' *_hint
+# signatures); None: after the last.
+POLICY_AT = (("tma_load_", 3), ("tma_store_", 2), ("cp_async_", None))
 
 
 def l2_policy(op) -> Call | None:
@@ -27,6 +30,29 @@ def l2_policy(op) -> Call | None:
     or evict_normal: the plain instructions are that)."""
     policy = op.annotations.get("eviction_policy")
     return Call(f"tc::l2_{policy}", (), dt.dtype("uint64")) if policy in HINTED else None
+
+
+def _policy_at(name: str, plain_args: int) -> int:
+    base = name.rsplit("::", 1)[-1]
+    at = next(i for prefix, i in POLICY_AT if base.startswith(prefix))
+    return plain_args if at is None else at
+
+
+def hinted(op, name: str, args: tuple) -> tuple:
+    """(name, args) of one of a copy's instructions: the plain ones, or, when the copy asks
+    for an eviction policy, the `_hint` form with the policy in its place."""
+    policy = l2_policy(op)
+    if policy is None:
+        return name, tuple(args)
+    at = _policy_at(name, len(args))
+    return name + HINT_SUFFIX, tuple(args[:at]) + (policy,) + tuple(args[at:])
+
+
+def unhinted(name: str, args: list) -> tuple:
+    """The plain (name, args) of a hinted instruction (the emulator models no cache)."""
+    base = name[:-len(HINT_SUFFIX)]
+    at = _policy_at(base, len(args) - 1)
+    return base, list(args[:at]) + list(args[at + 1:])
 
 
 def warn_unhinted(op, lowered):

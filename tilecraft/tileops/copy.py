@@ -19,7 +19,7 @@ from ..ir.expr import BufferLoad, Call, Var, address_of, cast, const
 from ..ir.stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, seq
 from ..ir.tileop import Atomic
 from .. import layout as lay
-from .cache_hints import l2_policy
+from .cache_hints import hinted
 from .lowering import ThreadContext, in_bounds_condition
 from .parallel import lower_parallel
 from ..passes.infer_layouts import same_threads
@@ -293,12 +293,9 @@ def _vector_copy(op, extents, v: int, ctx: ThreadContext):
         # cp.async: the copy lands in shared memory later (a pipelined loop waits for it);
         # a chunk outside the tensor is zero-filled.
         cond = in_bounds_condition(ctx, src.buffer, s_idx)
-        name, args = "tc::cp_async_cg_16", (_address(dst.buffer, d_idx, ctx),
-                                             _address(src.buffer, s_idx, ctx),
-                                             cond if cond is not None else const(True))
-        policy = l2_policy(op)
-        if policy is not None:
-            name, args = name + "_hint", args + (policy,)
+        name, args = hinted(op, "tc::cp_async_cg_16", (
+            _address(dst.buffer, d_idx, ctx), _address(src.buffer, s_idx, ctx),
+            cond if cond is not None else const(True)))
         store = Evaluate(Call(name, args, dt.handle), op.span)
     else:
         load = _vector_load(src.buffer, s_idx, bits, ctx)

@@ -33,7 +33,7 @@ from ..ir.buffer import GLOBAL, Buffer, is_shared
 from ..ir.expr import Call, Var, address_of, const
 from ..ir.stmt import IfThenElse, call_stmt, seq
 from ..layout.swizzle import atom_row_bytes, swizzle_mode_for
-from .cache_hints import l2_policy
+from .cache_hints import hinted
 
 MAX_BOX = 256
 MAX_RANK = 5
@@ -145,17 +145,13 @@ def lower_tma_copy(op, ctx):
     # A tile the blocks of a cluster share (tileops/cluster.py): box j is loaded by the block
     # of rank j % size and written into every block of the cluster.
     cluster = op.annotations.get("tma_multicast", 0)
-    policy = l2_policy(op)
     loads = []
     for j in range(plan.slabs):
         smem, coords = _box(ctx, op.dst, op.src, plan, j)
-        if not cluster and policy is not None:
-            loads.append(call_stmt(f"tc::tma_load_{plan.rank}d_hint", smem, the_map, mbar,
-                                   policy, *reversed(coords), span=op.span))
-            continue
         if not cluster:
-            loads.append(call_stmt(f"tc::tma_load_{plan.rank}d", smem, the_map, mbar,
-                                   *reversed(coords), span=op.span))
+            name, args = hinted(op, f"tc::tma_load_{plan.rank}d",
+                                (smem, the_map, mbar, *reversed(coords)))
+            loads.append(call_stmt(name, *args, span=op.span))
             continue
         load = call_stmt(f"tc::tma_load_{plan.rank}d_multicast", smem, the_map, mbar,
                          const((1 << cluster) - 1), *reversed(coords), span=op.span)
@@ -174,13 +170,10 @@ def lower_tma_store(op, ctx):
     to the async proxy by the barrier in front of the copy)."""
     plan = tma_plan(op)
     the_map = Call("address_of", (tensor_map(ctx, op.dst.buffer, plan),), dt.handle)
-    name, policy = f"tc::tma_store_{plan.rank}d", l2_policy(op)
-    if policy is not None:
-        name, policy = name + "_hint", (policy,)
     stores = []
     for j in range(plan.slabs):
         smem, coords = _box(ctx, op.src, op.dst, plan, j)
-        stores.append(call_stmt(name, the_map, smem, *(policy or ()), *reversed(coords),
-                                span=op.span))
+        name, args = hinted(op, f"tc::tma_store_{plan.rank}d", (the_map, smem, *reversed(coords)))
+        stores.append(call_stmt(name, *args, span=op.span))
     stores.append(call_stmt("tc::tma_store_commit", span=op.span))
     return IfThenElse(ctx.tx == const(0), seq(stores), None, op.span)
