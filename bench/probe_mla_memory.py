@@ -11,7 +11,15 @@ arm but those with `builtin`, so the arms that prefetch compare against none.
   fullN   the same, each block all of it (what tileops/prefetch.py does, for N = 1)
   tensorN the same, one TMA tensor prefetch per box
   evictq / evictkv / evict   the query's, the KV's or both TMA loads carry an L2 evict_first hint
+  evicto  the output's TMA stores carry an L2 evict_first hint
+  box     one mbarrier per TMA box of the query and of each KV stage; the score gemm waits for
+          each box just before the k-steps that read it
   evictkv0 / evictkv1   only head group 0's (1's) KV loads carry it, the other's evict_normal
+  mc      compiled as clusters of the two head-group blocks (tl.enable_tma_multicast): each KV
+          block crosses from L2 once, multicast into both blocks
+  mcevict with mc: the multicast KV loads carry an L2 evict_first hint (read once, so the
+          flush's dirty lines need not be written back to make room for them)
+  mcpf    with mc: each block of the cluster prefetches its half of block k + 1 into L2
   builtin the compiler's prefetch left on; with `skipfirst` it skips block 1 (which the producer
           loads right after block 0 anyway), with `late` it starts only once the ring is full
 
@@ -51,7 +59,15 @@ __device__ __forceinline__ void tc_tma3h(void* dst, const void* map, uint64_t* m
 __device__ __forceinline__ void tc_tma4h(void* dst, const void* map, uint64_t* mbar, int c0,
     int c1, int c2, int c3, uint64_t pol) {
   TC_HINTED(4, "%4, %5, %6, %7", "r"(c0), "r"(c1), "r"(c2), "r"(c3)); }
+__device__ __forceinline__ void tc_tma4mh(void* dst, const void* map, uint64_t* mbar, int mask,
+    int c0, int c1, int c2, int c3, uint64_t pol) {
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+    ".multicast::cluster.L2::cache_hint [%0], [%1, {%5, %6, %7, %8}], [%2], %3, %4;" ::
+    "r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(map),
+    "r"((uint32_t)__cvta_generic_to_shared(mbar)), "h"((uint16_t)mask), "l"(pol),
+    "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory"); }
 """
+LEAD = "    if (tc::is_producer_leader(256)) {\n"
 
 
 def blocks(src):
@@ -105,9 +121,13 @@ def tensor(ahead):
     return patch
 
 
+def with_hinted(src):
+    return src if "tc_tma4mh" in src else src.replace('extern "C"', HINTED + 'extern "C"', 1)
+
+
 def evict(query, kv, group=None):
     def patch(src):
-        src = src.replace('extern "C"', HINTED + 'extern "C"', 1)
+        src = with_hinted(src)
         lead = "    if (tc::is_producer_leader(256)) {\n"
         pick = "tc_evict_first()" if group is None else \
             f"by == {group} ? tc_evict_first() : tc_evict_normal()"
@@ -119,6 +139,80 @@ def evict(query, kv, group=None):
                 assert c == 9, c
         return src
     return patch
+
+
+def evict_output(src):
+    src, c = re.subn(r"tc::tma_store_3d\(\(&Output_tma\), ([^,]*), ",
+                     r"tc::tma_store_3d_hint((&Output_tma), \1, tc::l2_evict_first(), ", src)
+    assert c == 8, c
+    return src
+
+
+def mc_evict(src):
+    src = with_hinted(src)
+    src = src.replace(LEAD, LEAD + "      const uint64_t tc_polm = tc_evict_first();\n")
+    src, c = re.subn(r"tc::tma_load_4d_multicast\(([^;]*)\);", r"tc_tma4mh(\1, tc_polm);", src)
+    assert c == 9, c
+    return src
+
+
+def mc_prefetch(src):
+    n = blocks(src)
+    lines = [f"if (k + 1 < {n}) {{"]
+    for name, row, size in (("KV", 512, 65536), ("K_pe", 64, 8192)):
+        at = f"reinterpret_cast<const char*>({name} + ((long long)bx * {n * 64} + " \
+             f"(k + 1) * 64) * {row}) + tc::cluster_ctarank() * {size // 2}"
+        lines.append(f'  asm volatile("cp.async.bulk.prefetch.L2.global [%0], {size // 2};" '
+                     f':: "l"({at}) : "memory");')
+    tail = re.search(r"tc::tma_load_4d_multicast\(\(&K_pe_shared[^;]*;\n\s*}\n", src)
+    return src[:tail.end()] + "\n".join(lines) + "}\n" + src[tail.end():]
+
+
+def per_box(src):
+    """One mbarrier per TMA box (8 KB) of the query and of each KV stage, in the unused bytes
+    after the ring's barriers: the score gemm waits for box kk / 4 before its k-steps kk, so
+    it starts on the first boxes of a stage (and of the query, in the first iteration)."""
+    src = src.replace("  if (tc::is_block_leader()) {\n", "  uint64_t* tc_box = reinterpret_cast"
+                      "<uint64_t*>(tc_smem + 128);\n  if (tc::is_block_leader()) {\n"
+                      "    for (int b = 0; b < 25; ++b) tc::mbarrier_init(&tc_box[b], 1);\n", 1)
+    src, c = re.subn(r"tc::mbarrier_arrive_expect_tx\(\(&tma_(?:ready\[0\]|full\[k % 2\])\), "
+                     r"(?:73728|65536)\);\n", "", src)
+    assert c == 2, c
+    src, c = re.subn(r"tc::tma_load_3d\(\((&Q(?:_pe)?_shared\[\d+\])\), \(&(Q(?:_pe)?)_tma\), "
+                     r"\(&tma_ready\[0\]\), (\d+),", lambda m: (
+                         f"tc::mbarrier_arrive_expect_tx(&tc_box[{16 + (8 if m.group(2) == 'Q_pe' else int(m.group(3)) // 64)}], 8192); "
+                         f"tc::tma_load_3d(({m.group(1)}), (&{m.group(2)}_tma), "
+                         f"(&tc_box[{16 + (8 if m.group(2) == 'Q_pe' else int(m.group(3)) // 64)}]), "
+                         f"{m.group(3)},"), src)
+    assert c == 9, c
+    src, c = re.subn(r"tc::tma_load_4d\(\((&KV_shared\[[^\]]*\])\), \(&KV_tma\), "
+                     r"\(&tma_full\[k % 2\]\), (\d+),", lambda m: (
+                         f"tc::mbarrier_arrive_expect_tx(&tc_box[k % 2 * 8 + {int(m.group(2)) // 64}], "
+                         f"8192); tc::tma_load_4d(({m.group(1)}), (&KV_tma), "
+                         f"(&tc_box[k % 2 * 8 + {int(m.group(2)) // 64}]), {m.group(2)},"), src)
+    assert c == 8, c
+    src = src.replace("    tc::mbarrier_wait_parity((&tma_ready[0]), 0);\n", "")
+    # the score gemms: wait box by box inside the unrolled k-step loop
+    score = re.compile(r"tc::mbarrier_wait_parity\(\(&tma_full\[([01])\]\), ([^;]*)\);\n"
+                       r"(\s*tc::wgmma_fence\(\);\n\s*// [^\n]*\n\s*#pragma unroll\n\s*"
+                       r"for \(int (kk\w*) = 0; \4 < 32; \+\+\4\) \{\n)")
+    src, c = score.subn(lambda m: m.group(3) + (
+        f"if ({m.group(4)} % 4 == 0) {{ if (k2 == 0) tc::mbarrier_wait_parity(&tc_box[16 + "
+        f"{m.group(4)} / 4], 0); tc::mbarrier_wait_parity(&tc_box[{m.group(1)} * 8 + "
+        f"{m.group(4)} / 4], {m.group(2)}); }}\n"), src)
+    assert c == 2, c
+    src, c = re.subn(r"(tc::mbarrier_wait_parity\(\(&tma_full\[[23]\]\), [^;]*\);\n)"
+                     r"(\s*tc::wgmma_fence\(\);\n\s*// [^\n]*\n\s*#pragma unroll\n\s*"
+                     r"for \(int kk_\d+ = 0; kk_\d+ < 4;)", r"if (k2 == 0) "
+                     r"tc::mbarrier_wait_parity(&tc_box[24], 0);\n\1\2", src)
+    assert c == 2, c
+    # the other warpgroup's stage, before the value gemm: all of its boxes
+    src, c = re.subn(r"tc::mbarrier_wait_parity\(\(&tma_full\[([01])\]\), ([^;]*)\);",
+                     r"for (int b = 0; b < 8; ++b) tc::mbarrier_wait_parity(&tc_box[\1 * 8 + b], "
+                     r"\2);", src)
+    assert c == 2, c
+    assert "tma_ready[0])," not in src.split("mbarrier_init((&tma_ready[0]), 1);")[1]
+    return src
 
 
 def guard(extra):
@@ -133,7 +227,7 @@ def guard(extra):
 ARMS = {"base": lambda s: s, "builtin": lambda s: s, "skipfirst": guard("k + 1 >= 2"),
         "late": guard("k >= 2"), "l2res": l2res, "order": order, "evictq": evict(1, 0),
         "evictkv": evict(0, 1), "evict": evict(1, 1), "evictkv0": evict(0, 1, 0),
-        "evictkv1": evict(0, 1, 1),
+        "evictkv1": evict(0, 1, 1), "evicto": evict_output, "box": per_box, "mc": lambda s: s, "mcevict": mc_evict, "mcpf": mc_prefetch,
         **{f"bulk{a}": bulk(a, True) for a in (1, 2)}, **{f"full{a}": bulk(a, False) for a in (1, 2)},
         **{f"tensor{a}": tensor(a) for a in (1, 2)}}
 
@@ -143,7 +237,7 @@ def build(seqlen, arm, target=None):
 
     def patched(lowered):
         src, names = original(lowered)
-        for part in sorted(arm.split("+"), key=lambda p: p.startswith("evict")):  # hints last
+        for part in sorted(arm.split("+"), key=lambda p: "evict" in p):  # hints last
             if part in ("skipfirst", "late") and "builtin" not in arm:
                 raise ValueError(f"{part} changes the compiler's prefetch: add builtin")
             src = ARMS[part](src)
@@ -153,7 +247,8 @@ def build(seqlen, arm, target=None):
         func = underlying(flash_mla_decode)(B, H, 1, seqlen, D, PE, block_N=64, block_H=64,
                                             num_stages=2, threads=256)
         return tilecraft.compile(func, out_idx=[-1], target=target, pass_configs={
-            "tl.enable_fast_math": True, "tl.disable_l2_prefetch": "builtin" not in arm})
+            "tl.enable_fast_math": True, "tl.disable_l2_prefetch": "builtin" not in arm,
+            "tl.enable_tma_multicast": any(p.startswith("mc") for p in arm.split("+"))})
     finally:
         cg.emit_cuda = original
 
