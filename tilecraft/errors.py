@@ -8,6 +8,7 @@ from __future__ import annotations
 import linecache
 import os
 import sys
+import warnings
 from dataclasses import dataclass
 
 
@@ -98,6 +99,14 @@ def install_excepthook():
 # The span of the user construct being evaluated right now: the frontend sets it per
 # statement and call, so IR built while evaluating carries it and errors point at it.
 _current_span: list = [None]
+
+
+def warn_at(span: Span | None, message: str):
+    """A UserWarning reported at the user's file and line (span), not at the compiler's."""
+    if span is None:
+        warnings.warn(message, stacklevel=3)
+    else:
+        warnings.warn_explicit(message, UserWarning, span.filename, span.line)
 
 
 def current_span() -> Span | None:

@@ -209,6 +209,9 @@ extern "C" __global__ void k_tma(const __grid_constant__ tc::TensorMap map2,
     tc::tma_store_2d(&map2, tc::smem_addr(tile + 2 * 64 * 64), y, x);
     tc::tma_store_3d(&map3, tile + 3 * 64 * 64, z, y, x);
     tc::tma_store_commit();
+    tc::tma_store_add_2d(&map2, tile, x, y);
+    tc::tma_store_add_3d(&map3, tile + 64 * 64, x, y, z);
+    tc::tma_store_commit();
     tc::tma_store_wait<1>();
     tc::tma_store_wait<0>();
     tc::tma_store_wait_all<0>();
@@ -294,6 +297,8 @@ def test_sm90a_ptx_holds_every_instruction(sm90a_build):
                "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes",
                "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group",
                "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group",
+               "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group",
+               "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group",
                "cp.async.bulk.commit_group", "cp.async.bulk.wait_group.read 1",
                "cp.async.bulk.wait_group.read 0", "cp.async.bulk.wait_group 0",
                "prefetch.tensormap", "cp.async.bulk.prefetch.L2.global",
@@ -302,7 +307,7 @@ def test_sm90a_ptx_holds_every_instruction(sm90a_build):
         assert op in ptx, f"PTX lacks {op}"
     sass = sm90a_build["sass"]
     if sass:
-        for op in ["HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG"]:
+        for op in ["HGMMA", "UTMALDG", "UTMASTG", "UTMAREDG", "USETMAXREG"]:
             assert op in sass, f"SASS lacks {op}"
 
 

@@ -257,6 +257,37 @@ def test_atomic_scalar_value_into_region():
            "T.atomic_max(")
 
 
+def test_atomic_memory_order_other_than_relaxed():
+    def program():
+        @T.prim_func
+        def main(C: T.Tensor((64,), "float32")):
+            with T.Kernel(4, threads=128) as bx:
+                T.atomic_add(C[bx], 1.0, memory_order="seq_cst")  # <- here
+    expect(program, "T.atomic_add: memory_order='seq_cst' is not supported: the atomics are "
+           "relaxed", "T.atomic_add(")
+
+
+def test_atomic_return_prev():
+    def program():
+        @T.prim_func
+        def main(C: T.Tensor((64,), "float32")):
+            with T.Kernel(4, threads=128) as bx:
+                T.atomic_max(C[bx], 1.0, return_prev=True)  # <- here
+    expect(program, "T.atomic_max: return_prev=True is not supported", "T.atomic_max(")
+
+
+def test_atomic_use_tma_from_a_fragment():
+    def program():
+        @T.prim_func
+        def main(C: T.Tensor((64, 64), "float16")):
+            with T.Kernel(1, threads=128) as bx:
+                acc = T.alloc_fragment((64, 64), "float16")
+                T.clear(acc)
+                T.atomic_add(C[0, 0], acc, use_tma=True)  # <- here
+    expect(program, "T.atomic_add: use_tma=True adds a shared-memory tile into global memory; "
+           "here the value acc is in local.fragment", "T.atomic_add(")
+
+
 def test_atomic_tile_shapes_differ():
     def program():
         @T.prim_func

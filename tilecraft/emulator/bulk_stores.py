@@ -1,4 +1,5 @@
-"""TMA stores (shared -> global, codegen/include/tilecraft/tma.h) and stmatrix.
+"""TMA stores (shared -> global, codegen/include/tilecraft/tma.h), the stores that add, and
+stmatrix.
 
 A TMA store reads its box from shared memory through the async proxy and writes the global
 tensor, dropping what falls outside it. The emulator moves the data when the store is issued,
@@ -34,7 +35,8 @@ class BulkStores:
         self.reading = np.full(m.mem.arena.size, NONE, np.int32)   # issuing thread per byte
         self.reading_site = np.zeros(m.mem.arena.size, np.int32)
 
-    def store(self, rank: int, tmap, src, coords):
+    def store(self, rank: int, tmap, src, coords, adds: bool = False):
+        """One TMA store (adds: one that adds into global memory, tc::tma_store_add_*)."""
         m = self.m
         arr, box, mode = tma_box(m, tmap, rank, "tma_store")
         es = arr.dtype.itemsize
@@ -64,7 +66,10 @@ class BulkStores:
                 keep = np.nonzero((s + np.arange(b) >= 0) & (s + np.arange(b) < arr.shape[d]))[0]
                 dst.append(s + keep)
                 src_idx.append(keep)
-            arr[np.ix_(*dst)] = data[np.ix_(*src_idx)]
+            if adds:   # each element added at the tensor's precision, as the hardware does
+                arr[np.ix_(*dst)] += data[np.ix_(*src_idx)]
+            else:
+                arr[np.ix_(*dst)] = data[np.ix_(*src_idx)]
             self.reading[phys] = lane
             self.reading_site[phys] = sid
             self.open.setdefault(int(lane), []).append((phys, sid))

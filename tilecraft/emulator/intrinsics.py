@@ -223,6 +223,8 @@ def sm90(m, name: str, args: list):
         return h.issue(name, args)
     if name.startswith("tma_load_") and name[-1] == "d":
         return h.tma_load(int(name[9:-1]), args[0], args[1], args[2], args[3:])
+    if name.startswith("tma_store_add_") and name[-1] == "d":
+        return m.bulk_stores.store(int(name[14:-1]), args[0], args[1], args[2:], adds=True)
     if name.startswith("tma_store_") and name[-1] == "d":
         return m.bulk_stores.store(int(name[10:-1]), args[0], args[1], args[2:])
     if name == "tma_store_commit":

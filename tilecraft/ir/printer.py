@@ -210,7 +210,8 @@ class Printer:
             return f"T.fill({self.region(s.dst)}, {self.expr(s.value)})"
         if isinstance(s, top.Atomic):
             value = self.region(s.value) if isinstance(s.value, BufferRegion) else self.expr(s.value)
-            return f"T.atomic_{s.kind}({self.region(s.dst)}, {value})"
+            notes = "".join(f", {k}={v!r}" for k, v in s.annotations.items())
+            return f"T.atomic_{s.kind}({self.region(s.dst)}, {value}{notes})"
         if isinstance(s, top.AnnotateLayout):
             items = ", ".join(f"{self.name(b)}: {getattr(l, 'describe', lambda: repr(l))()}"
                               for b, l in s.layouts.items())

@@ -116,11 +116,13 @@ ATOMIC_KINDS = ("add", "max", "min")
 
 @dataclass(eq=False, repr=False)
 class Atomic(TileOp):
-    """dst op= value, atomically; value is a scalar Expr or (tile form) a BufferRegion."""
+    """dst op= value, atomically; value is a scalar Expr or (tile form) a BufferRegion.
+    annotations: use_tma (asked for by the user), instruction ("tma" once chosen)."""
     kind: str
     dst: BufferRegion
     value: object
     span: Span | None = field(default=None, compare=False)
+    annotations: dict = field(default_factory=dict)
     op_name = "atomic"
 
     def reads(self):

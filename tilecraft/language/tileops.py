@@ -5,7 +5,8 @@ from ..arith.linear import constant_value, equal
 from ..errors import TileError, current_span
 from ..frontend import builder as bld
 from ..ir import tileop as top
-from ..ir.buffer import FRAGMENT, GLOBAL, LOCAL, LOCAL_VAR, Buffer, BufferRegion, region_of
+from ..ir.buffer import (FRAGMENT, GLOBAL, LOCAL, LOCAL_VAR, Buffer, BufferRegion, is_shared,
+                         region_of)
 from ..ir.expr import BufferLoad, Expr, cast, convert, is_python_number
 from ..ir.stmt import BufferStore
 
@@ -257,9 +258,18 @@ def clear(buffer):
     fill(buffer, 0)
 
 
-def _atomic(kind: str, dst, value):
+ATOMIC_ORDERS = (None, "relaxed")
+
+
+def _atomic(kind: str, dst, value, memory_order=None, return_prev=False, use_tma=False):
     what = f"T.atomic_{kind}"
     bld.active(what)
+    if memory_order not in ATOMIC_ORDERS:
+        raise TileError(f"{what}: memory_order={memory_order!r} is not supported: the atomics "
+                        "are relaxed (leave memory_order out, or pass 'relaxed')", current_span())
+    if return_prev:
+        raise TileError(f"{what}: return_prev=True is not supported: the atomic returns nothing",
+                        current_span())
     dst = _operand(what, "destination", dst)
     target = dst.buffer if not isinstance(dst, Buffer) else dst
     if target.scope in (FRAGMENT, LOCAL, LOCAL_VAR):
@@ -275,8 +285,20 @@ def _atomic(kind: str, dst, value):
         if len(dn) != len(vn) or not all(equal(x, y) for x, y in zip(dn, vn)):
             raise TileError(f"{what}: destination tile {_shape_text(d.extents)} and value tile "
                             f"{v.buffer.name} {_shape_text(v.extents)} differ", current_span())
-        bld.emit(top.Atomic(kind, d, v, current_span()), what)
+        notes = {}
+        if use_tma:
+            if not is_shared(v.buffer.scope) or d.buffer.scope != GLOBAL:
+                raise TileError(f"{what}: use_tma=True adds a shared-memory tile into global "
+                                f"memory; here the value {v.buffer.name} is in {v.buffer.scope} "
+                                f"and the destination {d.buffer.name} in {d.buffer.scope} "
+                                "(T.copy the tile into a T.alloc_shared tile first)",
+                                current_span())
+            notes["use_tma"] = True
+        bld.emit(top.Atomic(kind, d, v, current_span(), notes), what)
         return
+    if use_tma:
+        raise TileError(f"{what}: use_tma=True needs a tile value in shared memory, not a "
+                        "scalar", current_span())
     if not (isinstance(value, Expr) or is_python_number(value)):
         raise TileError(f"{what}: the value must be a scalar or a tile, got "
                         f"{type(value).__name__}", current_span())
@@ -288,15 +310,17 @@ def _atomic(kind: str, dst, value):
              allow_in_parallel=True)
 
 
-def atomic_add(dst, value, memory_order=None, return_prev=False):
-    """dst += value atomically (scalar element or whole tile)."""
-    _atomic("add", dst, value)
+def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False):
+    """dst += value atomically (scalar element or whole tile). With use_tma=True a tile in
+    shared memory is added into global memory by TMA (sm_90: one bulk reduction per box,
+    issued by one thread; elsewhere element-wise atomics, with a warning)."""
+    _atomic("add", dst, value, memory_order, return_prev, use_tma)
 
 
 def atomic_max(dst, value, memory_order=None, return_prev=False):
-    _atomic("max", dst, value)
+    _atomic("max", dst, value, memory_order, return_prev)
 
 
 def atomic_min(dst, value, memory_order=None, return_prev=False):
-    _atomic("min", dst, value)
+    _atomic("min", dst, value, memory_order, return_prev)
 

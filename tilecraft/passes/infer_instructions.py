@@ -15,6 +15,9 @@ Copies on sm_90a (recorded as `instruction=` among the copy's annotations):
 - register -> shared copies into 16-bit tiles ("stmatrix"): the lowering stores each warp's
   8x8 blocks of the fragment with stmatrix.x4 where the fragment is made of such blocks
   (every mma / wgmma accumulator is), four registers per instruction instead of one.
+- tile-form T.atomic_add(..., use_tma=True) of a shared tile into global memory becomes TMA
+  stores that add ("tma") where TMA can do it (tileops/tma.tma_add_unfit_reason); otherwise the
+  reason is recorded (`unfit=`) and the lowering warns and runs element-wise atomics.
 (TMA loads are chosen by warp_specialize, for the copies a pipelined loop runs ahead.)
 """
 from __future__ import annotations
@@ -24,10 +27,10 @@ import dataclasses
 from ..errors import TileError
 from ..ir.stmt import Kernel, SeqStmt, seq
 from ..ir.buffer import FRAGMENT, GLOBAL, is_shared
-from ..ir.tileop import Copy, Gemm
+from ..ir.tileop import Atomic, Copy, Gemm
 from ..ir.visitor import Mutator
 from ..pass_config import PassConfigKey
-from ..tileops.tma import tma_plan
+from ..tileops.tma import tma_add_unfit_reason, tma_plan
 from ..tileops.wgmma import wgmma_unfit_reason
 from .infer_layouts import _gemm_dims
 
@@ -56,6 +59,13 @@ class _Choose(Mutator):
         if choice is None:
             return op
         return dataclasses.replace(op, annotations={**op.annotations, "instruction": choice})
+
+    def visit_Atomic(self, op: Atomic):
+        if not op.annotations.get("use_tma") or "instruction" in op.annotations:
+            return op
+        reason = tma_add_unfit_reason(op, self.tma_store)
+        notes = {"instruction": "tma"} if reason is None else {"unfit": reason}
+        return dataclasses.replace(op, annotations={**op.annotations, **notes})
 
     def visit_Gemm(self, op: Gemm):
         reason = wgmma_unfit_reason(op, _gemm_dims(op), self.threads)

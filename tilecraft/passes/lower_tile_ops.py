@@ -10,7 +10,7 @@ import dataclasses
 
 from ..arith.bounds import bounds_under
 from ..arith.linear import constant_value
-from ..errors import TileError
+from ..errors import TileError, warn_at
 from ..ir import tileop as top
 from ..ir.buffer import FRAGMENT, GLOBAL, BufferRegion, is_shared
 from ..ir.expr import Expr, Var
@@ -25,7 +25,7 @@ from ..pass_config import PassConfigKey
 from ..tileops.lowering import AccessRewriter, ThreadContext
 from ..tileops.parallel import lower_parallel
 from ..tileops.cache_hints import warn_unhinted
-from ..tileops.tma import is_tma_store, lower_tma_copy, lower_tma_store
+from ..tileops.tma import as_copy, is_tma_store, lower_tma_copy, lower_tma_store
 from ..tileops.reduce import lower_reduce
 from .infer_layouts import (infer_layouts, is_twin_copy, on_warpgroup_fragments, same_layout,
                             tma_tile_layout)
@@ -177,7 +177,7 @@ class _KernelLowering:
             return lower_cumsum(op, ctx)
         if isinstance(op, top.Atomic):
             if isinstance(op.value, BufferRegion):
-                return lower_atomic_tile(op, ctx)
+                return self.atomic_tile(op, ctx)
             return self.scalar_rewriter().visit(op)
         if isinstance(op, top.AnnotateLayout):
             return None
@@ -186,6 +186,23 @@ class _KernelLowering:
                 self.swizzle = (op.panel_size, op.order)
             return None
         raise TileError(f"T.{op.op_name} is not supported by the CUDA backend yet", op.span)
+
+    @staticmethod
+    def atomic_tile(op, ctx):
+        """A tile-form atomic: TMA stores that add where infer_instructions chose them (and
+        the tile has the layout TMA boxes read), element-wise atomics otherwise; use_tma=True
+        left unhonored is said at the user's line."""
+        if not op.annotations.get("use_tma"):
+            return lower_atomic_tile(op, ctx)
+        reason = op.annotations.get("unfit")
+        if op.annotations.get("instruction") == "tma":
+            if same_layout(ctx.layouts.buffer(op.value.buffer), tma_tile_layout(op.value.buffer)):
+                return lower_tma_store(as_copy(op), ctx, adds=True)
+            reason = f"the shared tile {op.value.buffer.name} does not have the layout TMA " \
+                     "boxes read"
+        warn_at(op.span, f"tilecraft: T.atomic_{op.kind} into {op.dst.buffer.name} runs as "
+                f"element-wise atomics, not TMA (use_tma=True): {reason}")
+        return lower_atomic_tile(op, ctx)
 
 
 

@@ -11,8 +11,7 @@ policy changes no value.
 """
 from __future__ import annotations
 
-import warnings
-
+from ..errors import warn_at
 from ..ir import dtypes as dt
 from ..ir.buffer import GLOBAL
 from ..ir.expr import Call
@@ -66,8 +65,5 @@ def warn_unhinted(op, lowered):
                f"{op.dst.buffer.name} ({op.dst.buffer.scope}) runs without its "
                f"eviction_policy={op.annotations['eviction_policy']!r}: only TMA copies and "
                "16-byte cp.async copies carry an L2 cache hint")
-    if op.span is None:
-        warnings.warn(message, stacklevel=2)
-    else:   # reported at the copy's own line, not at the compiler's
-        warnings.warn_explicit(message, UserWarning, op.span.filename, op.span.line)
+    warn_at(op.span, message)
     return lowered

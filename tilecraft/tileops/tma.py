@@ -21,6 +21,11 @@ may be written again the issuing thread must wait until the group has read them
 (cp.async.bulk.wait_group.read): finalize_barriers has it wait in front of every barrier and
 before the kernel ends, and any later write of the tile is behind a barrier (insert_barriers).
 T.copy(..., disable_tma=True) keeps a copy off TMA in either direction.
+
+T.atomic_add(global_region, shared_tile, use_tma=True) runs as a store that adds
+(cp.reduce.async.bulk.tensor ... .add, tc::tma_store_add_Nd): the same boxes, tensor map and
+bulk groups as a TMA store, so everything said of stores holds for it; each element's
+read-modify-write in global memory is atomic, and TMA drops what falls outside the tensor.
 """
 from __future__ import annotations
 
@@ -160,19 +165,51 @@ def lower_tma_copy(op, ctx):
     return seq(loads)
 
 
+# Element types cp.reduce.async.bulk.tensor adds (the tensor map's type is the operand type).
+ADDABLE = ("float16", "bfloat16", "float32", "int32", "uint32", "int64", "uint64")
+
+
+def tma_add_unfit_reason(op, allowed: bool) -> str | None:
+    """Why the tile-form T.atomic_add(..., use_tma=True) `op` cannot run as TMA stores that add
+    (None when it can); `allowed` is whether the target and pass configs allow TMA stores."""
+    if not allowed:
+        return "TMA stores need sm_90a and are turned off otherwise (tl.disable_tma_lower / " \
+               "tl.disable_tma_store)"
+    if op.kind != "add" or op.dst.buffer.dtype.name not in ADDABLE:
+        return f"TMA adds {', '.join(ADDABLE)} elements, not {op.dst.buffer.dtype.name}"
+    if op.value.buffer.dtype is not op.dst.buffer.dtype:
+        return f"the tile {op.value.buffer.name} is {op.value.buffer.dtype.name} and " \
+               f"{op.dst.buffer.name} is {op.dst.buffer.dtype.name}: TMA adds like to like"
+    if tma_plan(as_copy(op)) is None:
+        return f"the region of {op.dst.buffer.name} is not one TMA can address (static " \
+               "contiguous shape, 16-byte row strides, the tile's rows x columns)"
+    return None
+
+
+def as_copy(op):
+    """A tile-form atomic seen as the shared -> global copy whose boxes it moves."""
+    from ..ir.tileop import Copy
+    return Copy(op.value, op.dst, {}, op.span)
+
+
 def is_tma_store(op) -> bool:
     """A shared -> global copy infer_instructions gave to TMA."""
     return op.annotations.get("instruction") == "tma" and op.dst.buffer.scope == GLOBAL
 
 
-def lower_tma_store(op, ctx):
+def lower_tma_store(op, ctx, adds: bool = False):
     """The TMA stores of one copy, issued and committed by thread 0 (the tile was published
-    to the async proxy by the barrier in front of the copy)."""
+    to the async proxy by the barrier in front of the copy); adds: stores that add (a
+    tile-form atomic add seen as a copy)."""
     plan = tma_plan(op)
     the_map = Call("address_of", (tensor_map(ctx, op.dst.buffer, plan),), dt.handle)
     stores = []
     for j in range(plan.slabs):
         smem, coords = _box(ctx, op.src, op.dst, plan, j)
+        if adds:
+            stores.append(call_stmt(f"tc::tma_store_add_{plan.rank}d", the_map, smem,
+                                    *reversed(coords), span=op.span))
+            continue
         name, args = hinted(op, f"tc::tma_store_{plan.rank}d", (the_map, smem, *reversed(coords)))
         stores.append(call_stmt(name, *args, span=op.span))
     stores.append(call_stmt("tc::tma_store_commit", span=op.span))

@@ -37,6 +37,10 @@
 //                                        may then be overwritten)
 //   tma_store_wait_all<N>()              cp.async.bulk.wait_group N: wait until at most N
 //                                        groups are pending, writes to global complete
+// Stores that add (cp.reduce.async.bulk.tensor.Nd.global.shared::cta.add.tile.bulk_group):
+//   tma_store_add_Nd(map, smem_src, c0, ...)   N = 2..5: as tma_store_Nd, but each element
+//       of the box is added into global memory, atomically per element (the map's element
+//       type: f16, bf16, f32, s32, u32, s64, u64); committed and waited for as stores are.
 // With an L2 eviction priority (policy: tc::l2_evict_first() / tc::l2_evict_last(), async.h):
 //   tma_load_Nd_hint(smem_dst, map, mbar, policy, c0, ...)    N = 2..5, .L2::cache_hint
 //   tma_store_Nd_hint(map, smem_src, policy, c0, ...)
@@ -202,6 +206,23 @@ TC_TMA_HINTED(5, TC_P(int c0, int c1, int c2, int c3, int c4), "r"(c0), "r"(c1),
 #undef TC_COORDS3
 #undef TC_COORDS4
 #undef TC_COORDS5
+
+// ---------------------------------------------------------------- stores that add
+#define TC_TMA_STORE_ADD(N, PARAMS, COORDS, ...)                                             \
+  TC_DEVICE void tma_store_add_##N##d(const void* map, const void* smem_src, PARAMS) {      \
+    asm volatile("cp.reduce.async.bulk.tensor." #N "d.global.shared::cta.add.tile.bulk_group" \
+                 " [%0, {" COORDS "}], [%1];\n"                                              \
+                 ::"l"(map), "r"(smem_addr(smem_src)), __VA_ARGS__ : "memory");             \
+  }
+#define TC_P(...) __VA_ARGS__
+TC_TMA_STORE_ADD(2, TC_P(int c0, int c1), "%2, %3", "r"(c0), "r"(c1))
+TC_TMA_STORE_ADD(3, TC_P(int c0, int c1, int c2), "%2, %3, %4", "r"(c0), "r"(c1), "r"(c2))
+TC_TMA_STORE_ADD(4, TC_P(int c0, int c1, int c2, int c3), "%2, %3, %4, %5", "r"(c0), "r"(c1),
+                 "r"(c2), "r"(c3))
+TC_TMA_STORE_ADD(5, TC_P(int c0, int c1, int c2, int c3, int c4), "%2, %3, %4, %5, %6",
+                 "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4))
+#undef TC_P
+#undef TC_TMA_STORE_ADD
 
 #endif  // TC_HAS_TMA
 
