@@ -201,6 +201,30 @@ def kernel_facts(kernel) -> dict:
             "wgmma_serialized": kernel.wgmma_serialized}
 
 
+def row_vs_torch(flop: float, times: list, peer: list, err: float, kernel, **keys) -> dict:
+    """A results row for one kernel timed in rounds beside torch: medians, rates and the median
+    of the per-round ratios (torch's time / ours), with `keys` first."""
+    ms, torch_ms = median(times), median(peer)
+    return {**keys, "ms": ms, "tflops": flop / ms / 1e9, "torch_ms": torch_ms,
+            "torch_tflops": flop / torch_ms / 1e9,
+            "vs_torch": median([p / t for p, t in zip(peer, times)]), "rel_error": err,
+            **kernel_facts(kernel)}
+
+
+def text_vs_torch(row: dict) -> str:
+    return (f"{row['tflops']:.0f} TFLOP/s vs torch {row['torch_tflops']:.0f} "
+            f"({row['vs_torch']:.2f}x) err {row['rel_error']:.1e} regs {row['registers']} "
+            f"spills {row['spills']}")
+
+
+# The results-table columns of row_vs_torch rows, after the ones naming the case.
+VS_TORCH_COLUMNS = [
+    ("TFLOP/s", lambda r: f"{r['tflops']:.0f}"),
+    ("torch TFLOP/s", lambda r: f"{r['torch_tflops']:.0f}"),
+    ("ratio", lambda r: f"{r['vs_torch']:.2f}"), ("rel err", lambda r: f"{r['rel_error']:.1e}"),
+    ("regs", lambda r: str(r["registers"])), ("spills", lambda r: str(r["spills"]))]
+
+
 def gpu_facts() -> dict:
     facts = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
              "tilecraft": tilecraft.__version__}

@@ -7,7 +7,6 @@ one process on one GPU: batch 64, 128 heads, one KV head, dim 512 + rope 64 (ANC
 import argparse
 import os
 import sys
-from statistics import median
 
 import torch
 
@@ -16,8 +15,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 sys.path.insert(0, HERE)
 import tilecraft  # noqa: E402
 from mla_decode import flash_mla_decode  # noqa: E402
-from bench_gemm import (SETTLE_S, in_rounds, kernel_facts, variant_arms, warm_gpu,  # noqa: E402
-                        write_results)
+from bench_gemm import (SETTLE_S, VS_TORCH_COLUMNS, in_rounds, row_vs_torch,  # noqa: E402
+                        text_vs_torch, variant_arms, warm_gpu, write_results)
 from tilecraft.carver.recommend import underlying  # noqa: E402
 from tilecraft.profiler import cuda_median_ms  # noqa: E402
 
@@ -77,23 +76,13 @@ def main():
             lambda kern=kernel: cuda_median_ms(lambda: kern(q, q_pe, kv, k_pe), 5, 30, flush)
             for _, _, kernel, _ in cases], args.settle)
         for times, (cfg, label, kernel, err) in zip(ours, cases):
-            ms, torch_ms = median(times), median(peer)
-            row = {"kv": S, "config": cfg, "variant": label, "ms": ms,
-                   "tflops": flop / ms / 1e9, "torch_ms": torch_ms,
-                   "torch_tflops": flop / torch_ms / 1e9,
-                   "vs_torch": median([p / t for p, t in zip(peer, times)]), "rel_error": err,
-                   **kernel_facts(kernel), "shared_memory": kernel.shared_memory}
+            row = row_vs_torch(flop, times, peer, err, kernel, kv=S, config=cfg, variant=label,
+                               shared_memory=kernel.shared_memory)
             rows.append(row)
-            print(f"KV {S} {cfg} {label or '-'}: {row['tflops']:.0f} TFLOP/s vs torch "
-                  f"{row['torch_tflops']:.0f} ({row['vs_torch']:.2f}x) err {err:.1e} "
-                  f"regs {kernel.n_regs} spills {kernel.n_spills}", flush=True)
+            print(f"KV {S} {cfg} {label or '-'}: {text_vs_torch(row)}", flush=True)
     write_results(args.out, args.tag, rows, [
         ("KV", lambda r: str(r["kv"])), ("config", lambda r: str(r["config"])),
-        ("variant", lambda r: r["variant"] or "-"),
-        ("TFLOP/s", lambda r: f"{r['tflops']:.0f}"),
-        ("torch TFLOP/s", lambda r: f"{r['torch_tflops']:.0f}"),
-        ("ratio", lambda r: f"{r['vs_torch']:.2f}"), ("rel err", lambda r: f"{r['rel_error']:.1e}"),
-        ("regs", lambda r: str(r["registers"])), ("spills", lambda r: str(r["spills"]))],
+        ("variant", lambda r: r["variant"] or "-")] + VS_TORCH_COLUMNS,
         notes="ratio: the median over rounds of torch's time / ours, each round timing torch "
               "and every candidate in turn on a cold L2 (a 256 MiB buffer "
               f"{'overwritten' if args.flush == 'dirty' else 'read'} before each run), each "

@@ -1,7 +1,9 @@
 """TMA stores and stmatrix epilogues on the GPU (sm_90a): the GEMM, attention (4-d output) and MLA
 (3-d output) examples at ragged sizes, against torch in float64 / float32 on random inputs into
 poisoned outputs. The output is a view into a larger poisoned buffer, so a store that wrote past
-the tensor's edge (TMA must drop what falls outside the map) shows up in the rows after it."""
+the tensor's edge (TMA must drop what falls outside the map) shows up in the rows after it.
+The split-K GEMM's TMA stores that add (T.atomic_add(..., use_tma=True)) are checked the same
+way, adding into a random C."""
 import pytest
 
 from gpu_requirements import require_hopper
@@ -82,6 +84,37 @@ def test_mla_decode_output_through_tma(example):
     p = torch.softmax(scores * (D + PE) ** -0.5, dim=-1)
     want = torch.einsum("bhs,bsd->bhd", p, kv[:, :, 0].float())
     assert rel_error(out, want) < 5e-3
+
+
+@pytest.mark.parametrize("M, N, K, split_k, tiles", [
+    (1000, 776, 520, 3, dict(block_M=128, block_N=256, block_K=64, num_stages=3)),
+    (300, 136, 130, 4, dict(block_M=128, block_N=128, block_K=64, num_stages=2)),  # one split
+    (129, 264, 2048, 2, dict(block_M=128, block_N=256, block_K=64, num_stages=4)),  # past K
+])
+@pytest.mark.parametrize("configs", [{}, NO_STORE], ids=["tma_add", "element_atomics"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_split_k_gemm_adds_exactly_into_the_output(example, M, N, K, split_k, tiles, configs,
+                                                   dtype):
+    gemm = example("gemm")
+    name = "float16" if dtype == torch.float16 else "bfloat16"
+    func = underlying(gemm.matmul_splitk)(M, N, K, split_k=split_k, threads=256, dtype=name,
+                                          **tiles)
+    if configs:
+        with pytest.warns(UserWarning, match="runs as element-wise atomics, not TMA"):
+            kernel = tilecraft.compile(func, pass_configs=configs)
+    else:
+        kernel = tilecraft.compile(func)
+    assert ("tc::tma_store_add_2d(" in kernel.get_kernel_source()) == (not configs)
+    a = torch.rand(M, K, device="cuda").sub_(0.5).to(dtype)
+    b = torch.rand(K, N, device="cuda").sub_(0.5).to(dtype)
+    room = poisoned(M + 9, N, dtype=dtype)
+    c = room[:M]
+    c.copy_(torch.rand(M, N, device="cuda").sub_(0.5))
+    want = c.double() + a.double() @ b.double()
+    kernel(a, b, c)
+    assert torch.isnan(room[M:]).all(), "an add wrote past the tensor's last row"
+    assert rel_error(c, want) < (2e-2 if dtype == torch.bfloat16 else 5e-3)
+    assert kernel.n_spills == 0
 
 
 def test_an_output_off_a_16_byte_boundary_is_refused_by_name(example):

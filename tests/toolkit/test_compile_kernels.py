@@ -45,6 +45,7 @@ def test_gpu_test_kernels_compile_for_sm80_and_sm90a():
 # Each example's kernels at a GPU-sized configuration: (module, factory, args, kwargs).
 EXAMPLES = [
     ("gemm", "matmul", (1024, 1024, 1024), {}),
+    ("gemm", "matmul_splitk", (1024, 256, 8192), {"sm_80": dict(block_N=128, num_stages=3)}),
     ("dequant_gemm", "dequant_gemm", (256, 1024, 1024), {}),
     ("dequant_gemm", "dequant_gemv", (1, 1024, 1024), {}),
     ("conv2d", "convolution", (2, 64, 32, 32, 64, 3, 3), {"padding": 1}),
