@@ -1,7 +1,8 @@
 """T.atomic_add(global_region, shared_tile, use_tma=True): on sm_90a the tile is added by TMA
 stores that add (tc::tma_store_add_Nd, one per box, issued by one thread); where TMA cannot do it
 (another target, TMA stores turned off, unlike element types) the compiler says why at the
-user's line and runs element-wise atomics. Both run on the emulator to C0 + A @ B for the
+user's line and runs element-wise atomics (16-bit floats in pairs, one f16x2 / bf16x2 atomic per
+two elements, where rows are made of whole pairs). Both run on the emulator to C0 + A @ B for the
 split-K GEMM example, including splits that reach past K or lie wholly beyond it."""
 import importlib.util
 import warnings
@@ -56,7 +57,7 @@ def test_the_choice_is_in_the_ir_dump():
 
 def test_sm80_warns_at_the_users_line_and_runs_element_atomics():
     _, text, seen = lowered(splitk(), "sm_80")
-    assert "tc::atomic_add(" in text and "tma_store_add" not in text
+    assert "tc::atomic_add_x2(" in text and "tma_store_add" not in text
     line = line_of(gemm.matmul_splitk, "T.atomic_add(C[by * block_M, bx * block_N], C_shared")
     assert len(seen) == 1 and seen[0].startswith(f"{gemm.__file__}:{line}: ")
     assert "runs as element-wise atomics, not TMA (use_tma=True): TMA stores need sm_90a" \
@@ -65,7 +66,12 @@ def test_sm80_warns_at_the_users_line_and_runs_element_atomics():
 
 def test_tma_stores_turned_off_keep_element_atomics():
     _, text, seen = lowered(splitk(), "sm_90a", {"tl.disable_tma_store": True})
-    assert "tc::atomic_add(" in text and "tma_store_add" not in text and len(seen) == 1
+    assert "tc::atomic_add_x2(" in text and "tma_store_add" not in text and len(seen) == 1
+
+
+def test_rows_of_odd_length_add_element_by_element():
+    _, text, _ = lowered(splitk(N=135), "sm_80")
+    assert "tc::atomic_add(" in text and "tc::atomic_add_x2(" not in text
 
 
 def test_unlike_element_types_are_named():
@@ -82,7 +88,8 @@ def test_unlike_element_types_are_named():
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 @pytest.mark.parametrize("M, N, K, split_k", [(200, 136, 328, 3),   # the last split past K
-                                              (72, 40, 40, 4)])      # splits wholly past K
+                                              (72, 40, 40, 4),       # splits wholly past K
+                                              (70, 35, 64, 2)])      # odd rows: no pairs
 def test_the_emulator_adds_into_c(arch, M, N, K, split_k):
     rng = np.random.default_rng(2)
     a = rng.uniform(-1, 1, (M, K)).astype(np.float16)
@@ -92,6 +99,7 @@ def test_the_emulator_adds_into_c(arch, M, N, K, split_k):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         program = E.lower(splitk(M, N, K, split_k), arch)
-    assert ("tma_store_add" in emit_cuda(program)[0]) == (arch == "sm_90a")
+    tma = arch == "sm_90a" and N % 8 == 0          # TMA needs 16-byte row strides
+    assert ("tma_store_add" in emit_cuda(program)[0]) == tma
     assert list(E.run(program, [a, b, c])) == []
     np.testing.assert_allclose(c.astype(np.float32), want, atol=2e-2, rtol=2e-2)

@@ -115,6 +115,17 @@ def store(m, bits, ptr: Pointer, value, pred=True):
     m.mem.write_bytes(ptr, as_bytes(value, m.T, nbytes), lanes, f"st_{bits}", m.span)
 
 
+def atomic_pair(m, ptr: Pointer, pair):
+    """tc::atomic_add_x2: p[0] += low half of the 32-bit pair, p[1] += its high half (one
+    f16x2 / bf16x2 atomic on the GPU, so p must be 4-byte aligned)."""
+    m.mem.byte_range(ptr, 4, m.lanes, "atomic_add_x2", m.span)   # reports misalignment
+    halves = np.broadcast_to(np.asarray(pair).astype(np.uint32), (m.T,))
+    elem = ptr.buffer.dtype.numpy
+    for k in range(2):
+        value = ((halves >> (16 * k)) & 0xFFFF).astype(np.uint16).view(elem)
+        atomic(m, "add", Pointer(ptr.buffer, np.asarray(ptr.elem) + k, ptr.ok), value)
+
+
 # --- warp-level ------------------------------------------------------------------------------
 def shfl_xor(m, value, lane_mask):
     value = np.asarray(value)
@@ -342,6 +353,8 @@ def call(m, name: str, args: list):
         return shfl_xor(m, *args)
     if name in ("pack_half2", "pack_bf162"):
         return pack(m, "float16" if name == "pack_half2" else "bfloat16", *args)
+    if name == "atomic_add_x2":
+        return atomic_pair(m, *args)
     if name.startswith("atomic_") and name[7:] in _ATOMIC:
         return atomic(m, name[7:], *args)
     out = sm90(m, name, args)

@@ -5,7 +5,9 @@ thread moves the registers it holds. Other copies (global <-> shared, shared <->
 split over the threads in 16-byte chunks when both sides allow it: same dtype, rows made of
 whole chunks, and a global column start that is a multiple of the chunk (then a chunk is either
 wholly inside the tensor or wholly outside, and one predicated vector access does it). The rest
-fall back to one element per access, each guarded.
+fall back to one element per access, each guarded. A tile-form atomic add of 16-bit floats from
+shared into global memory goes in pairs on the same rules (one f16x2 / bf16x2 atomic per two
+elements).
 """
 from __future__ import annotations
 
@@ -226,11 +228,12 @@ def _staged_copy(op, extents, ctx: ThreadContext):
                 lower_copy(Copy(scratch, op.dst, {}, op.span), ctx), sync_stmt(op.span)])
 
 
-def _vector_width(src: BufferRegion, dst: BufferRegion, extents, ctx) -> int:
+def _vector_width(src: BufferRegion, dst: BufferRegion, extents, ctx, chunk_bits=128) -> int:
+    """Elements per chunk of chunk_bits when both sides move whole chunks, else 1."""
     if src.buffer.dtype is not dst.buffer.dtype:
         return 1
     d = src.buffer.dtype
-    v = 128 // d.bits if d.bits >= 8 else 1
+    v = chunk_bits // d.bits if d.bits >= 8 else 1
     if v <= 1 or extents[-1] % v:
         return 1
     for r in (src, dst):
@@ -273,8 +276,27 @@ def _multiple_of(e, v: int) -> bool:
 
 
 def _vector_copy(op, extents, v: int, ctx: ThreadContext):
-    """Chunks of v elements: chunk c = l * threads + tx covers row c // (C / v)."""
     src, dst = op.src, op.dst
+    bits = src.buffer.dtype.bits * v
+
+    def move(s_idx, d_idx):
+        if op.annotations.get("async") and src.buffer.scope == GLOBAL and \
+                is_shared(dst.buffer.scope) and bits == 128:
+            # cp.async: the copy lands in shared memory later (a pipelined loop waits for it);
+            # a chunk outside the tensor is zero-filled.
+            cond = in_bounds_condition(ctx, src.buffer, s_idx)
+            name, args = hinted(op, "tc::cp_async_cg_16", (
+                _address(dst.buffer, d_idx, ctx), _address(src.buffer, s_idx, ctx),
+                cond if cond is not None else const(True)))
+            return Evaluate(Call(name, args, dt.handle), op.span)
+        load = _vector_load(src.buffer, s_idx, bits, ctx)
+        return _vector_store(dst.buffer, d_idx, load, bits, ctx, op.span)
+    return _in_chunks(src, dst, extents, v, ctx, move, op.span)
+
+
+def _in_chunks(src, dst, extents, v: int, ctx: ThreadContext, move, span):
+    """Chunks of v elements, chunk c = l * threads + tx covering row c // (C / v); move(src
+    index, dst index) of a chunk's first element gives the statement that moves it."""
     rows = 1
     for e in extents[:-1]:
         rows *= e
@@ -286,23 +308,10 @@ def _vector_copy(op, extents, v: int, ctx: ThreadContext):
     c = l * T + ctx.tx
     coords = _unflatten(ctx.simplify(c // per_row), extents[:-1], ctx) + \
         [ctx.simplify((c % per_row) * v)]
-    s_idx, d_idx = region_index(src, coords), region_index(dst, coords)
-    bits = src.buffer.dtype.bits * v
-    if op.annotations.get("async") and src.buffer.scope == GLOBAL and is_shared(dst.buffer.scope) \
-            and bits == 128:
-        # cp.async: the copy lands in shared memory later (a pipelined loop waits for it);
-        # a chunk outside the tensor is zero-filled.
-        cond = in_bounds_condition(ctx, src.buffer, s_idx)
-        name, args = hinted(op, "tc::cp_async_cg_16", (
-            _address(dst.buffer, d_idx, ctx), _address(src.buffer, s_idx, ctx),
-            cond if cond is not None else const(True)))
-        store = Evaluate(Call(name, args, dt.handle), op.span)
-    else:
-        load = _vector_load(src.buffer, s_idx, bits, ctx)
-        store = _vector_store(dst.buffer, d_idx, load, bits, ctx, op.span)
+    stmt = move(region_index(src, coords), region_index(dst, coords))
     if chunks % T:
-        store = IfThenElse(ctx.simplify(c) < chunks, store, None, op.span)
-    return For(l, const(0), const(n), "unroll", store, {}, op.span)
+        stmt = IfThenElse(ctx.simplify(c) < chunks, stmt, None, span)
+    return For(l, const(0), const(n), "unroll", stmt, {}, span)
 
 
 def _unflatten(flat, extents, ctx) -> list:
@@ -341,6 +350,14 @@ def _vector_store(buffer, idx, value, bits, ctx, span):
     return Evaluate(Call(f"tc::st_shared_{bits}", (addr, value), dt.handle), span)
 
 
+def _paired_add(op, s_idx, d_idx, ctx):
+    pair = _vector_load(op.value.buffer, s_idx, 32, ctx)
+    add = Evaluate(Call("tc::atomic_add_x2", (_address(op.dst.buffer, d_idx, ctx), pair),
+                        dt.handle), op.span)
+    cond = in_bounds_condition(ctx, op.dst.buffer, d_idx)
+    return IfThenElse(cond, add, None, op.span) if cond is not None else add
+
+
 def lower_fill(op, ctx: ThreadContext):
     dst = op.dst
     extents = _tile_extents(dst)
@@ -353,9 +370,18 @@ def lower_fill(op, ctx: ThreadContext):
     return _lower_with_layout(loop, lay.make_partition(tuple(extents), ctx.num_threads), ctx)
 
 
+# 16-bit floats add in pairs: one f16x2 / bf16x2 atomic per two adjacent elements.
+PAIRED_ADDS = ("float16", "bfloat16")
+
+
 def lower_atomic_tile(op, ctx: ThreadContext):
     dst, value = op.dst, op.value
     extents = _tile_extents(value)
+    if op.kind == "add" and dst.buffer.scope == GLOBAL and is_shared(value.buffer.scope) and \
+            dst.buffer.dtype.name in PAIRED_ADDS and \
+            _vector_width(value, dst, extents, ctx, chunk_bits=32) == 2:
+        return _in_chunks(value, dst, extents, 2, ctx, lambda s_idx, d_idx: _paired_add(
+            op, s_idx, d_idx, ctx), op.span)
 
     def body(vars_):
         v = BufferLoad(value.buffer, region_index(value, vars_))

@@ -14,6 +14,8 @@
 //   atomic_add(T* p, T v)   T in float, double, int, unsigned, unsigned long long, half_t,
 //                           bfloat16_t, __half2, __nv_bfloat162 (hardware red/atom where the
 //                           target has it; CUDA's own CAS fallback otherwise)
+//   atomic_add_x2(T* p, uint32_t pair)  T in half_t, bfloat16_t: p[0] += low half of pair and
+//                           p[1] += high half, as one f16x2 / bf16x2 atomic (p 4-byte aligned)
 //   atomic_max / atomic_min(T* p, T v)  T in int, unsigned, long long, unsigned long long,
 //                           float, double. float/double use the integer-ordering trick: one
 //                           atomicMax/atomicMin on the bit pattern, no CAS loop. NaN values
@@ -98,6 +100,17 @@ TC_DEVICE bfloat16_t atomic_add(bfloat16_t* p, bfloat16_t v) { return atomicAdd(
 TC_DEVICE __half2 atomic_add(__half2* p, __half2 v) { return atomicAdd(p, v); }
 TC_DEVICE __nv_bfloat162 atomic_add(__nv_bfloat162* p, __nv_bfloat162 v) {
   return atomicAdd(p, v);
+}
+
+TC_DEVICE void atomic_add_x2(half_t* p, uint32_t pair) {
+  __half2 v;
+  __builtin_memcpy(&v, &pair, sizeof(v));
+  atomicAdd(reinterpret_cast<__half2*>(p), v);
+}
+TC_DEVICE void atomic_add_x2(bfloat16_t* p, uint32_t pair) {
+  __nv_bfloat162 v;
+  __builtin_memcpy(&v, &pair, sizeof(v));
+  atomicAdd(reinterpret_cast<__nv_bfloat162*>(p), v);
 }
 
 TC_DEVICE int atomic_max(int* p, int v) { return atomicMax(p, v); }
