@@ -122,7 +122,7 @@ def tensor(ahead):
 
 
 def with_hinted(src):
-    return src if "tc_tma4mh" in src else src.replace('extern "C"', HINTED + 'extern "C"', 1)
+    return src if HINTED in src else src.replace('extern "C"', HINTED + 'extern "C"', 1)
 
 
 def evict(query, kv, group=None):

@@ -344,18 +344,22 @@ def _vector_load(buffer, idx, bits, ctx):
 def _vector_store(buffer, idx, value, bits, ctx, span):
     addr = _address(buffer, idx, ctx)
     if buffer.scope == GLOBAL:
-        store = Evaluate(Call(f"tc::st_global_{bits}", (addr, value), dt.handle), span)
-        cond = in_bounds_condition(ctx, buffer, idx)
-        return IfThenElse(cond, store, None, span) if cond is not None else store
+        return _where_inside(Evaluate(Call(f"tc::st_global_{bits}", (addr, value), dt.handle),
+                                      span), buffer, idx, ctx, span)
     return Evaluate(Call(f"tc::st_shared_{bits}", (addr, value), dt.handle), span)
+
+
+def _where_inside(stmt, buffer, idx, ctx, span):
+    """stmt, run only where the chunk at idx lies inside the global tensor `buffer`."""
+    cond = in_bounds_condition(ctx, buffer, idx)
+    return IfThenElse(cond, stmt, None, span) if cond is not None else stmt
 
 
 def _paired_add(op, s_idx, d_idx, ctx):
     pair = _vector_load(op.value.buffer, s_idx, 32, ctx)
     add = Evaluate(Call("tc::atomic_add_x2", (_address(op.dst.buffer, d_idx, ctx), pair),
                         dt.handle), op.span)
-    cond = in_bounds_condition(ctx, op.dst.buffer, d_idx)
-    return IfThenElse(cond, add, None, op.span) if cond is not None else add
+    return _where_inside(add, op.dst.buffer, d_idx, ctx, op.span)
 
 
 def lower_fill(op, ctx: ThreadContext):

@@ -206,11 +206,8 @@ def lower_tma_store(op, ctx, adds: bool = False):
     stores = []
     for j in range(plan.slabs):
         smem, coords = _box(ctx, op.src, op.dst, plan, j)
-        if adds:
-            stores.append(call_stmt(f"tc::tma_store_add_{plan.rank}d", the_map, smem,
-                                    *reversed(coords), span=op.span))
-            continue
-        name, args = hinted(op, f"tc::tma_store_{plan.rank}d", (the_map, smem, *reversed(coords)))
+        name, args = hinted(op, f"tc::tma_store_{'add_' if adds else ''}{plan.rank}d",
+                            (the_map, smem, *reversed(coords)))
         stores.append(call_stmt(name, *args, span=op.span))
     stores.append(call_stmt("tc::tma_store_commit", span=op.span))
     return IfThenElse(ctx.tx == const(0), seq(stores), None, op.span)
