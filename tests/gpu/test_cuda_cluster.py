@@ -46,6 +46,17 @@ def test_clustered_gemm(M, N, K, bm, bn, bk, threads, stages, dims):
     assert "tma_load_2d_multicast" in kernel.get_kernel_source()
 
 
+@pytest.mark.parametrize("M,N,K", [(4352, 2048, 328), (4300, 2040, 200)])
+def test_clusters_over_several_waves_walk_k_in_the_same_order(M, N, K):
+    """Over 270 clusters of two (four waves of 66 on an H100) odd waves walk K downwards: the
+    two blocks of a cluster must take the same k at once, or each would receive the other's
+    multicast tile of another k and the product would be wrong; ragged M, N and K too."""
+    kernel = run_gemm(M, N, K, bm=128, bn=128, bk=64, threads=256, num_stages=3,
+                      pass_configs=MULTICAST)
+    assert cluster_of(kernel) is not None
+    assert "tc::launch_wave_parity()" in kernel.get_kernel_source()
+
+
 def test_odd_grids_are_not_clustered():
     kernel = run_gemm(192, 192, 64, bm=64, bn=64, bk=32, threads=128, num_stages=2,
                       pass_configs=MULTICAST)  # grid 3 x 3

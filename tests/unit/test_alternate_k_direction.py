@@ -1,6 +1,7 @@
 """alternate_k_direction: the producer of a warp-specialized GEMM loads tile n - 1 - k on odd
-waves (the consumers are untouched); loops whose result depends on the order (attention), and
-kernels that may share an SM, run in clusters or loop over tiles keep their order;
+waves (the consumers are untouched), in clusters too, every load of the pair by the same parity;
+loops whose result depends on the order (attention), and kernels that may share an SM or loop
+over tiles keep their order;
 tl.disable_k_alternation turns it off. On the emulator (waves of two blocks) a GEMM whose odd
 blocks walk K downwards agrees with numpy, ragged K included, and reversing only one operand's
 copies is caught."""
@@ -40,8 +41,7 @@ def test_the_producer_loads_the_reversed_tile_and_the_consumers_are_unchanged(ex
     assert consumer(on) == consumer(off)
 
 
-@pytest.mark.parametrize("what", ["attention", "mla", "no setmaxnreg", "multicast",
-                                  "persistent"])
+@pytest.mark.parametrize("what", ["attention", "mla", "no setmaxnreg", "persistent"])
 def test_kernels_whose_order_or_wave_is_not_free_keep_their_order(example, what):
     if what == "attention":
         fa = example("flash_attention")
@@ -55,12 +55,21 @@ def test_kernels_whose_order_or_wave_is_not_free_keep_their_order(example, what)
                                                         threads=256), None
     elif what == "no setmaxnreg":  # 128 consumer threads: blocks may share an SM
         func, configs = gemm(example, block_M=64, threads=128), None
-    elif what == "multicast":
-        func, configs = gemm(example, M=512), {"tl.enable_tma_multicast": True}
     else:
         func, configs = gemm(example), {"tl.enable_persistent_tiles": True}
     src = source(func, configs)
     assert "tma_load" in src and PARITY not in src
+
+
+def test_blocks_of_a_cluster_walk_k_in_the_same_order(example):
+    """With a tile multicast over pairs of blocks (here A's, to two blocks side by side), one
+    block loads it into both: every load, multicast or not, takes tile 3 - k on odd waves, by
+    the one parity that counts waves of clusters (so the pair agrees)."""
+    src = source(gemm(example, M=512), {"tl.enable_tma_multicast": True})
+    assert "__cluster_dims__" in src
+    loads = [line for line in src.splitlines() if "tma_load_2d" in line]
+    assert len(loads) == 3 and any("multicast" in line for line in loads)
+    assert all(PARITY in line and "? 3 - k : k)" in line for line in loads)
 
 
 def run_gemm(example, M, N, K):

@@ -17,9 +17,10 @@ products in the opposite order. That is the whole rewrite, and it is only valid 
 order cannot matter: the consumer loop does nothing but wait for its stage, accumulate with
 T.gemm into accumulators nothing else in the loop touches, and release the stage, and the
 producer loads every tile by a copy from global memory (anything else it would leave in
-order). Kernels with clusters (both blocks of a pair must load the same k at once) or
-persistent tiles, and those that may fit several blocks on an SM (no setmaxnreg: the wave is
-then not one block per SM), keep their order. Turned off with tl.disable_k_alternation.
+order). In a kernel with clusters both blocks of a pair must load the same k at once: the
+parity counts waves of clusters there (raster.h), so the blocks of one cluster agree. Kernels
+with persistent tiles, and those that may fit several blocks on an SM (no setmaxnreg: the wave
+is then not one block per SM), keep their order. Turned off with tl.disable_k_alternation.
 """
 from __future__ import annotations
 
@@ -92,7 +93,7 @@ class _ReverseProducerCopies(Mutator):
 
 
 def _rewrite(kernel: Kernel) -> Kernel:
-    if not kernel.attrs.get("producer_threads") or kernel.attrs.get("cluster_dims") or \
+    if not kernel.attrs.get("producer_threads") or \
             kernel.attrs.get("persistent_blocks") is not None or \
             not _one_block_per_sm(kernel):
         return kernel

@@ -27,6 +27,10 @@
 // %nsmid blocks in launch order (linear blockIdx, x fastest). That is the GPU's wave only for
 // kernels that fit one block per SM; %nsmid counts SM identifiers, which on an H100 SXM are
 // the 132 SMs themselves. alternate_k_direction reverses the K order of odd waves with it.
+// On sm_90 the count is in clusters (%clusterid in launch order, %nsmid / cluster size of them
+// per wave): clusters are launched whole, and every block of one gets the same parity, as the
+// blocks that share multicast tiles must walk K in the same order. A launch without clusters
+// has clusters of one block, %clusterid = blockIdx, so the two counts agree there.
 //
 // Python mirror (integer division is floor division on non-negative values):
 //   def rasterize_row(panel, gx, gy, bx, by, serpentine=True):
@@ -69,8 +73,21 @@ TC_DEVICE int2 rasterize_col(int panel, uint3 grid, int bx, int by, bool serpent
 TC_DEVICE int launch_wave_parity() {
   unsigned sms;
   asm("mov.u32 %0, %%nsmid;" : "=r"(sms));
+#if TC_CUDA_ARCH >= 900
+  unsigned x, y, z, nx, ny, size;
+  asm("mov.u32 %0, %%clusterid.x;" : "=r"(x));
+  asm("mov.u32 %0, %%clusterid.y;" : "=r"(y));
+  asm("mov.u32 %0, %%clusterid.z;" : "=r"(z));
+  asm("mov.u32 %0, %%nclusterid.x;" : "=r"(nx));
+  asm("mov.u32 %0, %%nclusterid.y;" : "=r"(ny));
+  asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(size));
+  const unsigned linear = (z * ny + y) * nx + x;
+  const unsigned per_wave = sms / size > 0 ? sms / size : 1;
+  return static_cast<int>((linear / per_wave) & 1u);
+#else
   const unsigned linear = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
   return static_cast<int>((linear / sms) & 1u);
+#endif
 }
 
 }  // namespace tc
