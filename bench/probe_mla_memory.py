@@ -20,6 +20,9 @@ arm but those with `builtin`, so the arms that prefetch compare against none.
   mcevict with mc: the multicast KV loads carry an L2 evict_first hint (read once, so the
           flush's dirty lines need not be written back to make room for them)
   mcpf    with mc: each block of the cluster prefetches its half of block k + 1 into L2
+  qfirst  the producer issues block 1 (and later ones) only once the query and block 0 have
+          landed, so the 14 MB every block needs before its first gemm are not shared out with
+          the next blocks' loads at the start; qonly waits for the query alone
   builtin the compiler's prefetch left on; with `skipfirst` it skips block 1 (which the producer
           loads right after block 0 anyway), with `late` it starts only once the ring is full
 
@@ -215,6 +218,16 @@ def per_box(src):
     return src
 
 
+def first_loads(waits):
+    def patch(src):
+        i = src.index(LEAD)
+        loop = re.compile(r"for \(int k = 0; k < \d+; \+\+k\) \{\n")
+        m = loop.search(src, i)
+        wait = " ".join(f"tc::mbarrier_wait_parity((&{b}), 0);" for b in waits)
+        return src[:m.end()] + f"        if (k == 1) {{ {wait} }}\n" + src[m.end():]
+    return patch
+
+
 def guard(extra):
     def patch(src):
         src, c = re.subn(r"if \(k \+ 1 < (\d+) && ", lambda m: f"if ({extra} && k + 1 < "
@@ -227,7 +240,9 @@ def guard(extra):
 ARMS = {"base": lambda s: s, "builtin": lambda s: s, "skipfirst": guard("k + 1 >= 2"),
         "late": guard("k >= 2"), "l2res": l2res, "order": order, "evictq": evict(1, 0),
         "evictkv": evict(0, 1), "evict": evict(1, 1), "evictkv0": evict(0, 1, 0),
-        "evictkv1": evict(0, 1, 1), "evicto": evict_output, "box": per_box, "mc": lambda s: s, "mcevict": mc_evict, "mcpf": mc_prefetch,
+        "evictkv1": evict(0, 1, 1), "evicto": evict_output, "box": per_box,
+        "qfirst": first_loads(("tma_ready[0]", "tma_full[0]", "tma_full[2]")),
+        "qonly": first_loads(("tma_ready[0]",)), "mc": lambda s: s, "mcevict": mc_evict, "mcpf": mc_prefetch,
         **{f"bulk{a}": bulk(a, True) for a in (1, 2)}, **{f"full{a}": bulk(a, False) for a in (1, 2)},
         **{f"tensor{a}": tensor(a) for a in (1, 2)}}
 
