@@ -4,7 +4,10 @@ traffic at each level of memory can be set side by side:
 
     ncu --clock-control none -k regex:"nvjet|main_kernel0" --launch-skip 0 \\
         --metrics dram__bytes_read.sum,lts__t_bytes.sum,gpu__time_duration.sum \\
-        python3 bench/ncu_gemm.py [MxNxK]
+        python3 bench/ncu_gemm.py [MxNxK] [panels]
+
+With panels (comma-separated T.use_swizzle panel sizes, 0 for the raster the compiler picks),
+ours is launched once per panel instead, without the multicast arm.
 """
 import os
 import sys
@@ -25,10 +28,13 @@ def main():
                .split("x"))
     a = torch.randn(M, K, device="cuda", dtype=torch.float16)
     b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    arms = {name: (0, configs) for name, configs in ARMS.items()}
+    if len(sys.argv) > 2:
+        arms = {f"ours, panel {p}": (int(p), {}) for p in sys.argv[2].split(",")}
     kernels = {name: tilecraft.compile(
         underlying(matmul)(M, N, K, block_M=128, block_N=256, block_K=64, threads=256,
-                           num_stages=4), out_idx=[-1], pass_configs=configs)
-        for name, configs in ARMS.items()}
+                           num_stages=4, swizzle_panel=panel), out_idx=[-1], pass_configs=configs)
+        for name, (panel, configs) in arms.items()}
     print("launch order: cuBLAS, " + ", ".join(kernels), flush=True)
     a @ b
     for kernel in kernels.values():

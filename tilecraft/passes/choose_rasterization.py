@@ -12,7 +12,14 @@ For a kernel with no T.use_swizzle (not even a disabled one), a static grid of t
 or more and more blocks than the target has SMs, this pass asks the carver's L2 model
 (carver/counts.py, l2model.py) for the HBM bytes read with no raster and with panels of 4, 8
 and 16 rows or columns, and adds the best panel when it reads at most four fifths of what no
-raster reads. Attention's grid (query blocks along x, heads along y) already runs the blocks that
+raster reads. Panels of rows win unless a panel of columns reads less than COLUMN_MARGIN of the
+best row panel: the model counts the two alike, but on the H100 the 128x256 GEMM's column panels
+moved more than it says. At 8192x8192x28672 the model put column panels of 8 at 4.08 GB read
+from HBM and row panels of 16 and 8 at 4.20 and 4.82; ncu read 7.30 GB (45.9 GB through L2,
+5.43 ms) for the columns against 5.92 and 5.52 GB (35.9 and 33.8 GB, 5.18 and 5.13 ms) for
+the rows, and beside cuBLAS the columns ran at 0.93x, the rows of 8 at 1.01x. At 8192^3 the
+row panels of 16 ran in 1.47 ms against 1.50 for the columns of 8, with 16% less L2 traffic
+(bench/results/2026-11-24_gemm_raster_orders.md). Attention's grid (query blocks along x, heads along y) already runs the blocks that
 share K and V together: the model finds every panel worse, and the kernel keeps its order.
 Turned off with tl.disable_auto_rasterization.
 """
@@ -33,6 +40,7 @@ from ..pass_config import PassConfigKey
 PANELS = (4, 8, 16)
 ORDERS = ("row", "column")
 WORTH = 0.8  # a raster is added when it reads at most this share of no raster's HBM bytes
+COLUMN_MARGIN = 0.85  # a column panel is taken only below this share of the best row panel
 
 
 def _with_raster(kernel: Kernel, panel: int, order: str) -> Kernel:
@@ -64,7 +72,9 @@ def best_raster(kernel: Kernel, target) -> tuple | None:
                  for p in PANELS for o in ORDERS}
     except Exception:  # noqa: BLE001 -- the model only advises: a kernel it cannot count
         return None    # (dynamic tiles, loop bounds read from memory) keeps its order
-    choice = min(reads, key=reads.get)
+    row = min((c for c in reads if c[1] == "row"), key=reads.get)
+    column = min((c for c in reads if c[1] == "column"), key=reads.get)
+    choice = column if reads[column] < COLUMN_MARGIN * reads[row] else row
     return choice if reads[choice] <= WORTH * plain else None
 
 
