@@ -1,8 +1,8 @@
 """GEMM 8192^3 fp16 for ncu: torch.matmul (cuBLAS), ours, and ours with B multicast over
-pairs of blocks (tl.enable_tma_multicast), one launch each after a warm-up, so that their
-traffic at each level of memory can be set side by side:
+pairs of blocks (tl.enable_tma_multicast), one launch each, so that their traffic at each
+level of memory can be set side by side:
 
-    ncu --clock-control none -k regex:"nvjet|main_kernel0" --launch-skip 0 \\
+    ncu --clock-control none -k regex:"nvjet|main_kernel0" \\
         --metrics dram__bytes_read.sum,lts__t_bytes.sum,gpu__time_duration.sum \\
         python3 bench/ncu_gemm.py [MxNxK] [panels]
 

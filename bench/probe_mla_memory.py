@@ -242,8 +242,9 @@ ARMS = {"base": lambda s: s, "builtin": lambda s: s, "skipfirst": guard("k + 1 >
         "evictkv": evict(0, 1), "evict": evict(1, 1), "evictkv0": evict(0, 1, 0),
         "evictkv1": evict(0, 1, 1), "evicto": evict_output, "box": per_box,
         "qfirst": first_loads(("tma_ready[0]", "tma_full[0]", "tma_full[2]")),
-        "qonly": first_loads(("tma_ready[0]",)), "mc": lambda s: s, "mcevict": mc_evict, "mcpf": mc_prefetch,
-        **{f"bulk{a}": bulk(a, True) for a in (1, 2)}, **{f"full{a}": bulk(a, False) for a in (1, 2)},
+        "qonly": first_loads(("tma_ready[0]",)), "mc": lambda s: s, "mcevict": mc_evict,
+        "mcpf": mc_prefetch, **{f"bulk{a}": bulk(a, True) for a in (1, 2)},
+        **{f"full{a}": bulk(a, False) for a in (1, 2)},
         **{f"tensor{a}": tensor(a) for a in (1, 2)}}
 
 

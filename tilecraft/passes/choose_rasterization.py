@@ -19,8 +19,9 @@ from HBM and row panels of 16 and 8 at 4.20 and 4.82; ncu read 7.30 GB (45.9 GB 
 5.43 ms) for the columns against 5.92 and 5.52 GB (35.9 and 33.8 GB, 5.18 and 5.13 ms) for
 the rows, and beside cuBLAS the columns ran at 0.93x, the rows of 8 at 1.01x. At 8192^3 the
 row panels of 16 ran in 1.47 ms against 1.50 for the columns of 8, with 16% less L2 traffic
-(bench/results/2026-11-24_gemm_raster_orders.md). Attention's grid (query blocks along x, heads along y) already runs the blocks that
-share K and V together: the model finds every panel worse, and the kernel keeps its order.
+(bench/results/2026-11-24_gemm_raster_orders.md). Attention's grid (query blocks along x,
+heads along y) already runs the blocks that share K and V together: the model finds every
+panel worse, and the kernel keeps its order.
 Turned off with tl.disable_auto_rasterization.
 """
 from __future__ import annotations

@@ -82,7 +82,7 @@ TC_DEVICE int launch_wave_parity() {
   asm("mov.u32 %0, %%nclusterid.y;" : "=r"(ny));
   asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(size));
   const unsigned linear = (z * ny + y) * nx + x;
-  const unsigned per_wave = sms / size > 0 ? sms / size : 1;
+  const unsigned per_wave = max(sms / size, 1u);   // a cluster wider than the GPU: one per wave
   return static_cast<int>((linear / per_wave) & 1u);
 #else
   const unsigned linear = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
