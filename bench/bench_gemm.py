@@ -32,6 +32,9 @@ HOPPER_CONFIGS = [
     dict(block_M=256, block_N=128, block_K=64, threads=256, num_stages=3),
     dict(block_M=128, block_N=256, block_K=32, threads=256, num_stages=5),
     dict(block_M=256, block_N=192, block_K=64, threads=256, num_stages=4),
+    dict(block_M=256, block_N=160, block_K=64, threads=256, num_stages=4),
+    dict(block_M=256, block_N=160, block_K=64, threads=256, num_stages=3),
+    dict(block_M=256, block_N=128, block_K=64, threads=256, num_stages=4),
 ]
 SM80_CONFIGS = [
     dict(block_M=128, block_N=128, block_K=32, threads=128, num_stages=3),

@@ -49,11 +49,15 @@ def main():
         for M, N, K, cfg in [(256, 256, 256, dict(block_M=128, block_N=256, block_K=64,
                                                    threads=256, num_stages=3)),
                              (200, 136, 72, dict(block_M=128, block_N=128, block_K=64,
-                                                 threads=256, num_stages=2))] + [
-                # 17 x 16 blocks: two waves and more, the odd ones walking K downwards
-                # (alternate_k_direction, default arm only), K ragged
+                                                 threads=256, num_stages=2)),
+                             # persistent: 4 stages leave room to stage half the tile, so
+                             # the epilogue goes in two column bands
+                             (777, 1336, 520, dict(block_M=128, block_N=256, block_K=64,
+                                                   threads=256, num_stages=4))] + [
+                # 17 x 16 blocks: two waves and more; by default persistent, not, the odd
+                # waves walking K downwards (alternate_k_direction), K ragged
                 (2176, 2048, 200, dict(block_M=128, block_N=128, block_K=64, threads=256,
-                                       num_stages=3))] * (arm == ""):
+                                       num_stages=3))] * (arm in ("", " plain")):
             a = torch.randn(M, K, device="cuda", dtype=torch.float16)
             b = torch.randn(K, N, device="cuda", dtype=torch.float16)
             c = build(matmul, M, N, K, configs=configs, **cfg)(a, b)

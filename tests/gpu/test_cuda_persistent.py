@@ -26,6 +26,8 @@ def _persistent_source(kernel) -> str:
     (777, 1336, 520, dict(block_M=128, block_N=256, block_K=64, num_stages=4)),
     (300, 520, 136, dict(block_M=128, block_N=128, block_K=64, num_stages=3)),
     (64, 64, 40, dict(block_M=128, block_N=128, block_K=64, num_stages=3)),  # one tile
+    # 4 stages: the staging tile goes in two column bands, of two register runs each here
+    (1000, 1000, 520, dict(block_M=256, block_N=128, block_K=64, num_stages=4)),
 ])
 @pytest.mark.parametrize("blocks", [True, 3], ids=["per_sm", "three_blocks"])
 def test_gemm(example, M, N, K, tiles, blocks):
@@ -33,9 +35,26 @@ def test_gemm(example, M, N, K, tiles, blocks):
     kernel = tilecraft.compile(underlying(gemm.matmul)(M, N, K, threads=256, swizzle_panel=4,
                                                        **tiles),
                                pass_configs={PERSISTENT: blocks})
-    _persistent_source(kernel)
+    source = _persistent_source(kernel)
+    if tiles["num_stages"] == 4:
+        runs = tiles["block_M"] // 128   # m64 instructions per warpgroup: register runs per band
+        assert source.count("tc::stmatrix_x4(") == 2 * runs, "the epilogue is not in bands"
     a = torch.rand(M, K, device="cuda").sub_(0.5).half()
     b = torch.rand(K, N, device="cuda").sub_(0.5).half()
+    c = poisoned(M, N)
+    kernel(a, b, c)
+    assert not torch.isnan(c).any(), "unwritten output elements"
+    assert rel_error(c, a.double() @ b.double()) < 5e-3
+
+
+@pytest.mark.parametrize("M, N, K", [(4000, 2104, 1000), (2176, 8200, 264)])   # TMA rows
+def test_a_gemm_over_several_waves_is_persistent_by_default(example, M, N, K):
+    gemm = example("gemm")
+    kernel = tilecraft.compile(underlying(gemm.matmul)(M, N, K, block_M=128, block_N=256,
+                                                       block_K=64, threads=256, num_stages=4))
+    _persistent_source(kernel)
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
     c = poisoned(M, N)
     kernel(a, b, c)
     assert not torch.isnan(c).any(), "unwritten output elements"

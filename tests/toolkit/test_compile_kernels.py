@@ -120,16 +120,23 @@ def test_persistent_kernels_compile_for_sm90a_without_spills(module_name, factor
     assert kernel.n_spills == 0 and not kernel.wgmma_serialized
 
 
-def test_the_short_gemm_compiles_rastered_with_alternating_waves():
+def test_the_short_gemm_compiles_rastered_persistent_or_with_alternating_waves():
     """The paper's GEMM without T.use_swizzle at 8192^3 on sm_90a: choose_rasterization gives it
-    a panel and alternate_k_direction reverses its odd waves; nvcc builds both."""
+    a panel; by default it is persistent, staging its epilogue in two column bands, and with
+    persistence off alternate_k_direction reverses its odd waves; nvcc builds each."""
     path = ROOT / "examples" / "gemm.py"
     spec = importlib.util.spec_from_file_location("ex_gemm_raster", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     func = module.matmul.__wrapped__(8192, 8192, 8192, block_M=128, block_N=256, block_K=64,
                                      threads=256, num_stages=4)
-    kernel = tilecraft.compile(func, target="sm_90a")
-    source = kernel.get_kernel_source()
+    persistent = tilecraft.compile(func, target="sm_90a")
+    source = persistent.get_kernel_source()
+    assert "tc::rasterize_" in source and "_round * gridDim.x" in source
+    assert source.count("tc::stmatrix_x4(") == 2 and "tc::launch_wave_parity()" not in source
+    plain = tilecraft.compile(func, target="sm_90a",
+                              pass_configs={"tl.enable_persistent_tiles": False})
+    source = plain.get_kernel_source()
     assert "tc::rasterize_" in source and "tc::launch_wave_parity()" in source
-    assert kernel.n_regs > 0 and kernel.n_spills == 0 and not kernel.wgmma_serialized
+    for kernel in (persistent, plain):
+        assert kernel.n_regs > 0 and kernel.n_spills == 0 and not kernel.wgmma_serialized

@@ -2,13 +2,15 @@
 builds (a loop over tiles in each role, ring rounds counted across tiles), what the code
 generator makes of it, the launch grid, the staging tile's budget, and the passes after
 warp_specialize still applying (overlap_wgmma, rotate_wgmma_loop)."""
+import math
+
 import pytest
 
 import tilecraft
 from tilecraft.carver.recommend import underlying
 from tilecraft.codegen.cuda import emit_cuda
 from tilecraft.ir.expr import BufferLoad
-from tilecraft.ir.stmt import PERSISTENT_TILES, BufferStore, For
+from tilecraft.ir.stmt import PERSISTENT_TILES, Allocate, BufferStore, For
 from tilecraft.ir.visitor import walk
 from tilecraft.pass_config import check_pass_configs
 from tilecraft.passes import pipelines
@@ -57,8 +59,8 @@ def test_each_role_loops_over_the_tiles_and_counts_ring_rounds_across_them(gemm)
     assert source.count("tc::rasterize_row(8, make_uint3(32, 64, 1),") == 2
 
 
-def test_without_the_config_nothing_changes(gemm):
-    func = lowered(gemm())
+def test_turned_off_nothing_changes(gemm):
+    func = lowered(gemm(), **{PERSISTENT: False})
     assert not tile_loops(func)
     assert "persistent_blocks" not in func.kernels()[0].attrs
     assert not any(isinstance(n, BufferLoad) and n.buffer.name == "tc_rounds"
@@ -71,11 +73,16 @@ def attention(example, causal=True, batch=8):
         batch, 4, 1000, 128, causal, block_M=128, block_N=128, num_stages=3, threads=256)
 
 
-def test_loops_with_several_gemms_are_persistent_unless_told_otherwise(example, gemm):
+def test_gemms_and_attention_are_persistent_unless_told_otherwise(example, gemm):
     assert lowered(attention(example)).kernels()[0].attrs["persistent_blocks"] == 0
     assert len(tile_loops(lowered(attention(example, causal=False)))) == 2
     assert not tile_loops(lowered(attention(example), **{PERSISTENT: False}))
-    assert not tile_loops(lowered(gemm()))                    # one gemm: not by default
+    # a GEMM over more than one wave; of one wave (8 x 8 tiles), or storing its tile through
+    # a shared tile of the user's (the split-K example), it is not
+    assert lowered(gemm()).kernels()[0].attrs["persistent_blocks"] == 0
+    assert not tile_loops(lowered(gemm(1024, 2048, 512)))
+    split = underlying(example("gemm").matmul_splitk)(1024, 1024, 8192, split_k=4)
+    assert not tile_loops(lowered(split))
     # the producer preload, asked for, takes the place of the default
     preloaded = lowered(attention(example), **{"tl.enable_producer_preload": True})
     assert not tile_loops(preloaded)
@@ -113,9 +120,28 @@ def test_the_staging_tile_gets_its_own_bytes_only_where_they_fit(gemm):
     assert "C_local_staged" in staged.script()
     # 3 stages x 48 KiB of ring + the 64 KiB staging tile, no longer sharing the ring's bytes
     assert staged.kernels()[0].attrs["smem_bytes"] > 3 * 48 * 1024 + 64 * 1024
+    # 4 stages: 192 KiB of ring leave room for half the tile, staged in two column bands
     deep = lowered(gemm(num_stages=4), **{PERSISTENT: True})
-    assert "C_local_staged" not in deep.script()
+    assert staging_elements(deep) == [128 * 128]
     assert deep.kernels()[0].attrs["smem_bytes"] <= SMEM
+    source, _ = emit_cuda(deep)
+    assert source.count("tc::stmatrix_x4(") == 2
+    stores = [line for line in source.splitlines() if "tc::tma_store_2d((&C_tma)" in line]
+    assert [line.split("]), ")[1].split(",")[0] for line in stores] == [
+        "bx * 256", "bx * 256 + 64", "bx * 256 + 128", "bx * 256 + 192"]
+    # room for a quarter of the tile (two stages, a 32 KiB limit's spare bytes): four bands
+    quarter = pipelines.cuda(gemm(num_stages=2), "sm_90a", 2 * 48 * 1024 + 2048 + 20 * 1024,
+                             {PERSISTENT: True})
+    assert staging_elements(quarter) == [128 * 64]
+    # no room for a quarter either: stored straight from the registers
+    none = pipelines.cuda(gemm(num_stages=2), "sm_90a", 2 * 48 * 1024 + 2048 + 8 * 1024,
+                          {PERSISTENT: True})
+    assert staging_elements(none) == []
+
+
+def staging_elements(func) -> list:
+    return [math.prod(n.buffer.shape) for n in walk(func.body)
+            if isinstance(n, Allocate) and n.buffer.name.endswith("_staged")]
 
 
 def test_overlap_and_rotation_still_apply(gemm, example):

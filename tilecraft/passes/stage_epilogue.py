@@ -13,8 +13,10 @@ the global stores are full, coalesced lines. The staging tile is only added wher
 shared memory: after the kernel's last T.Pipelined loop, in place of the loop's tiles, which
 are dead by then (plan_shared_memory gives it their bytes; insert_barriers separates it from
 their last reads). In a persistent kernel (tl.enable_persistent_tiles) the ring is live
-across tiles, so the staging tile is added only where shared memory has room for it beside
-the ring. Measured on an H100 it lifted the wgmma GEMM by 2-8% of cuBLAS's speed
+across tiles, so the staging tile needs room of its own beside the ring; where the whole tile
+does not fit (a 4-stage 128x256x64 GEMM: 192 KB of ring, 64 KB of tile) it is staged in 2 or
+4 column bands through one band-sized tile, each band's store reading it before the next band
+is written. Measured on an H100 it lifted the wgmma GEMM by 2-8% of cuBLAS's speed
 (bench/results/2026-11-24_gemm_hopper_staged_epilogue.md). On the mma.sync path it was mixed
 (-8% to +4%, 2026-11-24_gemm_sm80_path_staged_epilogue.md), so it runs on sm_90a only. Turned
 off with the pass config tl.disable_epilogue_staging.
@@ -24,12 +26,14 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from ..ir.buffer import FRAGMENT, GLOBAL, Buffer, is_shared
+from ..arith.linear import simplify
+from ..ir.buffer import FRAGMENT, GLOBAL, Buffer, BufferRegion, is_shared
+from ..ir.expr import const
 from ..ir.stmt import Allocate, For, Kernel, SeqStmt, seq, stmts_of
 from ..ir.tileop import Copy, Gemm
 from ..ir.visitor import walk
 from ..pass_config import PassConfigKey
-from .warp_specialize import persistent_for
+from .warp_specialize import EPILOGUE_STAGING, persistent_for
 
 
 def _tile_bytes(buffer: Buffer) -> int:
@@ -60,6 +64,25 @@ def _spare_bytes(k: Kernel, loop: For, limit: int | None) -> int:
     return limit - _ring_bytes(loop) - rest - 2048
 
 
+def _parts_that_fit(shape, elem_bytes: int, budget: int, persistent: bool) -> int | None:
+    """Into how many column bands the staging goes: 1 where the whole tile fits the budget;
+    in a persistent kernel, else the fewest bands (2 or 4, each a multiple of 16 columns: the
+    accumulator registers one stmatrix stores) that fit; None where nothing fits."""
+    whole = math.prod(shape) * elem_bytes
+    if whole <= budget:
+        return 1
+    if not persistent or len(shape) != 2:
+        return None
+    return next((parts for parts in (2, 4) if shape[-1] % (16 * parts) == 0 and
+                 whole // parts <= budget), None)
+
+
+def _column_band(region: BufferRegion, first: int, width: int) -> BufferRegion:
+    """The columns first .. first + width - 1 of a 2-d region."""
+    (rows, (start, _)) = region.ranges[:-1], region.ranges[-1]
+    return dataclasses.replace(region, ranges=(*rows, (simplify(start + first), const(width))))
+
+
 def _stage_kernel(k: Kernel, persistent: bool, limit: int | None) -> Kernel:
     stmts = list(stmts_of(k.body))
     loops = [i for i, s in enumerate(stmts) if isinstance(s, For) and s.kind == "pipelined"]
@@ -80,21 +103,28 @@ def _stage_kernel(k: Kernel, persistent: bool, limit: int | None) -> Kernel:
         if shape is None:
             out.append(s)
             continue
-        staged = Buffer(f"{s.src.buffer.name}_staged", shape, s.dst.buffer.dtype,
-                        "shared.dyn", s.span)
-        if _tile_bytes(staged) > budget:
+        parts = _parts_that_fit(shape, s.dst.buffer.dtype.bytes, budget, persistent)
+        if parts is None:
             out.append(s)
             continue
+        band = shape[-1] // parts
+        staged = Buffer(f"{s.src.buffer.name}_staged", (*shape[:-1], band),
+                        s.dst.buffer.dtype, "shared.dyn", s.span)
         budget -= _tile_bytes(staged)
         whole = staged.region()
         allocs.append(Allocate(staged, s.span))
-        out += [dataclasses.replace(s, dst=whole), dataclasses.replace(s, src=whole)]
+        for part in range(parts):
+            src, dst = (_column_band(r, part * band, band) if parts > 1 else r
+                        for r in (s.src, s.dst))
+            out += [dataclasses.replace(s, src=src, dst=whole),
+                    dataclasses.replace(s, src=whole, dst=dst)]
     if not allocs:
         return k
     # Allocations stay in front of the loop, where warp_specialize and the planner look.
     at = max((i for i, s in enumerate(out[:last + 1]) if isinstance(s, Allocate)), default=-1)
     out = out[:at + 1] + allocs + out[at + 1:]
-    return dataclasses.replace(k, body=seq(out))
+    names = (*k.attrs.get(EPILOGUE_STAGING, ()), *(a.buffer.name for a in allocs))
+    return dataclasses.replace(k, body=seq(out), attrs={**k.attrs, EPILOGUE_STAGING: names})
 
 
 def stage_epilogue(func, arch: str | None = None, configs: dict | None = None,

@@ -36,7 +36,7 @@ tl.disable_warp_specialized or tl.disable_tma_lower; loops that do not qualify k
 cp.async pipeline (pipeline_loops).
 
 Persistent kernels (pass config tl.enable_persistent_tiles; unset, the default for loops with
-two or more gemms, persistent_for): the launch has one block per SM (or the number given), and
+two or more gemms and for GEMMs, persistent_for): the launch has one block per SM (or the number given), and
 each role runs its part inside a loop over the tiles of the grid (in rounds of gridDim.x tiles,
 serpentine: emulator.machine.tiles_of_block; the code generator binds the block variables per
 tile). A per-thread count of the ring's rounds, advanced by each tile's trip count in both
@@ -64,7 +64,7 @@ import dataclasses
 from ..arith.linear import constant_value
 from ..carver.targets import get_target
 from ..ir import dtypes as dt
-from ..ir.buffer import LOCAL_VAR, Buffer
+from ..ir.buffer import GLOBAL, LOCAL_VAR, Buffer, is_shared
 from ..ir.expr import BufferLoad, Call, Var, address_of, const, minmax
 from ..ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, For, IfThenElse, Kernel, SeqStmt,
                        call_stmt, seq, stmts_of)
@@ -107,6 +107,33 @@ def _attention_like(kernel: Kernel) -> bool:
     return len(loops) == 1 and sum(isinstance(n, Gemm) for n in walk(loops[0].body)) >= 2
 
 
+# Kernel attribute: names of the shared tiles stage_epilogue added to carry an accumulator to
+# global memory (they are not the user's, and the persistent default looks past them).
+EPILOGUE_STAGING = "epilogue_staging"
+
+
+def _gemm_like(kernel: Kernel) -> bool:
+    """One pipelined loop holding one gemm, whose accumulator the kernel stores to global
+    memory (straight, or through stage_epilogue's staging tile), and no shared tiles but the
+    loop's ring: a GEMM, which a persistent launch can give room for a staged epilogue."""
+    loops = [s for s in stmts_of(kernel.body) if isinstance(s, For) and s.kind == "pipelined"]
+    if len(loops) != 1:
+        return False
+    gemms = [n for n in walk(loops[0].body) if isinstance(n, Gemm)]
+    if len(gemms) != 1:
+        return False
+    staging = set(kernel.attrs.get(EPILOGUE_STAGING, ()))
+    ring = {id(n.dst.buffer) for n in walk(loops[0].body)
+            if isinstance(n, Copy) and is_shared(n.dst.buffer.scope)}
+    if any(isinstance(n, Allocate) and is_shared(n.buffer.scope) and
+           id(n.buffer) not in ring and n.buffer.name not in staging for n in walk(kernel.body)):
+        return False
+    accumulator = gemms[0].C.buffer
+    return any(isinstance(n, Copy) and n.src.buffer is accumulator and
+               (n.dst.buffer.scope == GLOBAL or n.dst.buffer.name in staging)
+               for n in walk(kernel.body))
+
+
 def one_wave(kernel: Kernel, arch: str | None) -> bool:
     """The grid is static and has no more blocks than the GPU the carver knows for the arch
     (sm_90a: an H100) has SMs: every block has an SM of its own from the start."""
@@ -126,12 +153,14 @@ def one_wave(kernel: Kernel, arch: str | None) -> bool:
 def persistent_for(kernel: Kernel, configs: dict | None, arch: str | None = None) -> int | None:
     """tl.enable_persistent_tiles for this kernel (pass_config.persistent_blocks): as configured;
     unset, persistent with one block per SM where the pipelined loop holds two or more gemms
-    (attention and its kin) and the grid spans more than one wave, unless the producer preload
-    is asked for or the kernel is not warp-specialized. There the next tile's
-    first stages load during this one's softmax tail and epilogue, and on the H100 the 3-stage
-    attention ran 2-14% faster (causal and not) and the 2-stage one 2-10%
-    (bench/results/2026-11-24_mha_persistent_default_candidates.md); a GEMM main loop, long
-    beside its epilogue, measured level to 2-8% slower (..._gemm_persistent_serpentine_ab.md).
+    (attention and its kin) or is a GEMM's (_gemm_like) and the grid spans more than one wave,
+    unless the producer preload is asked for or the kernel is not warp-specialized. There the
+    next tile's first stages load during this one's softmax tail and epilogue, and on the H100
+    the 3-stage attention ran 2-14% faster (causal and not) and the 2-stage one 2-10%
+    (bench/results/2026-11-24_mha_persistent_default_candidates.md). A GEMM measured level to
+    2-8% slower while its 4-stage epilogue went from registers (..._gemm_persistent_serpentine_ab
+    .md); staged in column bands (stage_epilogue) it ran 1-8% faster than without persistence,
+    and with 3 stages 1-4% (2026-11-25_gemm_persistent_banded_default.md).
     A grid of one wave (MLA decode at batch 64: 128 blocks) has no next tile to load early, and
     its loop over tiles only costs: MLA ran 1-3% faster without it, 5% with the producer
     preload in its place (producer_preload_for; ..._mla_decode_seesaw_preload.md)."""
@@ -141,7 +170,7 @@ def persistent_for(kernel: Kernel, configs: dict | None, arch: str | None = None
             configs.get(PassConfigKey.TL_DISABLE_WARP_SPECIALIZED) or \
             configs.get(PassConfigKey.TL_DISABLE_TMA_LOWER):
         return persistent_blocks(configs)
-    if _attention_like(kernel) and not one_wave(kernel, arch):
+    if (_attention_like(kernel) or _gemm_like(kernel)) and not one_wave(kernel, arch):
         return 0
     return None
 

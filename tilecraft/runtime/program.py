@@ -109,6 +109,10 @@ class CudaProgram:
         self.__dict__.update(plan)
         self._kernels = None
         self._maps: dict = {}
+        # What the compiler warned about while lowering, every time the program is made: a
+        # program loaded from the cache would otherwise say nothing of it.
+        for message, category, filename, line in plan.get("lowering_warnings", ()):
+            warnings.warn_explicit(message, category, filename, line)
         warn_serialized_wgmma(self.kernel_info)
 
     @staticmethod
@@ -117,7 +121,9 @@ class CudaProgram:
         # programs never pays for importing it.
         from ..codegen.cuda import emit_cuda, kernel_signature, launch_threads
         from ..passes import pipelines
-        lowered = pipelines.cuda(func, arch, _SMEM_LIMIT.get(arch), configs)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            lowered = pipelines.cuda(func, arch, _SMEM_LIMIT.get(arch), configs)
         limit = _SMEM_LIMIT.get(arch)
         for k in lowered.kernels():
             if limit is not None and k.attrs["smem_bytes"] > limit:
@@ -136,6 +142,8 @@ class CudaProgram:
         launches = [(name, _launch_grid(k), launch_threads(k), k.attrs["smem_bytes"])
                     for name, k in zip(names, lowered.kernels())]
         return {"source": source, "cubin": compiled.cubin, "kernel_info": dict(compiled.kernels),
+                "lowering_warnings": [(str(w.message), w.category, w.filename, w.lineno)
+                                      for w in caught],
                 "positions": positions, "binds": binds, "launches": launches,
                 "param_names": [p.name for p in lowered.params],
                 "param_kinds": [("ptr", obj.dtype.name) if kind == "tensor" else
