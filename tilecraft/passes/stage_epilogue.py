@@ -33,7 +33,7 @@ from ..ir.stmt import Allocate, For, Kernel, SeqStmt, seq, stmts_of
 from ..ir.tileop import Copy, Gemm
 from ..ir.visitor import walk
 from ..pass_config import PassConfigKey
-from .warp_specialize import EPILOGUE_STAGING, persistent_for
+from .persistence import EPILOGUE_STAGING, persistent_for
 
 
 def _tile_bytes(buffer: Buffer) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..arith.linear import constant_value, linear_form
+from ..arith.linear import linear_form
 from ..errors import TileError
 from ..ir import dtypes as dt
 from ..ir.buffer import FRAGMENT, GLOBAL, LOCAL, LOCAL_VAR, BufferRegion, is_shared
@@ -22,6 +22,7 @@ from ..ir.stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, seq
 from ..ir.tileop import Atomic
 from .. import layout as lay
 from .cache_hints import hinted
+from .fragment_parts import aligned, locals_of_part, part_coords
 from .lowering import ThreadContext, in_bounds_condition
 from .parallel import lower_parallel
 from ..passes.infer_layouts import same_threads
@@ -77,7 +78,7 @@ def lower_copy(op, ctx: ThreadContext):
         layout = ctx.layouts.buffer(frag)
         runs = [(0, layout.locals_per_thread)]
         if tuple(layout.shape) != tuple(extents):
-            runs = _locals_of_part(op, layout) if frag is src.buffer else None
+            runs = locals_of_part(op, layout) if frag is src.buffer else None
             if runs is None:
                 raise TileError(
                     f"T.copy: this part of fragment {frag.name} is not supported by the CUDA "
@@ -86,8 +87,8 @@ def lower_copy(op, ctx: ThreadContext):
                     "whole column blocks of an accumulator is); copy the whole fragment or "
                     "such a band", op.span)
         if frag is src.buffer and _pairs_store_together(op, layout, ctx) and \
-                _aligned(runs, 2):
-            if op.annotations.get("instruction") == "stmatrix" and _aligned(runs, 8) and \
+                aligned(runs, 2):
+            if op.annotations.get("instruction") == "stmatrix" and aligned(runs, 8) and \
                     _stmatrix_blocks(op, layout, ctx):
                 return seq([_stmatrix_store(op, layout, ctx, run) for run in runs])
             return seq([_paired_store(op, layout, ctx, run) for run in runs])
@@ -127,36 +128,6 @@ def _pairs_store_together(op, layout, ctx) -> bool:
                 and np.all(even[..., 1] % 2 == 0))
 
 
-def _locals_of_part(op, layout) -> list | None:
-    """[(first, end)]: the runs of local registers that hold exactly the part of the fragment
-    op.src names, the same runs in every thread; None where the part starts at non-constant
-    indices or shares a register slot with the rest of the fragment in some thread."""
-    starts = [constant_value(s) for s in op.src.starts]
-    extents = op.src.static_extents()
-    if None in starts or extents is None or len(starts) != len(layout.shape) or \
-            getattr(layout, "replicate", 1) != 1:
-        return None
-    table = layout.table()[..., 0, :]
-    grids = np.indices(tuple(layout.shape))
-    inside = np.ones(tuple(layout.shape), bool)
-    for axis, (s, e) in enumerate(zip(starts, extents)):
-        inside &= (grids[axis] >= s) & (grids[axis] < s + e)
-    locals_in = np.unique(table[inside][:, 1])
-    if not len(locals_in) or np.intersect1d(locals_in, table[~inside][:, 1]).size:
-        return None
-    breaks = np.flatnonzero(np.diff(locals_in) != 1) + 1
-    return [(int(run[0]), int(run[-1]) + 1) for run in np.split(locals_in, breaks)]
-
-
-def _aligned(runs, n: int) -> bool:
-    return all(first % n == 0 and end % n == 0 for first, end in runs)
-
-
-def _part_coords(op, coords) -> list:
-    """Fragment indices made relative to the copied part's first element."""
-    return [c - s for c, s in zip(coords, op.src.starts)]
-
-
 def _paired_store(op, layout, ctx: ThreadContext, run: tuple):
     """Registers run[0] .. run[1] - 1 of each thread (a whole fragment, or the part of it a
     copy names), two at a time."""
@@ -164,7 +135,7 @@ def _paired_store(op, layout, ctx: ThreadContext, run: tuple):
     first, n = run[0] // 2, (run[1] - run[0]) // 2
     l2 = ctx.fresh("l", n)
     pair = l2 + first
-    coords = [ctx.simplify(x) for x in _part_coords(op, layout.logical_of(ctx.tx, pair * 2))]
+    coords = [ctx.simplify(x) for x in part_coords(op, layout.logical_of(ctx.tx, pair * 2))]
     reg = ctx.register_array(src.buffer)
     pack = "tc::pack_half2" if dst.buffer.dtype.name == "float16" else "tc::pack_bf162"
     halves = [cast(BufferLoad(reg, (ctx.simplify(pair * 2 + k),)), dt.float32) for k in (0, 1)]
@@ -204,7 +175,7 @@ def _stmatrix_store(op, layout, ctx: ThreadContext, run: tuple):
     tx = ctx.tx
     row_holder = ctx.simplify(tx // 32 * 32 + tx % 8 * 4 + layout.thread_offset)
     pair = ctx.simplify((g * 4 + tx % 32 // 8) * 2)
-    coords = [ctx.simplify(x) for x in _part_coords(op, layout.logical_of(row_holder, pair))]
+    coords = [ctx.simplify(x) for x in part_coords(op, layout.logical_of(row_holder, pair))]
     reg = ctx.register_array(op.src.buffer)
     pack = "tc::pack_half2" if op.dst.buffer.dtype.name == "float16" else "tc::pack_bf162"
     words = [Call(pack, tuple(cast(BufferLoad(reg, (ctx.simplify(g * 8 + 2 * k + h),)),
