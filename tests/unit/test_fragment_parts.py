@@ -14,6 +14,7 @@ from tilecraft.carver.recommend import underlying
 from tilecraft.passes import pipelines
 
 from error_expect import expect
+from test_persistent_tiles import staging_elements
 
 PERSISTENT = tilecraft.PassConfigKey.TL_ENABLE_PERSISTENT_TILES
 
@@ -86,9 +87,7 @@ def test_a_persistent_gemm_stages_in_bands_what_does_not_fit(example, stages, li
                                               threads=128, num_stages=stages)
     ring = stages * (64 * 32 + 32 * 128) * 2
     lowered = pipelines.cuda(func, "sm_90a", ring + 2048 + limit, {PERSISTENT: True})
-    staged = [n.buffer for n in tilecraft.ir.visitor.walk(lowered.body)
-              if isinstance(n, tilecraft.ir.stmt.Allocate) and n.buffer.name.endswith("_staged")]
-    assert [int(np.prod(b.shape)) for b in staged] == [64 * 128 // bands]
+    assert staging_elements(lowered) == [64 * 128 // bands]
     A, B, want = random_operands(M, N, K)
     C, reports = emulated(lowered, A, B)
     assert not reports

@@ -14,9 +14,20 @@ from ..ir.visitor import walk
 from ..pass_config import PassConfigKey, persistent_blocks
 
 
+def pipelined_loops(kernel: Kernel) -> list:
+    """The kernel's top-level T.Pipelined loops, in order."""
+    return [s for s in stmts_of(kernel.body) if isinstance(s, For) and s.kind == "pipelined"]
+
+
+def ring_tiles(loop: For) -> dict:
+    """{id: tile} of the shared tiles the pipelined loop copies into (its ring)."""
+    return {id(n.dst.buffer): n.dst.buffer for n in walk(loop.body)
+            if isinstance(n, Copy) and is_shared(n.dst.buffer.scope)}
+
+
 def _attention_like(kernel: Kernel) -> bool:
     """One pipelined loop holding two or more gemms (attention and its kin)."""
-    loops = [s for s in stmts_of(kernel.body) if isinstance(s, For) and s.kind == "pipelined"]
+    loops = pipelined_loops(kernel)
     return len(loops) == 1 and sum(isinstance(n, Gemm) for n in walk(loops[0].body)) >= 2
 
 
@@ -29,15 +40,14 @@ def _gemm_like(kernel: Kernel) -> bool:
     """One pipelined loop holding one gemm, whose accumulator the kernel stores to global
     memory (straight, or through stage_epilogue's staging tile), and no shared tiles but the
     loop's ring: a GEMM, which a persistent launch can give room for a staged epilogue."""
-    loops = [s for s in stmts_of(kernel.body) if isinstance(s, For) and s.kind == "pipelined"]
+    loops = pipelined_loops(kernel)
     if len(loops) != 1:
         return False
     gemms = [n for n in walk(loops[0].body) if isinstance(n, Gemm)]
     if len(gemms) != 1:
         return False
     staging = set(kernel.attrs.get(EPILOGUE_STAGING, ()))
-    ring = {id(n.dst.buffer) for n in walk(loops[0].body)
-            if isinstance(n, Copy) and is_shared(n.dst.buffer.scope)}
+    ring = ring_tiles(loops[0])
     if any(isinstance(n, Allocate) and is_shared(n.buffer.scope) and
            id(n.buffer) not in ring and n.buffer.name not in staging for n in walk(kernel.body)):
         return False

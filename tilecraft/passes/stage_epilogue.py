@@ -33,23 +33,17 @@ from ..ir.stmt import Allocate, For, Kernel, SeqStmt, seq, stmts_of
 from ..ir.tileop import Copy, Gemm
 from ..ir.visitor import walk
 from ..pass_config import PassConfigKey
-from .persistence import EPILOGUE_STAGING, persistent_for
+from .persistence import EPILOGUE_STAGING, persistent_for, ring_tiles
 
 
 def _tile_bytes(buffer: Buffer) -> int:
     return math.prod(buffer.static_shape()) * buffer.dtype.bytes
 
 
-def _ring_tiles(loop: For) -> dict:
-    """{id: tile} of the shared tiles the pipelined loop copies into."""
-    return {id(n.dst.buffer): n.dst.buffer for n in walk(loop.body)
-            if isinstance(n, Copy) and is_shared(n.dst.buffer.scope)}
-
-
 def _ring_bytes(loop: For) -> int:
     """Shared memory of the tiles the pipelined loop copies into, all their versions."""
     stages = max(1, int(loop.annotations.get("num_stages", 1) or 1))
-    return sum(_tile_bytes(b) for b in _ring_tiles(loop).values()) * stages
+    return sum(_tile_bytes(b) for b in ring_tiles(loop).values()) * stages
 
 
 def _spare_bytes(k: Kernel, loop: For, limit: int | None) -> int:
@@ -57,7 +51,7 @@ def _spare_bytes(k: Kernel, loop: For, limit: int | None) -> int:
     room for the mbarriers and alignment."""
     if limit is None:
         return 1 << 30
-    ring = _ring_tiles(loop)
+    ring = ring_tiles(loop)
     rest = sum(_tile_bytes(n.buffer) for n in walk(k.body)
                if isinstance(n, Allocate) and is_shared(n.buffer.scope) and
                id(n.buffer) not in ring)

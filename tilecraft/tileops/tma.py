@@ -175,7 +175,7 @@ def tma_add_unfit_reason(op, allowed: bool) -> str | None:
     if not allowed:
         return "TMA stores need sm_90a and are turned off otherwise (tl.disable_tma_lower / " \
                "tl.disable_tma_store)"
-    if op.kind != "add" or op.dst.buffer.dtype.name not in ADDABLE:
+    if op.dst.buffer.dtype.name not in ADDABLE:   # (only T.atomic_add takes use_tma)
         return f"TMA adds {', '.join(ADDABLE)} elements, not {op.dst.buffer.dtype.name}"
     if op.value.buffer.dtype is not op.dst.buffer.dtype:
         return f"the tile {op.value.buffer.name} is {op.value.buffer.dtype.name} and " \
