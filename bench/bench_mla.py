@@ -25,6 +25,14 @@ CONFIGS = [dict(block_N=64, block_H=64, num_stages=2, threads=256),
            dict(block_N=64, block_H=64, num_stages=1, threads=256)]
 
 
+def mla_inputs(seqlen, batch=B, heads=H, dim=D, pe_dim=PE):
+    """Random fp16 (Q, Q_pe, KV, K_pe) on the GPU, one KV head, in the example's layout."""
+    def rand(*shape):
+        return torch.randn(*shape, device="cuda", dtype=torch.float16)
+    return (rand(batch, heads, dim), rand(batch, heads, pe_dim), rand(batch, seqlen, 1, dim),
+            rand(batch, seqlen, 1, pe_dim))
+
+
 def torch_mla(q, q_pe, kv, k_pe):
     """The reference the anchors time: scores by einsum, softmax in fp32, output by einsum."""
     scale = (D + PE) ** -0.5
@@ -55,10 +63,7 @@ def main():
     warm_gpu()
     for S in (int(x) for x in args.kv.split(",")):
         flop = 2.0 * B * H * S * (D + PE) + 2.0 * B * H * S * D
-        q = torch.randn(B, H, D, device="cuda", dtype=torch.float16)
-        q_pe = torch.randn(B, H, PE, device="cuda", dtype=torch.float16)
-        kv = torch.randn(B, S, 1, D, device="cuda", dtype=torch.float16)
-        k_pe = torch.randn(B, S, 1, PE, device="cuda", dtype=torch.float16)
+        q, q_pe, kv, k_pe = mla_inputs(S)
         ref = torch_mla(q.float(), q_pe.float(), kv.float(), k_pe.float())
         cases = []
         for cfg in CONFIGS:

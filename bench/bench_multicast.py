@@ -18,7 +18,7 @@ import flash_attention as fa  # noqa: E402
 import gemm  # noqa: E402
 import mla_decode  # noqa: E402
 from bench_gemm import warm_gpu, write_results  # noqa: E402
-from bench_mla import torch_mla  # noqa: E402
+from bench_mla import mla_inputs, torch_mla  # noqa: E402
 from tilecraft.carver.recommend import underlying  # noqa: E402
 from tilecraft.profiler import cuda_median_ms  # noqa: E402
 
@@ -47,10 +47,7 @@ def cases():
            {"tl.enable_fast_math": True})
     Bm, Hm, Dm, PE = 64, 128, 512, 64
     for kv_len in (1024, 4096):
-        q1 = torch.randn(Bm, Hm, Dm, device="cuda", dtype=torch.float16)
-        qp = torch.randn(Bm, Hm, PE, device="cuda", dtype=torch.float16)
-        kv = torch.randn(Bm, kv_len, 1, Dm, device="cuda", dtype=torch.float16)
-        kp = torch.randn(Bm, kv_len, 1, PE, device="cuda", dtype=torch.float16)
+        q1, qp, kv, kp = mla_inputs(kv_len, Bm, Hm, Dm)
         func = underlying(mla_decode.flash_mla_decode)(Bm, Hm, 1, kv_len, Dm, PE, block_N=64,
                                                        block_H=64, num_stages=2, threads=256)
         flop = 2.0 * Bm * Hm * kv_len * (Dm + PE) + 2.0 * Bm * Hm * kv_len * Dm

@@ -21,7 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 sys.path.insert(0, HERE)
 import tilecraft  # noqa: E402
-from bench_mla import B, D, H, PE  # noqa: E402
+from bench_mla import B, D, H, PE, mla_inputs  # noqa: E402
 from mla_decode import flash_mla_decode  # noqa: E402
 from tilecraft.carver.recommend import underlying  # noqa: E402
 
@@ -33,10 +33,7 @@ def main():
                         "launch of the default kernel after that flush); empty: the seesaw A/B")
     args = parser.parse_args()
     S = args.kv
-    q = torch.randn(B, H, D, device="cuda", dtype=torch.float16)
-    q_pe = torch.randn(B, H, PE, device="cuda", dtype=torch.float16)
-    kv = torch.randn(B, S, 1, D, device="cuda", dtype=torch.float16)
-    k_pe = torch.randn(B, S, 1, PE, device="cuda", dtype=torch.float16)
+    q, q_pe, kv, k_pe = mla_inputs(S)
 
     def build(arm):
         return tilecraft.compile(

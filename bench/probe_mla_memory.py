@@ -42,7 +42,7 @@ import torch  # noqa: E402
 import tilecraft  # noqa: E402
 import tilecraft.codegen.cuda as cg  # noqa: E402
 from bench_gemm import in_rounds, warm_gpu  # noqa: E402
-from bench_mla import B, D, H, PE, torch_mla  # noqa: E402
+from bench_mla import B, D, H, PE, mla_inputs, torch_mla  # noqa: E402
 from mla_decode import flash_mla_decode  # noqa: E402
 from tilecraft.carver.recommend import underlying  # noqa: E402
 from tilecraft.profiler import cuda_median_ms  # noqa: E402
@@ -275,10 +275,7 @@ def main():
     flush = True if os.environ.get("PROBE_FLUSH", "dirty") == "dirty" else "clean"
     warm_gpu()
     for seqlen in (int(x) for x in sys.argv[1].split(",")):
-        q = torch.randn(B, H, D, device="cuda", dtype=torch.float16)
-        q_pe = torch.randn(B, H, PE, device="cuda", dtype=torch.float16)
-        kv = torch.randn(B, seqlen, 1, D, device="cuda", dtype=torch.float16)
-        k_pe = torch.randn(B, seqlen, 1, PE, device="cuda", dtype=torch.float16)
+        q, q_pe, kv, k_pe = mla_inputs(seqlen)
         ref = torch_mla(q.float(), q_pe.float(), kv.float(), k_pe.float())
         kernels = [build(seqlen, a) for a in arms]
         for a, k in zip(arms, kernels):
