@@ -6,7 +6,9 @@ packs: tens of microseconds of Python, longer than a small kernel runs. All of i
 on what the arguments look like — each tensor's dtype, shape, device and contiguity, and each
 scalar's value — so the first call with a given look records its plan (where each parameter's
 value comes from, the outputs to allocate, every parameter's shape) and later calls that look
-the same only allocate the outputs and launch. Anything that is not a contiguous torch CUDA
+the same only allocate the outputs and launch. The program's side of it (runtime/program.py,
+PreparedCall) keeps the grids and the packed arguments, which change only with the tensors'
+addresses. Anything that is not a contiguous torch CUDA
 tensor or a plain number takes the checked path, which also raises the errors.
 """
 from __future__ import annotations
@@ -18,36 +20,43 @@ _SCALARS = (int, float, bool)
 def signature(args):
     """A hashable description of the arguments, or None when the fast path does not apply."""
     key = []
+    tensors = False
     for a in args:
-        if type(a) in _SCALARS:
-            key.append((type(a), a))
+        kind = type(a)
+        if kind in _SCALARS:
+            key.append((kind, a))
             continue
-        is_cuda = getattr(a, "is_cuda", False)
-        if is_cuda is not True or not hasattr(a, "data_ptr"):
+        if getattr(a, "is_cuda", None) is not True or not hasattr(a, "data_ptr"):
             return None
         key.append((a.dtype, a.shape, a.device, a.is_contiguous()))
-    if len(key) == sum(type(a) in _SCALARS for a in args):
-        return None  # no tensor says which device the outputs go to: the checked path knows
-    return tuple(key)
+        tensors = True
+    # Without a tensor nothing says which device the outputs go to: the checked path knows.
+    return tuple(key) if tensors else None
 
 
 class CallPlan:
     """How a call with one signature runs: per parameter, ("in", argument index),
     ("out", output index) or ("scalar", value); the outputs' shapes and torch dtypes; every
-    parameter's shape."""
+    parameter's shape; and, once made, the program's PreparedCall for them."""
 
     def __init__(self, sources, outputs, dims):
         self.sources = sources
         self.outputs = outputs
         self.dims = dims
+        self.prepared = None
+        # Outputs are made like the first tensor argument (a signature has one), on its
+        # device: new_empty is the cheapest of torch's ways to allocate from Python.
+        self.like = next(i for kind, i in sources if kind == "in")
 
     def run(self, program, args):
-        import torch
-        device = next(a.device for a in args if type(a) not in _SCALARS)
-        made = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.outputs]
+        first = args[self.like]
+        made = [first.new_empty(shape, dtype=dtype) for shape, dtype in self.outputs]
         values = [args[i] if kind == "in" else made[i] if kind == "out" else i
                   for kind, i in self.sources]
-        program.run(values, self.dims)
+        prepared = self.prepared
+        if prepared is None:
+            prepared = self.prepared = program.prepared(values, self.dims)
+        prepared.run(values)
         return made
 
 

@@ -39,12 +39,30 @@ def scale_rows(N):
     return main
 
 
+class RecordingKernel:
+    """Stands in for a loaded CudaKernel: records what each launch would pack, and by which
+    path (the checked launch or the planned launch_packed)."""
+
+    def __init__(self, launches):
+        self.launches = launches
+
+    def packable(self, args):
+        return [a.data_ptr() if hasattr(a, "data_ptr") else a for a in args]
+
+    def launch(self, args, grid, stream=None):
+        self.launches.append(("checked", tuple(self.packable(args)), grid))
+
+    def launch_packed(self, values, grid, stream):
+        self.launches.append(("planned", values, grid))
+
+
 @pytest.fixture
 def kernel(monkeypatch):
     k = tilecraft.compile(scale_rows(64), out_idx=[-1], target="sm_80")
     k._arch_checked.add(None)  # the stand-in tensors are on "cpu", whose index is None
     launches = []
-    monkeypatch.setattr(k.program, "run", lambda values, dims: launches.append((values, dims)))
+    k.program._kernels, k.program._sms = [RecordingKernel(launches)], None
+    monkeypatch.setattr(sys.modules["tilecraft.runtime.launcher"], "_default_stream", lambda: 0)
     checks = []
     real = jit_module._check_tensor
     monkeypatch.setattr(jit_module, "_check_tensor",
@@ -59,11 +77,29 @@ def test_a_second_call_alike_skips_the_checks_and_launches_the_same(kernel):
     assert checks == ["A"] and len(launches) == 1
     second = k(a, 2.0)
     assert checks == ["A"] and len(launches) == 2          # no checks the second time
-    (v1, d1), (v2, d2) = launches
-    assert d1 == d2 == [(100, 64), (), (100, 64)]
-    assert v1[0] is a and v2[0] is a and float(v1[1]) == float(v2[1]) == 2.0
-    assert v1[2] is first and v2[2] is second and second is not first  # a fresh output
+    (path1, v1, g1), (path2, v2, g2) = launches
+    assert (path1, path2) == ("checked", "planned")
+    assert g1 == g2 == (4, 1, 1)                            # ceildiv(100, 32) blocks
+    # the tensors' addresses, then the scalar, then M (bound from A's shape)
+    assert v1[0] == v2[0] == a.data_ptr() and float(v1[2]) == float(v2[2]) == 2.0
+    assert v1[1] == first.data_ptr() and v2[1] == second.data_ptr()
+    assert v1[3:] == v2[3:] == (100,)
+    assert second is not first and isinstance(second, FakeCuda)  # a fresh output, like A
     assert second.shape == (100, 64) and second.dtype == torch.float16
+
+
+def test_a_prepared_call_packs_again_only_when_an_address_changes(kernel):
+    k, launches, _ = kernel
+    a, out = cuda_like(100, 64), cuda_like(100, 64)
+    k(a, 2.0)
+    prepared = k.program.prepared([a, 2.0, out], [(100, 64), (), (100, 64)])
+    prepared.run([a, 2.0, out])
+    prepared.run([a, 2.0, out])
+    other = cuda_like(100, 64)
+    prepared.run([other, 2.0, out])
+    (_, same1, _), (_, same2, _), (_, moved, _) = launches[1:]
+    assert same1 is same2                                   # nothing to pack again
+    assert moved is not same1 and moved[0] == other.data_ptr() and moved[1:] == same1[1:]
 
 
 def test_another_shape_or_scalar_takes_the_checked_path(kernel):
@@ -72,10 +108,11 @@ def test_another_shape_or_scalar_takes_the_checked_path(kernel):
     k(cuda_like(70, 64), 2.0)
     k(cuda_like(100, 64), 3.0)
     assert checks == ["A", "A", "A"]
-    assert [d for _, d in launches] == [[(100, 64), (), (100, 64)], [(70, 64), (), (70, 64)],
-                                        [(100, 64), (), (100, 64)]]
+    assert [(path, v[2], v[3], grid) for path, v, grid in launches] == [
+        ("checked", 2.0, 100, (4, 1, 1)), ("checked", 2.0, 70, (3, 1, 1)),
+        ("checked", 3.0, 100, (4, 1, 1))]
     k(cuda_like(70, 64), 2.0)
-    assert len(checks) == 3 and len(launches) == 4
+    assert len(checks) == 3 and launches[-1][0] == "planned" and launches[-1][1][3] == 70
 
 
 def test_arguments_that_do_not_fit_still_raise_after_a_fast_call(kernel):

@@ -4,7 +4,9 @@ A small kernel runs for a few microseconds, so the host work of a launch matters
 that does not change between calls is prepared when a `CudaKernel` is made: the argument
 buffer (one 8-byte slot per parameter), the `void**` array pointing at the slots, a compiled
 `struct.Struct` that packs all argument values into the buffer in one C call, and the
-prototyped cuLaunchKernel. A call then converts tensors to addresses, packs, and launches.
+unprototyped cuLaunchKernel. A call then converts tensors to addresses, packs, and launches; a
+call through `launch_packed` (a jit call whose arguments look like an earlier call's) gives the
+values ready to pack, and when they are the very tuple packed last, the buffer is left as it is.
 
 A TMA tensor map (kind ("tensormap",), the 128 bytes tensor_map.encode_tiled returns) is a
 by-value `const __grid_constant__ tc::TensorMap` parameter: its storage in the buffer is 128
@@ -192,6 +194,7 @@ class CudaKernel:
         self._tensormap_slots = tuple(i for i, (kind, _) in enumerate(self.params)
                                       if kind == "tensormap")
         self._pack, self._buffer, self._argv = _argument_buffer(self.params)
+        self._packed = None  # the values tuple the buffer holds, when a planned call packed it
         if self._tensormap_slots:
             self.launch = self._launch_checking_maps  # the length check, only for such kernels
         self._count = count
@@ -247,14 +250,7 @@ class CudaKernel:
 
     def launch(self, args, grid=None, stream=None) -> None:
         """Launch on `stream` (default: torch's current stream); grid defaults to grid_fn(args)."""
-        if len(args) != self._count:
-            raise TileError(f"kernel '{self.name}' takes {self._count} arguments, got {len(args)}")
-        values = list(args)
-        for i in self._pointer_slots:
-            if type(values[i]) is not int:
-                values[i] = tensor_pointer(values[i])
-        for i in self._bfloat16_slots:
-            values[i] = _bits_of_bfloat16(values[i])
+        values = self.packable(args)
         if grid is None:
             grid = self.grid_fn(args)
         if type(grid) is not tuple or len(grid) != 3:
@@ -263,16 +259,42 @@ class CudaKernel:
             stream = _default_stream()
         elif type(stream) is not int:
             stream = stream.cuda_stream  # a torch.cuda.Stream
+        self._submit(values, grid, stream, keep=False)
+
+    def packable(self, args) -> list:
+        """The arguments as the buffer takes them: tensors as their addresses, bfloat16 scalars
+        as their bits (tensor maps and other scalars as they are)."""
+        if len(args) != self._count:
+            raise TileError(f"kernel '{self.name}' takes {self._count} arguments, got {len(args)}")
+        values = list(args)
+        for i in self._pointer_slots:
+            if type(values[i]) is not int:
+                values[i] = tensor_pointer(values[i])
+        for i in self._bfloat16_slots:
+            values[i] = _bits_of_bfloat16(values[i])
+        return values
+
+    def launch_packed(self, values: tuple, grid: tuple, stream: int) -> None:
+        """Launch with `values` already packable (see packable), a 3-tuple grid and a stream
+        handle: the per-call path of a call whose look was seen before (call_cache.py). The
+        buffer is packed again only when `values` is not the tuple this kernel packed last."""
+        self._submit(values, grid, stream, keep=True)
+
+    def _submit(self, values, grid, stream, keep) -> None:
         bx, by, bz = self.block
         with self._lock:  # the context slot and the argument buffer are shared by all callers
             if self._get_context(self._context_ref) or not self._context.value:
                 function = self._bound_function()
             else:
                 function = self._functions.get(self._context.value) or self._bound_function()
-            try:
-                self._pack(self._buffer, 0, *values)
-            except struct.error as err:
-                raise self._argument_error(values, err) from None
+            if values is not self._packed:
+                try:
+                    self._pack(self._buffer, 0, *values)
+                except struct.error as err:
+                    self._packed = None
+                    raise self._argument_error(values, err) from None
+                # Holding the tuple keeps its identity from being reused by another object.
+                self._packed = values if keep else None
             try:
                 code = self._launch(function, grid[0], grid[1], grid[2], bx, by, bz,
                                     self.dynamic_smem, ctypes.c_void_p(stream), self._argv, None)

@@ -197,6 +197,17 @@ class CudaProgram:
         """values[i]: the tensor or scalar for parameter i; shapes[i]: tensor i's shape."""
         if self._kernels is None:
             self._load()
+        args = self._arguments(values, shapes)
+        for kernel, grid in self._grids(values, shapes):
+            kernel.launch(args, grid, stream)
+
+    def prepared(self, values: list, shapes: list) -> "PreparedCall":
+        """run's work for arguments that look like these, done once (call_cache.py)."""
+        if self._kernels is None:
+            self._load()
+        return PreparedCall(self, values, shapes)
+
+    def _arguments(self, values: list, shapes: list) -> list:
         args = []
         for kind, pos in self.positions:
             if kind == "size":
@@ -214,9 +225,14 @@ class CudaProgram:
                                     "with pass_configs={'tl.disable_tma_lower': True}") from None
             else:
                 args.append(values[pos])
+        return args
+
+    def _grids(self, values: list, shapes: list) -> list:
+        """[(kernel, 3-tuple grid)] of the launches with a non-empty grid."""
         env = {}
         for var, (kind, pos) in zip((b[0] for b in self.binds), (b[1] for b in self.binds)):
             env[id(var)] = np.int64(shapes[pos[0]][pos[1]] if kind == "size" else values[pos])
+        out = []
         for kernel, (_, grid, _, _) in zip(self._kernels, self.launches):
             if isinstance(grid, PersistentGrid):
                 dims = [grid.blocks(env, self._sms)]
@@ -224,7 +240,35 @@ class CudaProgram:
                 dims = [g if isinstance(g, int) else int(evaluate(g, env)) for g in grid]
             if any(d <= 0 for d in dims):
                 continue  # an empty grid launches nothing
-            kernel.launch(args, tuple(dims) + (1,) * (3 - len(dims)), stream)
+            out.append((kernel, tuple(dims) + (1,) * (3 - len(dims))))
+        return out
+
+
+class PreparedCall:
+    """A program's launches for arguments of one look (the same dtypes, shapes and scalars):
+    the grids and every argument but the tensors' addresses are fixed, so a call reads the
+    addresses and builds the packed arguments (tensor maps included) again only when one of
+    them changed. Two threads may share one: each call works on the (addresses, arguments)
+    pair it read or made, never on another call's half."""
+
+    def __init__(self, program: CudaProgram, values: list, shapes: list):
+        self.program, self.shapes = program, shapes
+        self.grids = program._grids(values, shapes)
+        self.tensors = tuple(i for i, v in enumerate(values) if hasattr(v, "data_ptr"))
+        self._made = None  # (addresses, packable arguments) of the last call
+
+    def run(self, values: list) -> None:
+        addresses = tuple([values[i].data_ptr() for i in self.tensors])
+        made = self._made
+        if made is None or made[0] != addresses:
+            args = self.program._arguments(values, self.shapes)
+            packable = tuple(self.program._kernels[0].packable(args)) if self.grids else ()
+            made = self._made = (addresses, packable)
+        if self.grids:
+            from .launcher import _default_stream
+            stream = _default_stream()
+            for kernel, grid in self.grids:
+                kernel.launch_packed(made[1], grid, stream)
 
 
 class PersistentGrid:
