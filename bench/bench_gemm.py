@@ -229,7 +229,8 @@ VS_TORCH_COLUMNS = [
 
 
 def gpu_facts() -> dict:
-    facts = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+    facts = {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "none",
+             "torch": torch.__version__,
              "tilecraft": tilecraft.__version__}
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,clocks.max.sm,clocks.mem,"

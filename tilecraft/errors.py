@@ -10,6 +10,7 @@ import os
 import sys
 import warnings
 from dataclasses import dataclass
+from itertools import islice
 
 
 @dataclass(frozen=True)
@@ -115,21 +116,45 @@ def current_span() -> Span | None:
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_inside: dict = {}  # code file name -> whether it is a module of this package
+
+
+def _in_package(filename: str) -> bool:
+    # IR built outside the frontend asks for its caller on every expression: tens of thousands
+    # of stack walks while lowering one kernel, each frame's file resolved once here.
+    found = _inside.get(filename)
+    if found is None:
+        found = _inside[filename] = os.path.abspath(filename).startswith(_PACKAGE_DIR)
+    return found
+
+
+_positions: dict = {}  # (code, instruction offset) -> (line, end line, column, end column)
+
+
+def _position(code, lasti: int) -> tuple:
+    # The same user line asks again for every expression built under it: its position is
+    # looked up in the code object once.
+    key = (code, lasti)
+    found = _positions.get(key)
+    if found is None:
+        if len(_positions) >= 4096:
+            _positions.clear()
+        found = _positions[key] = next(islice(code.co_positions(), lasti // 2, None))
+    return found
 
 
 def caller_span() -> Span | None:
     """The position of the innermost call made from outside the tilecraft package."""
     frame = sys._getframe(1)
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+    while frame is not None and _in_package(frame.f_code.co_filename):
         frame = frame.f_back
     if frame is None:
         return None
     code = frame.f_code
     line, col, end_line, end_col = frame.f_lineno, None, None, None
     try:
-        positions = list(code.co_positions())
-        line, end_line, col, end_col = positions[frame.f_lasti // 2]
-    except (AttributeError, IndexError, ValueError):
+        line, end_line, col, end_col = _position(code, frame.f_lasti)
+    except (AttributeError, StopIteration, ValueError):
         pass
     if line is None:
         return None

@@ -349,3 +349,19 @@ def test_script_call_error_points_at_the_call(tmp_path):
     assert f"--> {path}:{line_no}:5" in err, err
     assert "c = kernel(a, a.astype(np.float32))" in err
     assert "   |     " + "^" * len("kernel(a, a.astype(np.float32))") + "\n" in err
+
+
+def test_spans_outside_the_frontend_point_at_each_calling_line():
+    """IR built from plain Python (no prim_func being evaluated) takes the position of the user's
+    call: each line and column of its own, however often the same position asks again."""
+    from tilecraft.errors import current_span
+    spans = []
+    for _ in range(3):
+        spans.append(current_span())
+        spans.append((None, current_span()))  # a second position, on the next line
+    first, second = spans[0], spans[1][1]
+    assert first.filename == __file__ and second.filename == __file__
+    assert second.line == first.line + 1 and first.col != second.col
+    assert all(s == first for s in spans[0::2])
+    assert all(s[1] == second for s in spans[1::2])
+    assert "spans.append(current_span())" in first.source_line

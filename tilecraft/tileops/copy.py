@@ -23,7 +23,7 @@ from ..ir.tileop import Atomic
 from .. import layout as lay
 from .cache_hints import hinted
 from .fragment_parts import aligned, locals_of_part, part_coords
-from .lowering import ThreadContext, in_bounds_condition
+from .lowering import ThreadContext, in_bounds_condition, packed_pair
 from .parallel import lower_parallel
 from ..passes.infer_layouts import same_threads
 
@@ -137,9 +137,8 @@ def _paired_store(op, layout, ctx: ThreadContext, run: tuple):
     pair = l2 + first
     coords = [ctx.simplify(x) for x in part_coords(op, layout.logical_of(ctx.tx, pair * 2))]
     reg = ctx.register_array(src.buffer)
-    pack = "tc::pack_half2" if dst.buffer.dtype.name == "float16" else "tc::pack_bf162"
     halves = [cast(BufferLoad(reg, (ctx.simplify(pair * 2 + k),)), dt.float32) for k in (0, 1)]
-    value = Call(pack, tuple(halves), dt.dtype("uint32"))
+    value = packed_pair(dst.buffer.dtype.name, *halves)
     store = _vector_store(dst.buffer, region_index(dst, coords), value, 32, ctx, op.span)
     return For(l2, const(0), const(n), "unroll", store, {}, op.span)
 
@@ -177,9 +176,8 @@ def _stmatrix_store(op, layout, ctx: ThreadContext, run: tuple):
     pair = ctx.simplify((g * 4 + tx % 32 // 8) * 2)
     coords = [ctx.simplify(x) for x in part_coords(op, layout.logical_of(row_holder, pair))]
     reg = ctx.register_array(op.src.buffer)
-    pack = "tc::pack_half2" if op.dst.buffer.dtype.name == "float16" else "tc::pack_bf162"
-    words = [Call(pack, tuple(cast(BufferLoad(reg, (ctx.simplify(g * 8 + 2 * k + h),)),
-                                   dt.float32) for h in (0, 1)), dt.dtype("uint32"))
+    words = [packed_pair(op.dst.buffer.dtype.name, *(
+        cast(BufferLoad(reg, (ctx.simplify(g * 8 + 2 * k + h),)), dt.float32) for h in (0, 1)))
              for k in range(4)]
     store = Evaluate(Call("tc::stmatrix_x4", (_address(op.dst.buffer,
                                                          region_index(op.dst, coords), ctx),

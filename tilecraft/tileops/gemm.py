@@ -18,7 +18,7 @@ from ..ir.expr import BufferLoad, Call, address_of, cast, const
 from ..ir.stmt import Allocate, BufferStore, Evaluate, For, seq
 from ..ir.tileop import Gemm, GemmWarpPolicy
 from ..passes.rotate_mma_loop import FRAGMENT_LOOP
-from .lowering import hoistable_offset
+from .lowering import hoistable_offset, packed_pair
 
 _MMA = {("float16", "float32"): ("tc::mma_m16n8k16_f16_f32", 16),
         ("bfloat16", "float32"): ("tc::mma_m16n8k16_bf16_f32", 16)}
@@ -92,10 +92,9 @@ def _lower_mma(op: Gemm, ctx, m, n, k, wm, wn, mma_name):
         a_reg = ctx.register_array(A)
         # gemm_a_fragment: registers (kk * MI + mi) * 8 + 0..7 are mma's a0..a7.
         base = (kk * MI + mi) * 8
-        pack = "tc::pack_half2" if A.dtype.name == "float16" else "tc::pack_bf162"
-        a_load = [BufferStore(a_frag, (mi * 4 + j,), Call(
-            pack, (BufferLoad(a_reg, (ctx.simplify(base + 2 * j),)),
-                   BufferLoad(a_reg, (ctx.simplify(base + 2 * j + 1),))), u32))
+        a_load = [BufferStore(a_frag, (mi * 4 + j,), packed_pair(
+            A.dtype.name, BufferLoad(a_reg, (ctx.simplify(base + 2 * j),)),
+            BufferLoad(a_reg, (ctx.simplify(base + 2 * j + 1),))))
             for j in range(4)]
     else:
         if not op.transpose_A:

@@ -73,6 +73,13 @@ class ThreadContext:
         return self.simplify(flat_offset(layout, layout.forward(list(indices))))
 
 
+def packed_pair(dtype_name: str, low: Expr, high: Expr) -> Call:
+    """One 32-bit word of two 16-bit values, `low` in bits 0..15: what mma, wgmma and stmatrix
+    take for float16 (tc::pack_half2) and bfloat16 (tc::pack_bf162) register pairs."""
+    name = "tc::pack_half2" if dtype_name == "float16" else "tc::pack_bf162"
+    return Call(name, (low, high), dt.dtype("uint32"))
+
+
 def flat_offset(layout, outputs):
     """A layout's physical index as one element offset (row-major over its outputs)."""
     shape = layout.output_shape

@@ -154,10 +154,13 @@ def check_ownership(body, frag, ctx: ThreadContext, l: Var, loop: For):
             continue  # indices that depend on other variables are checked at run time only
         layout = ctx.layouts.buffer(node.buffer)
         idx = [np.broadcast_to(evaluate_table(i, env), (T, n)) for i in node.indices]
+        # The layout's thread expression evaluated on the index tables: the numbers
+        # thread_of(indices) would give, without building and simplifying it symbolically.
+        at = {id(v): i for v, i in zip(layout.in_vars, idx)}
         owned = np.zeros((T, n), bool)
         for rep in range(layout.replicate):
-            holder = layout.thread_of(list(node.indices), rep)
-            owned |= np.broadcast_to(evaluate_table(holder, env), (T, n)) == np.arange(T)[:, None]
+            holder = evaluate_table(layout.thread, {**at, id(layout.rep_var): np.int64(rep)})
+            owned |= np.broadcast_to(holder, (T, n)) == np.arange(T)[:, None]
         bad = active & ~owned
         if np.any(bad):
             t, k = np.argwhere(bad)[0]

@@ -31,6 +31,7 @@ from ..ir.expr import BufferLoad, Call, address_of, const, select
 from ..ir.stmt import Allocate, BufferStore, For, call_stmt, seq
 from ..ir.tileop import Gemm, GemmWarpPolicy
 from ..layout.swizzle import atom_row_bytes, swizzle_mode_for
+from .lowering import packed_pair
 
 WARPGROUP = 128
 _SUFFIX = {"float16": "f16", "bfloat16": "bf16"}
@@ -167,11 +168,10 @@ def lower_wgmma(op: Gemm, ctx, m: int, n: int, k: int):
         u32 = dt.dtype("uint32")
         words = Buffer(f"{op.C.buffer.name}_aw", (steps * 4,), u32, LOCAL)
         body.append(Allocate(words))
-        pack = "tc::pack_half2" if suffix == "f16" else "tc::pack_bf162"
         w = ctx.fresh("w", steps * 4)
-        body.append(For(w, const(0), const(steps * 4), "unroll", BufferStore(words, (w,), Call(
-            pack, (BufferLoad(a_reg, (w * 2,)), BufferLoad(a_reg, (w * 2 + 1,))), u32)),
-            {}, op.span))
+        body.append(For(w, const(0), const(steps * 4), "unroll", BufferStore(words, (w,),
+            packed_pair(op.A.buffer.dtype.name, BufferLoad(a_reg, (w * 2,)),
+                        BufferLoad(a_reg, (w * 2 + 1,)))), {}, op.span))
     body.append(call_stmt("tc::wgmma_fence"))
     kk = ctx.fresh("kk", steps)
     scale = select(kk > 0, const(1), const(0)) if op.clear_accum else const(1)
