@@ -215,8 +215,9 @@ def test_a_reduction_across_warps_serves_as_the_barrier_before_a_refill(example)
     loop = consumer[consumer.index("for (int k = 0;"):]
     assert "tc::named_barrier_sync" not in loop[:loop.index("scores_max_red[0] =")]
     # The same on tile level: the refill of s waits for the last iteration's readers by a
-    # barrier of its own only where the reduction in front of it stays inside a warp.
-    for threads, kinds in ((32, ["sync", "Copy", "Reduce", "Copy", "sync", "For"]),
+    # barrier of its own only where the reduction in front of it stays inside a warp, and
+    # that barrier comes just before the refill, not at the top of the body.
+    for threads, kinds in ((32, ["Copy", "Reduce", "sync", "Copy", "sync", "For"]),
                            (128, ["Copy", "Reduce", "Copy", "sync", "For"])):
         loop = next(s for s in barriers(refill_after_a_reduce(threads)) if isinstance(s, For))
         assert ["sync" if is_sync(s) else type(s).__name__

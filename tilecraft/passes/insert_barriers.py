@@ -182,12 +182,27 @@ class _Inserter:
         # What is pending at the end of an iteration meets the start of the next one.
         probe = self.block(stmts, _State(first.reads, first.writes))
         if _syncs_more(probe, body):
-            body, first = [sync_stmt(s.span)] + alone, clean
+            carried = _State(first.reads | entry.reads, first.writes | entry.writes)
+            body, first = self.with_carried_sync(alone, carried, s.span), clean
         # After the loop: whatever an iteration left pending, or the entry state if it ran
         # zero times.
         state.reads = first.reads | entry.reads
         state.writes = first.writes | entry.writes
         return prefix + [dataclasses.replace(s, body=seq(self.without_trailing(body)))]
+
+    def with_carried_sync(self, alone: list, carried: _State, span) -> list:
+        """The body as it needs barriers on its own (`alone`), with one more barrier before its
+        first statement that meets what the previous iteration (or the code before the loop)
+        left pending: the statements ahead of that one need not wait for the last ones of the
+        iteration before. A persistent GEMM's next tile thus runs its main loop while the
+        previous tile's last TMA store still reads the staging tile, and waits only before
+        writing it again."""
+        for i, x in enumerate(alone):
+            if is_sync(x) or self.synchronizes(x):
+                break  # everything pending is settled here (not reached when a barrier is due)
+            if carried.conflicts(*shared_accesses(x)):
+                return alone[:i] + [sync_stmt(span)] + alone[i:]
+        return [sync_stmt(span)] + alone
 
     def without_trailing(self, body: list) -> list:
         """The loop body with its reductions across warps told to leave out their trailing
