@@ -139,6 +139,21 @@ def test_the_staging_tile_gets_its_own_bytes_only_where_they_fit(gemm):
     assert staging_elements(none) == []
 
 
+@pytest.mark.parametrize("stages", [3, 4])
+def test_the_next_tile_waits_for_the_last_store_only_before_it_writes_the_staging_tile(
+        gemm, stages):
+    # The previous tile's last TMA store reads the staging tile while the next tile's main
+    # loop runs: the wait for it and the barrier come after that loop, just before the first
+    # stmatrix into the staging tile, not at the top of the tile loop.
+    source, _ = emit_cuda(lowered(gemm(num_stages=stages), **{PERSISTENT: True}))
+    consumer = source[source.index("tc::setmaxnreg_inc"):]
+    tile = consumer[consumer.index("for (int tc_tile"):]
+    main_loop_end = tile.index("tc::wgmma_wait_group<0>();")
+    first_wait = tile.index("tc::tma_store_wait<0>();")
+    assert main_loop_end < first_wait < tile.index("tc::stmatrix_x4(")
+    assert "tc::named_barrier_sync" not in tile[:main_loop_end]
+
+
 def staging_elements(func) -> list:
     return [math.prod(n.buffer.shape) for n in walk(func.body)
             if isinstance(n, Allocate) and n.buffer.name.endswith("_staged")]
