@@ -7,11 +7,11 @@ between statements: a read or write after a write (RAW, WAW) or a write after a 
 the same shared buffer by different statements. A barrier is placed before the second statement
 of each such pair unless one already separates them; loops are scanned twice so that hazards
 around the back edge (the next iteration overwriting what this one still reads) get a barrier
-before the first statement of the body that meets them. Barriers never go inside a T.Parallel nest (whose conditions may differ
-per thread); block-uniform `if`s may hold them, since every thread takes the same branch. A
-T.reduce_* whose reduced dimension spans several warps synchronizes the block itself (its
-partials meet in shared memory between two barriers), so it settles every hazard pending
-before it, as a barrier would.
+before the first statement of the body that meets them. Barriers never go inside a T.Parallel
+nest (whose conditions may differ per thread); block-uniform `if`s may hold them, since every
+thread takes the same branch. A T.reduce_* whose reduced dimension spans several warps
+synchronizes the block itself (its partials meet in shared memory between two barriers), so it
+settles every hazard pending before it, as a barrier would.
 """
 from __future__ import annotations
 

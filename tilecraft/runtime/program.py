@@ -19,7 +19,7 @@ from .. import __version__, knobs
 from ..interp.values import evaluate
 from ..errors import TileError
 from ..ir.buffer import Buffer
-from . import cache
+from . import cache, launcher
 from .toolchain import compile_cubin
 
 # Per-block shared memory the compiler may plan for each architecture.
@@ -171,10 +171,9 @@ class CudaProgram:
 
     # --- running ----------------------------------------------------------------
     def _load(self):
-        from .launcher import CudaKernel, CudaModule
-        module = CudaModule(self.cubin)
-        self._kernels = [CudaKernel(module, name, self.param_kinds, block=threads,
-                                    dynamic_smem=smem)
+        module = launcher.CudaModule(self.cubin)
+        self._kernels = [launcher.CudaKernel(module, name, self.param_kinds, block=threads,
+                                             dynamic_smem=smem)
                          for name, _, threads, smem in self.launches]
         # The SMs of the device the module is loaded on: asked once, not on every launch.
         self._sms = None
@@ -265,8 +264,7 @@ class PreparedCall:
             packable = tuple(self.program._kernels[0].packable(args)) if self.grids else ()
             made = self._made = (addresses, packable)
         if self.grids:
-            from .launcher import _default_stream
-            stream = _default_stream()
+            stream = launcher._default_stream()
             for kernel, grid in self.grids:
                 kernel.launch_packed(made[1], grid, stream)
 
