@@ -20,6 +20,7 @@ arm but those with `builtin`, so the arms that prefetch compare against none.
   mcevict with mc: the multicast KV loads carry an L2 evict_first hint (read once, so the
           flush's dirty lines need not be written back to make room for them)
   mcpf    with mc: each block of the cluster prefetches its half of block k + 1 into L2
+  mcpfe   the same, the prefetch carrying an L2 evict_first hint
   qfirst  the producer issues block 1 (and later ones) only once the query and block 0 have
           landed, so the 14 MB every block needs before its first gemm are not shared out with
           the next blocks' loads at the start; qonly waits for the query alone
@@ -159,16 +160,24 @@ def mc_evict(src):
     return src
 
 
-def mc_prefetch(src):
-    n = blocks(src)
-    lines = [f"if (k + 1 < {n}) {{"]
-    for name, row, size in (("KV", 512, 65536), ("K_pe", 64, 8192)):
-        at = f"reinterpret_cast<const char*>({name} + ((long long)bx * {n * 64} + " \
-             f"(k + 1) * 64) * {row}) + tc::cluster_ctarank() * {size // 2}"
-        lines.append(f'  asm volatile("cp.async.bulk.prefetch.L2.global [%0], {size // 2};" '
-                     f':: "l"({at}) : "memory");')
-    tail = re.search(r"tc::tma_load_4d_multicast\(\(&K_pe_shared[^;]*;\n\s*}\n", src)
-    return src[:tail.end()] + "\n".join(lines) + "}\n" + src[tail.end():]
+def mc_prefetch(hinted):
+    def patch(src):
+        n = blocks(src)
+        lines = [f"if (k + 1 < {n}) {{"]
+        for name, row, size in (("KV", 512, 65536), ("K_pe", 64, 8192)):
+            at = f"reinterpret_cast<const char*>({name} + ((long long)bx * {n * 64} + " \
+                 f"(k + 1) * 64) * {row}) + tc::cluster_ctarank() * {size // 2}"
+            if hinted:
+                lines.append(f'  asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint '
+                             f'[%0], {size // 2}, %1;" :: "l"({at}), "l"(tc_evict_first()) '
+                             f': "memory");')
+            else:
+                lines.append(f'  asm volatile("cp.async.bulk.prefetch.L2.global [%0], '
+                             f'{size // 2};" :: "l"({at}) : "memory");')
+        src = with_hinted(src) if hinted else src
+        tail = re.search(r"tc::tma_load_4d_multicast\(\(&K_pe_shared[^;]*;\n\s*}\n", src)
+        return src[:tail.end()] + "\n".join(lines) + "}\n" + src[tail.end():]
+    return patch
 
 
 def per_box(src):
@@ -243,7 +252,8 @@ ARMS = {"base": lambda s: s, "builtin": lambda s: s, "skipfirst": guard("k + 1 >
         "evictkv1": evict(0, 1, 1), "evicto": evict_output, "box": per_box,
         "qfirst": first_loads(("tma_ready[0]", "tma_full[0]", "tma_full[2]")),
         "qonly": first_loads(("tma_ready[0]",)), "mc": lambda s: s, "mcevict": mc_evict,
-        "mcpf": mc_prefetch, **{f"bulk{a}": bulk(a, True) for a in (1, 2)},
+        "mcpf": mc_prefetch(False),
+        "mcpfe": mc_prefetch(True), **{f"bulk{a}": bulk(a, True) for a in (1, 2)},
         **{f"full{a}": bulk(a, False) for a in (1, 2)},
         **{f"tensor{a}": tensor(a) for a in (1, 2)}}
 

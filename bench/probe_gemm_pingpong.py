@@ -1,0 +1,133 @@
+"""Probe: GEMM with two consumer warpgroups taking alternate tiles (ping-pong), patched into the
+generated source of a persistent one-warpgroup kernel, timed beside torch.matmul and the
+default configs. It asks whether hiding each tile's epilogue behind the other warpgroup's main
+loop pays for the smaller tile (128 x 128 per warpgroup against 128 x 256 per block).
+
+The patch, on examples/gemm.py compiled with block 128 x 128, threads=128 (one consumer
+warpgroup, warp-specialized, persistent):
+  - 256 consumer threads (warpgroup w = threadIdx.x / 128), the producer warpgroup after them,
+    setmaxnreg 40 / 232;
+  - warpgroup w takes the block's tile rounds w, w + 2, ...: its ring position starts at
+    w * k_steps and advances by 2 * k_steps;
+  - the main loops take turns (named barriers 3 and 4, 256 threads): a warpgroup waits for its
+    turn before its first full-barrier wait and hands the turn over once its last k-step is
+    issued. Taking turns is what makes the shared ring's parity waits unambiguous: the next
+    tile's first stage is never waited on before this tile's last one was;
+  - each warpgroup has its own staging tile (32 KB more shared memory) and its own epilogue
+    barrier (1 + w, 128 threads).
+
+    python3 bench/probe_gemm_pingpong.py 8192x8192x1024,8192x1024x8192 [rounds]
+"""
+import os
+import re
+import sys
+from statistics import median
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "examples")]
+
+import torch  # noqa: E402
+
+import tilecraft  # noqa: E402
+import tilecraft.codegen.cuda as cg  # noqa: E402
+from bench_gemm import in_rounds, warm_gpu  # noqa: E402
+from gemm import matmul  # noqa: E402
+from tilecraft.carver.recommend import underlying  # noqa: E402
+from tilecraft.profiler import cuda_median_ms  # noqa: E402
+
+
+def sub(pattern, repl, src, count):
+    out, n = re.subn(pattern, repl, src)
+    assert n == count, (pattern, n)
+    return out
+
+
+def pingpong(src, k_steps, staging_halves):
+    src = sub(r"__launch_bounds__\(256, 1\)", "__launch_bounds__(384, 1)", src, 1)
+    src = sub(r"is_producer_(thread|leader)\(128\)", r"is_producer_\1(256)", src, 2)
+    src = sub(r"(if \(tc::is_producer_thread\(256\)\) \{\n)", r"\1    tc::setmaxnreg_dec<40>();\n",
+              src, 1)
+    head = ("  } else {\n    tc::setmaxnreg_inc<232>();\n"
+            "    const int tc_wg = tc::warpgroup_index();\n"
+            "    const int tx = threadIdx.x % 128;\n"
+            f"    C_local_staged += tc_wg * {staging_halves};\n"
+            f"    tc_rounds[0] = tc_wg * {k_steps};\n"
+            "    if (tc_wg == 1) tc::named_barrier_arrive(3, 256);\n")
+    src = sub(r"  \} else \{\n", head, src, 1)
+    src = sub(r"for \(int tc_tile_1_round = 0, tc_tile_1 = blockIdx.x; (tc_tile_1 < \d+); "
+              r"\+\+tc_tile_1_round, ",
+              r"for (int tc_tile_1_round = tc_wg, tc_tile_1 = tc_wg * gridDim.x + (tc_wg % 2 ? "
+              r"gridDim.x - 1 - blockIdx.x : blockIdx.x); \1; tc_tile_1_round += 2, ", src, 1)
+    consumer = src.index("tc::setmaxnreg_inc<232>")
+    pre, post = src[:consumer], src[consumer:]
+    post = sub(r"tc_rounds\[0\] = tc_rounds\[0\] \+ (\d+);",
+               lambda m: f"tc_rounds[0] = tc_rounds[0] + {2 * int(m.group(1))};", post, 1)
+    post = sub(r"named_barrier_sync\(1, 128\)", "named_barrier_sync(1 + tc_wg, 128)", post, 2)
+    # the turn: before the main loop, and handed over right after it
+    post = sub(r"(\n\s*)(// gemm.py:33\n\s*for \(int k = 0;)",
+               r"\1tc::named_barrier_sync(3 + tc_wg, 256);\1\2", post, 1)
+    post = sub(r"(\n\s*)(tc::wgmma_wait_group<0>\(\);\n\s*tc::wgmma_fence_registers)",
+               r"\1tc::named_barrier_arrive(4 - tc_wg, 256);\1\2", post, 1)
+    return pre + post
+
+
+def build(shape, config, arm, target=None):
+    M, N, K = shape
+    original = cg.emit_cuda
+
+    def patched(lowered):
+        src, names = original(lowered)
+        if arm == "pp":
+            staging = 128 * 128 * 2
+            src = pingpong(src, -(-K // config["block_K"]), staging // 2)
+            kernel = next(iter(lowered.kernels()))
+            kernel.attrs["producer_threads"] = 256  # the launch: 256 consumers + 128 producer
+            kernel.attrs["smem_bytes"] += staging
+        return src, names
+    cg.emit_cuda = patched
+    try:
+        func = underlying(matmul)(M, N, K, **config)
+        return tilecraft.compile(func, out_idx=[-1], target=target, pass_configs={
+            "tl.enable_persistent_tiles": True} if arm == "pp" else None)
+    finally:
+        cg.emit_cuda = original
+
+
+ARMS = {
+    "128x256s4": (dict(block_M=128, block_N=256, block_K=64, threads=256, num_stages=4), ""),
+    "128x256s3": (dict(block_M=128, block_N=256, block_K=64, threads=256, num_stages=3), ""),
+    "128x128wg1s4": (dict(block_M=128, block_N=128, block_K=64, threads=128, num_stages=4), ""),
+    "pp128x128s4": (dict(block_M=128, block_N=128, block_K=64, threads=128, num_stages=4), "pp"),
+    "pp128x128s5": (dict(block_M=128, block_N=128, block_K=64, threads=128, num_stages=5), "pp"),
+}
+
+
+def main():
+    os.environ["TILECRAFT_DISABLE_CACHE"] = "1"
+    shapes = [tuple(int(x) for x in s.split("x")) for s in sys.argv[1].split(",")]
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    arms = sys.argv[3].split(",") if len(sys.argv) > 3 else list(ARMS)
+    warm_gpu()
+    for M, N, K in shapes:
+        a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+        b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+        ref = (a.double() @ b.double()).float()
+        kernels = []
+        for name in arms:
+            config, arm = ARMS[name]
+            kernel = build((M, N, K), config, arm)
+            out = kernel(a, b)
+            err = float((out.float() - ref).norm() / ref.norm())
+            print(f"{M}x{N}x{K} {name} rel err {err:.1e}", flush=True)
+            assert err < 1e-2, (name, err)
+            kernels.append(kernel)
+        flop = 2.0 * M * N * K
+        peer, *ours = in_rounds(rounds, [lambda: cuda_median_ms(lambda: a @ b, 5, 30, True)] + [
+            lambda k=k: cuda_median_ms(lambda: k(a, b), 5, 30, True) for k in kernels], 0.5)
+        print(f"{M}x{N}x{K} torch {flop / median(peer) / 1e9:.0f}", " ".join(
+            f"{n} {flop / median(t) / 1e9:.0f} ({median(p / x for p, x in zip(peer, t)):.3f}x)"
+            for n, t in zip(arms, ours)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
