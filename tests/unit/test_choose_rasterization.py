@@ -100,7 +100,7 @@ def test_the_rastered_gemm_agrees_with_numpy_on_the_emulator(example, monkeypatc
     # a GPU of 8 SMs and 8 KB of L2 for the model: 8 x 8 blocks of 32x32 tiles are 8 waves,
     # each over one whole row of tiles when not rastered
     small = dataclasses.replace(H100, num_sms=8, l2_bytes=8 * 1024)
-    monkeypatch.setattr(cr, "get_target", lambda arch: small)
+    monkeypatch.setattr(cr, "planning_target", lambda arch: small)
     func = gemm(example, 256, 256, 256, block_M=32, block_N=32, block_K=32, threads=128,
                 num_stages=2)
     assert rasters(func)

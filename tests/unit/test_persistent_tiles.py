@@ -192,3 +192,28 @@ def test_serpentine_rounds_even_out_causal_attention_on_132_sms():
     mean = sum(work) / 132
     assert sum(plain) == sum(work)
     assert max(plain) / mean > 1.1 and max(work) / mean < 1.01
+
+
+def test_one_wave_is_counted_on_this_machines_gpu_when_it_is_of_the_arch(example, monkeypatch):
+    """128 blocks fill one wave of an H100 SXM (132 SMs) but not of an H100 PCIe (114): there
+    the attention grid is made persistent like any grid of more than one wave."""
+    import dataclasses
+
+    from tilecraft.carver import targets
+    from tilecraft.runtime import device, program
+    pcie = dataclasses.replace(targets.get_target("sm_90a"), num_sms=114)
+    props = type("Props", (), {"sm_count": 114, "l2_bytes": pcie.l2_bytes})()
+    targets.planning_target.cache_clear()
+    monkeypatch.setattr(device, "has_cuda_device", lambda: True)
+    monkeypatch.setattr(device, "current_arch", lambda: "sm_90a")
+    monkeypatch.setattr(device, "device_properties", lambda: props)
+    try:
+        assert targets.planning_target("sm_90a") == pcie
+        assert targets.planning_target("sm_80") == targets.get_target("sm_80")  # not this GPU
+        assert program._planned_for("sm_90a") == (114, pcie.l2_bytes)
+        assert tile_loops(lowered(attention(example, batch=4)))      # 128 blocks, 114 SMs
+    finally:
+        monkeypatch.undo()
+        targets.planning_target.cache_clear()
+    if not device.has_cuda_device():
+        assert not tile_loops(lowered(attention(example, batch=4)))  # the table's 132 SMs

@@ -17,6 +17,8 @@ the datasheet's FP32 TFLOPS / 2. SFU rates are special-function operations (exp2
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass, field
 
 KB = 1024
@@ -211,3 +213,18 @@ def get_target(target) -> Target:
         return TARGETS[name]
     except KeyError:
         raise ValueError(f"unknown target {target!r}; known: {', '.join(TARGETS)}") from None
+
+
+@functools.lru_cache(maxsize=None)
+def planning_target(arch: str) -> Target:
+    """The Target the compiler plans a launch for when it compiles for `arch`: the table's GPU
+    for the arch (sm_90a: an H100 SXM), with the SM count and L2 size of the device on this
+    machine when that device is of the same arch. Whether a grid fills one wave, and what the
+    L2 keeps between blocks, depend on them: an H100 PCIe has 114 SMs, an H20 78, against the
+    table's 132. ValueError for an arch the table does not know."""
+    target = get_target(arch)
+    from ..runtime.device import current_arch, device_properties, has_cuda_device
+    if not has_cuda_device() or current_arch() != arch:
+        return target
+    device = device_properties()
+    return dataclasses.replace(target, num_sms=device.sm_count, l2_bytes=device.l2_bytes)

@@ -31,7 +31,7 @@ import dataclasses
 from ..arith.linear import constant_value
 from ..carver.counts import tile_counts, with_hbm_reads
 from ..carver.cost import gemm_planner
-from ..carver.targets import get_target
+from ..carver.targets import planning_target
 from ..ir.ftg import FTG
 from ..ir.stmt import Kernel, seq, stmts_of
 from ..ir.tileop import UseSwizzle
@@ -92,7 +92,7 @@ def choose_rasterization(func, arch: str, configs: dict | None = None):
     if (configs or {}).get(PassConfigKey.TL_DISABLE_AUTO_RASTERIZATION):
         return func
     try:
-        target = get_target(arch)   # the GPU the model knows for the arch (sm_90a: an H100)
+        target = planning_target(arch)   # this machine's GPU, or the model's for the arch
     except ValueError:
         return func
     return dataclasses.replace(func, body=_Rasterize(target).visit(func.body))

@@ -6,7 +6,7 @@ the staging tile by them."""
 from __future__ import annotations
 
 from ..arith.linear import constant_value
-from ..carver.targets import get_target
+from ..carver.targets import planning_target
 from ..ir.buffer import GLOBAL, is_shared
 from ..ir.stmt import Allocate, For, Kernel, stmts_of
 from ..ir.tileop import Copy, Gemm
@@ -58,10 +58,11 @@ def _gemm_like(kernel: Kernel) -> bool:
 
 
 def one_wave(kernel: Kernel, arch: str | None) -> bool:
-    """The grid is static and has no more blocks than the GPU the carver knows for the arch
-    (sm_90a: an H100) has SMs: every block has an SM of its own from the start."""
+    """The grid is static and has no more blocks than the GPU planned for (planning_target:
+    this machine's when it is of the arch, else the carver's for it) has SMs: every block has
+    an SM of its own from the start."""
     try:
-        sms = get_target(arch or "sm_90a").num_sms
+        sms = planning_target(arch or "sm_90a").num_sms
     except ValueError:
         return False
     blocks = 1

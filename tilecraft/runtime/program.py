@@ -99,6 +99,7 @@ class CudaProgram:
         key = cache.cache_key(func.script(), arch, flags,
                               {"tilecraft": __version__, "compiler": compiler_fingerprint(),
                                "nvcc": _nvcc_identity(), "kind": "program",
+                               "planned_for": _planned_for(arch),
                                "configs": sorted((str(k), repr(v)) for k, v in
                                                  (configs or {}).items())})
         plan = None if dumping or knobs.cache_disabled() else _load(key)
@@ -281,6 +282,18 @@ class PersistentGrid:
         for g in self.tiles:
             tiles *= g if isinstance(g, int) else int(evaluate(g, env))
         return min(tiles, self.limit or sms)
+
+
+def _planned_for(arch: str):
+    """The SM count and L2 size the passes plan with (carver.targets.planning_target): a
+    program planned for another GPU of the same arch is correct here, but not what the passes
+    would choose, so it is not reused."""
+    from ..carver.targets import planning_target
+    try:
+        target = planning_target(arch)
+    except ValueError:
+        return None
+    return (target.num_sms, target.l2_bytes)
 
 
 def _launch_grid(k):
