@@ -15,7 +15,6 @@ from tilecraft.ir.visitor import walk
 from tilecraft.passes import pipelines
 from tilecraft.passes.infer_instructions import infer_instructions
 from tilecraft.tileops.wgmma import wgmma_unfit_reason
-from tilecraft.passes.infer_layouts import _gemm_dims
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
 import kernels  # noqa: E402
@@ -50,7 +49,7 @@ def test_only_fp8_kernels_include_the_fp8_header():
 
 def _reason(func, threads=256):
     op = next(n for n in walk(func) if isinstance(n, Gemm))
-    return wgmma_unfit_reason(op, _gemm_dims(op), threads)
+    return wgmma_unfit_reason(op, op.dims(), threads)
 
 
 def test_reasons_an_fp8_gemm_stays_off_wgmma():

@@ -35,9 +35,10 @@ from dataclasses import dataclass, field
 
 from ..ir.buffer import FRAGMENT, LOCAL, is_shared
 from ..ir.ftg import FTG
-from ..ir.stmt import Allocate, Kernel, PrimFunc
+from ..ir.stmt import Kernel, PrimFunc
 from ..ir.tileop import Copy, Gemm
 from ..ir.visitor import walk
+from ..passes.parallel_nests import allocated
 from .counts import MMA_DTYPES, LaunchCounts, _stages, tile_counts, with_hbm_reads
 from .targets import Target, get_target
 
@@ -118,10 +119,6 @@ class Cost:
 
 # --- resources ------------------------------------------------------------------------
 
-def _allocated(kernel: Kernel) -> list:
-    return [n.buffer for n in walk(kernel.body) if isinstance(n, Allocate)]
-
-
 def _shared_stages(ftg: FTG) -> dict:
     """id(shared buffer) -> versions of it the software pipeline keeps: num_stages of the
     pipelined loop whose copy from global memory fills it."""
@@ -150,13 +147,12 @@ def gemm_planner(threads: int, arch: str):
     the compiler lowers it for `threads` consumer threads: the instruction infer_instructions
     recorded, or (on a tile program) the one it would choose, wgmma on sm_90a where the gemm
     fits; warpgroups for wgmma, warps for mma.sync."""
-    from ..passes.infer_layouts import _gemm_dims
     from ..tileops.gemm import warp_partition
     from ..tileops.wgmma import wgmma_partition, wgmma_unfit_reason
 
     def of(op: Gemm, m, n):
         choice = op.instruction or ("wgmma" if arch in WGMMA_ARCHS and wgmma_unfit_reason(
-            op, _gemm_dims(op), threads) is None else "mma")
+            op, op.dims(), threads) is None else "mma")
         if choice == "wgmma":
             split = wgmma_partition(op, m, n, threads)
             if split is not None:
@@ -196,7 +192,7 @@ def resources(kernel: Kernel, ftg: FTG, target: Target, layouts=None,
     threads = consumer + producer_threads
     stages = _shared_stages(ftg)
     smem, regs, placement, problems = 0, REG_OVERHEAD, [], []
-    for b in _allocated(kernel):
+    for b in allocated(kernel.body):
         shape = b.static_shape()
         nbytes = math.prod(shape) * b.dtype.bytes if shape is not None else 0
         if is_shared(b.scope):
@@ -210,11 +206,10 @@ def resources(kernel: Kernel, ftg: FTG, target: Target, layouts=None,
             placement.append((b.name, "registers", nbytes, f"{r} regs/thread"))
     partitions, staging = [], 0
     plan_of = gemm_planner(consumer, t.arch)
-    from ..passes.infer_layouts import _gemm_dims
     for node in ftg.nodes:
         if isinstance(node.stmt, Gemm):
             op = node.stmt
-            m, n, _ = _gemm_dims(op)
+            m, n, _ = op.dims()
             instruction, sm, sn = plan_of(op, m, n)
             partitions.append((op.C.buffer.name, op.policy.name, sm, sn))
             if instruction == "mma":

@@ -218,8 +218,7 @@ def charge(node, gemm_plan) -> NodeCount:
         if src.dtype is not dst.dtype:
             c.cuda_ops = elems
     elif isinstance(s, Gemm):
-        from ..passes.infer_layouts import _gemm_dims
-        m, n, k = _gemm_dims(s)
+        m, n, k = s.dims()
         if s.A.buffer.dtype.name in MMA_DTYPES and s.B.buffer.dtype.name in MMA_DTYPES:
             c.tensor_flops = 2 * m * n * k
         else:

@@ -89,11 +89,10 @@ def default_space(factory, args=(), fixed=None) -> dict:
 
 
 def _mma_problem(func: PrimFunc) -> str:
-    from ..passes.infer_layouts import _gemm_dims
     for k in func.kernels():
         for n in walk(k.body):
             if isinstance(n, Gemm) and n.A.buffer.dtype.name in MMA_DTYPES:
-                m, nn, kk = _gemm_dims(n)
+                m, nn, kk = n.dims()
                 if m % 16 or nn % 8 or kk % 16:
                     return (f"gemm tile {m}x{nn}x{kk} is not a multiple of the m16n8k16 "
                             "tensor-core fragment")
@@ -143,12 +142,11 @@ def _gemm_split_problem(func: PrimFunc, target) -> str:
     """Reject before planning a gemm the block's warps (mma.sync) or warpgroups (wgmma, where
     the compiler picks it) cannot split in whole instructions."""
     from .cost import gemm_planner
-    from ..passes.infer_layouts import _gemm_dims
     for k in func.kernels():
         plan_of = gemm_planner(k.num_threads, target.arch)
         for n in walk(k.body):
             if isinstance(n, Gemm):
-                m, nn, _ = _gemm_dims(n)
+                m, nn, _ = n.dims()
                 plan_of(n, m, nn)  # raises TileError where no split fits
     return ""
 

@@ -65,6 +65,21 @@ class Gemm(TileOp):
 
     def writes(self): return (self.C.buffer,)
 
+    def dims(self) -> tuple:
+        """(M, N, K) of the product, from the operands' static extents."""
+        a, b = matrix_extents(self.A), matrix_extents(self.B)
+        m, k = (a[1], a[0]) if self.transpose_A else (a[0], a[1])
+        n = b[0] if self.transpose_B else b[1]
+        return m, n, k
+
+
+def matrix_extents(region: BufferRegion) -> list:
+    """The 2-d extents of a gemm operand: its non-unit extents, or the last two when a
+    dimension of the matrix itself is 1 (a single row or column)."""
+    ext = list(region.static_extents())
+    non_unit = [e for e in ext if e != 1]
+    return non_unit if len(non_unit) == 2 else ext[-2:]
+
 
 REDUCE_KINDS = ("max", "min", "sum", "abssum", "absmax")
 

@@ -32,7 +32,6 @@ from ..ir.visitor import Mutator
 from ..pass_config import PassConfigKey
 from ..tileops.tma import tma_add_unfit_reason, tma_plan
 from ..tileops.wgmma import wgmma_unfit_reason
-from .infer_layouts import _gemm_dims
 
 WGMMA_ARCHS = ("sm_90a",)
 
@@ -68,7 +67,7 @@ class _Choose(Mutator):
         return dataclasses.replace(op, annotations={**op.annotations, **notes})
 
     def visit_Gemm(self, op: Gemm):
-        reason = wgmma_unfit_reason(op, _gemm_dims(op), self.threads)
+        reason = wgmma_unfit_reason(op, op.dims(), self.threads)
         if op.instruction == "wgmma" and reason is not None:
             raise TileError(f"T.gemm is pinned to wgmma but cannot use it: {reason}", op.span)
         if op.instruction:

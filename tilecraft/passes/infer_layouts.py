@@ -17,15 +17,15 @@ import numpy as np
 
 from ..errors import TileError
 from ..ir.buffer import FRAGMENT, Buffer, is_shared
-from ..ir.ftg import element_accesses
-from ..ir.expr import BufferLoad
-from ..ir.stmt import BufferStore, For, Kernel
+from ..ir.stmt import For, Kernel
 from ..ir.tileop import AnnotateLayout, Copy, CumSum, Gemm, Reduce
-from ..ir.visitor import walk
 from ..arith.linear import structural_key
 from .. import layout as lay
 from ..tileops.gemm import warp_partition
 from ..tileops.wgmma import WARPGROUP, wgmma_partition
+from .parallel_nests import (allocated, fragment_accesses, is_identity_access, is_twin_copy,
+                             nest_extents, nest_vars, on_warpgroup_fragments, projection,
+                             tile_ops)
 from .seesaw_warpgroups import WARPGROUP_FRAGMENTS
 
 
@@ -148,9 +148,9 @@ class _Inference:
         self.map = LayoutMap(self.T)
         # Fragments of one warpgroup (seesaw_warpgroups) are laid out over its 128 threads.
         self.local = set(kernel.attrs.get(WARPGROUP_FRAGMENTS, ()))
-        self.ops = _tile_ops(kernel.body)
-        self.fragments = [b for b in _allocated(kernel.body) if b.scope == FRAGMENT]
-        self.shared = [b for b in _allocated(kernel.body) if is_shared(b.scope)]
+        self.ops = tile_ops(kernel.body)
+        self.fragments = [b for b in allocated(kernel.body) if b.scope == FRAGMENT]
+        self.shared = [b for b in allocated(kernel.body) if is_shared(b.scope)]
         # Tiles TMA writes (warp_specialize) or reads (a TMA store): boxes know no padding.
         self.tma_tiles = set(kernel.attrs.get("tma_tiles", set())) | {
             id(op.src.buffer) for op in self.ops
@@ -171,7 +171,7 @@ class _Inference:
                 self.common()
         for op in self.ops:
             if isinstance(op, For) and id(op) not in self.map.loops:
-                self.map.loops[id(op)] = lay.make_partition(_extents(op), self.op_threads(op))
+                self.map.loops[id(op)] = lay.make_partition(nest_extents(op), self.op_threads(op))
         for b in self.shared:
             if not self.map.has(b):
                 self.map.set(b, _shared_default(b, self.tma_tiles), None)
@@ -187,7 +187,7 @@ class _Inference:
     # --- strict -------------------------------------------------------------------
     def strict(self, op):
         if isinstance(op, Gemm):
-            m, n, k = _gemm_dims(op)
+            m, n, k = op.dims()
             if op.instruction == "wgmma":
                 gm, gn = wgmma_partition(op, m, n, self.op_threads(op))
                 wm, wn = 4 * gm, gn
@@ -216,12 +216,12 @@ class _Inference:
         for op in self.ops:
             if not isinstance(op, For):
                 continue
-            loop_vars = _loop_vars(op)
+            loop_vars = nest_vars(op)
             patterns: dict = {}
-            for b, indices in _fragment_accesses(op):
+            for b, indices in fragment_accesses(op):
                 patterns.setdefault(id(b), (b, set()))[1].add(structural_key(tuple(indices)))
-                if _projection(indices, loop_vars) is None and \
-                        not _is_identity(indices, loop_vars, b, op):
+                if projection(indices, loop_vars) is None and \
+                        not is_identity_access(indices, loop_vars, b, op):
                     patterns[id(b)][1].add(("computed",))
             for b, keys in patterns.values():
                 if len(keys) > 1 and not self.map.has(b):
@@ -265,23 +265,23 @@ class _Inference:
 
     def propagate_loop(self, loop: For) -> bool:
         m = self.map
-        loop_vars = _loop_vars(loop)
-        accesses = _fragment_accesses(loop)
+        loop_vars = nest_vars(loop)
+        accesses = fragment_accesses(loop)
         changed = False
         if id(loop) not in m.loops:
             for b, indices in accesses:
-                if m.has(b) and _is_identity(indices, loop_vars, b, loop):
+                if m.has(b) and is_identity_access(indices, loop_vars, b, loop):
                     m.loops[id(loop)] = m.buffer(b)
                     changed = True
                     break
             else:
                 for b, indices in accesses:
-                    kept = _projection(indices, loop_vars)
+                    kept = projection(indices, loop_vars)
                     layout = m.buffers.get(id(b))
                     if kept is not None and isinstance(layout, lay.Fragment) and \
                             not layout.is_fully_replicated():
                         # Run each iteration in the threads that hold the element it reads.
-                        m.loops[id(loop)] = expand_fragment(layout, _extents(loop), kept)
+                        m.loops[id(loop)] = expand_fragment(layout, nest_extents(loop), kept)
                         changed = True
                         break
                 else:
@@ -293,15 +293,15 @@ class _Inference:
         for b, indices in accesses:
             if m.has(b):
                 continue
-            if len(patterns[id(b)]) > 1 or (_projection(indices, loop_vars) is None and
-                                            not _is_identity(indices, loop_vars, b, loop)):
+            if len(patterns[id(b)]) > 1 or (projection(indices, loop_vars) is None and
+                                            not is_identity_access(indices, loop_vars, b, loop)):
                 changed |= m.set(b, lay.fully_replicated(b.static_shape(),
                                                          self.buffer_threads(b)), loop)
                 continue
-            if _is_identity(indices, loop_vars, b, loop):
+            if is_identity_access(indices, loop_vars, b, loop):
                 changed |= m.set(b, frag, loop)
                 continue
-            kept = _projection(indices, loop_vars)
+            kept = projection(indices, loop_vars)
             if kept is not None:
                 dropped = [d for d in range(len(loop_vars)) if d not in kept]
                 derived = frag
@@ -344,112 +344,6 @@ def expand_fragment(frag, extents, kept) -> "lay.Fragment":
 
     return lay.Fragment(extents, forward, replicate=rep, threads=frag.num_threads,
                         logical_fn=logical)
-
-
-def _tile_ops(body) -> list:
-    """Tile ops and outermost T.Parallel nests, in program order."""
-    out = []
-
-    def visit(s, in_parallel):
-        from ..ir.tileop import TileOp
-        if isinstance(s, For) and s.kind == "parallel" and not in_parallel:
-            out.append(s)
-            return
-        if isinstance(s, TileOp):
-            out.append(s)
-            return
-        from ..ir.visitor import children
-        from ..ir.stmt import Stmt
-        for c in children(s):
-            if isinstance(c, Stmt):
-                visit(c, in_parallel)
-
-    visit(body, False)
-    return out
-
-
-def _fragments_of(op) -> list:
-    """The fragments a tile op or T.Parallel nest touches."""
-    reads, writes = element_accesses(op)
-    return [b for b in reads + writes if b.scope == FRAGMENT]
-
-
-def on_warpgroup_fragments(op, local: set) -> bool:
-    """The op touches a fragment of one warpgroup (named in `local`, the kernel's
-    WARPGROUP_FRAGMENTS), so it runs on that warpgroup's 128 threads."""
-    return any(b.name in local for b in _fragments_of(op))
-
-
-def is_twin_copy(op, local: set) -> bool:
-    """A copy between a fragment of one warpgroup and its block-wide twin."""
-    s, d = op.src.buffer, op.dst.buffer
-    return s.scope == FRAGMENT and d.scope == FRAGMENT and (s.name in local) != (d.name in local)
-
-
-def _allocated(body) -> list:
-    from ..ir.stmt import Allocate
-    return [n.buffer for n in walk(body) if isinstance(n, Allocate)]
-
-
-def _extents(loop: For) -> tuple:
-    out = []
-    while isinstance(loop, For) and loop.kind == "parallel":
-        out.append(int(loop.extent.value))
-        loop = loop.body
-    return tuple(out)
-
-
-def _loop_vars(loop: For) -> list:
-    out = []
-    while isinstance(loop, For) and loop.kind == "parallel":
-        out.append(loop.var)
-        loop = loop.body
-    return out
-
-
-def _fragment_accesses(loop: For) -> list:
-    out = []
-    for n in walk(loop):
-        if isinstance(n, (BufferLoad, BufferStore)) and n.buffer.scope == FRAGMENT:
-            out.append((n.buffer, n.indices))
-    # Stores first: the buffer a loop writes is the natural owner of its layout.
-    out.sort(key=lambda p: 0 if any(isinstance(x, BufferStore) and x.buffer is p[0]
-                                    for x in walk(loop)) else 1)
-    return out
-
-
-def _is_identity(indices, loop_vars, buffer, loop) -> bool:
-    if len(indices) != len(loop_vars) or any(i is not v for i, v in zip(indices, loop_vars)):
-        return False
-    return tuple(buffer.static_shape()) == _extents(loop)
-
-
-def _projection(indices, loop_vars):
-    """Positions of the loop variables used as indices, if the indices are a subsequence."""
-    positions = []
-    for i in indices:
-        match = [p for p, v in enumerate(loop_vars) if v is i]
-        if not match:
-            return None
-        positions.append(match[0])
-    if positions != sorted(positions) or len(set(positions)) != len(positions):
-        return None
-    return positions
-
-
-def _matrix_extents(region) -> list:
-    """The 2-d extents of a gemm operand: its non-unit extents, or the last two when a
-    dimension of the matrix itself is 1 (a single row or column)."""
-    ext = list(region.static_extents())
-    non_unit = [e for e in ext if e != 1]
-    return non_unit if len(non_unit) == 2 else ext[-2:]
-
-
-def _gemm_dims(op: Gemm):
-    a, b = _matrix_extents(op.A), _matrix_extents(op.B)
-    m, k = (a[1], a[0]) if op.transpose_A else (a[0], a[1])
-    n = b[0] if op.transpose_B else b[1]
-    return m, n, k
 
 
 def infer_layouts(node):

@@ -18,7 +18,8 @@ from ..ir.visitor import walk
 from ..ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, Evaluate, For, IfThenElse,
                        Kernel, SeqStmt, seq)
 from ..tileops.cumsum import lower_cumsum
-from ..tileops.copy import lower_atomic_tile, lower_copy, lower_fill, lower_twin_copy
+from ..tileops.copy import lower_copy, lower_twin_copy
+from ..tileops.fill_atomic import lower_atomic_tile, lower_fill
 from ..tileops.wgmma import WARPGROUP
 from ..tileops.gemm import lower_gemm
 from ..pass_config import PassConfigKey
@@ -27,8 +28,8 @@ from ..tileops.parallel import lower_parallel
 from ..tileops.cache_hints import warn_unhinted
 from ..tileops.tma import as_copy, is_tma_store, lower_tma_copy, lower_tma_store
 from ..tileops.reduce import lower_reduce
-from .infer_layouts import (infer_layouts, is_twin_copy, on_warpgroup_fragments, same_layout,
-                            tma_tile_layout)
+from .infer_layouts import infer_layouts, same_layout, tma_tile_layout
+from .parallel_nests import is_twin_copy, on_warpgroup_fragments
 from .plan_shared_memory import footprint
 from .seesaw_warpgroups import WARPGROUP_FRAGMENTS
 

@@ -88,8 +88,7 @@ def _accesses(s) -> tuple[dict, dict]:
 def _rows_per_warpgroup(gemm: Gemm, threads: int) -> bool:
     """Each warpgroup holds all rows of the gemm's accumulator (its columns split), so a row
     vector sits in the same threads of either warpgroup."""
-    from .infer_layouts import _gemm_dims   # (that module imports this one)
-    m, n, _ = _gemm_dims(gemm)
+    m, n, _ = gemm.dims()
     split = wgmma_partition(gemm, m, n, threads)
     return split is not None and split[0] == 1
 

@@ -1,13 +1,11 @@
-"""T.copy, T.fill and tile-form atomics on threads.
+"""T.copy on threads (T.fill and the tile-form atomics, which share its loops: fill_atomic.py).
 
 A copy that touches a fragment runs as an element-wise loop laid out like the fragment, so each
 thread moves the registers it holds. Other copies (global <-> shared, shared <-> shared) are
 split over the threads in 16-byte chunks when both sides allow it: same dtype, rows made of
 whole chunks, and a global column start that is a multiple of the chunk (then a chunk is either
 wholly inside the tensor or wholly outside, and one predicated vector access does it). The rest
-fall back to one element per access, each guarded. A tile-form atomic add of 16-bit floats from
-shared into global memory goes in pairs on the same rules (one f16x2 / bf16x2 atomic per two
-elements).
+fall back to one element per access, each guarded.
 """
 from __future__ import annotations
 
@@ -19,7 +17,6 @@ from ..ir import dtypes as dt
 from ..ir.buffer import FRAGMENT, GLOBAL, LOCAL, LOCAL_VAR, BufferRegion, is_shared
 from ..ir.expr import BufferLoad, Call, Var, address_of, cast, const
 from ..ir.stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, seq
-from ..ir.tileop import Atomic
 from .. import layout as lay
 from .cache_hints import hinted
 from .fragment_parts import aligned, locals_of_part, part_coords
@@ -368,47 +365,3 @@ def _where_inside(stmt, buffer, idx, ctx, span):
     """stmt, run only where the chunk at idx lies inside the global tensor `buffer`."""
     cond = in_bounds_condition(ctx, buffer, idx)
     return IfThenElse(cond, stmt, None, span) if cond is not None else stmt
-
-
-def _paired_add(op, s_idx, d_idx, ctx):
-    pair = _vector_load(op.value.buffer, s_idx, 32, ctx)
-    add = Evaluate(Call("tc::atomic_add_x2", (_address(op.dst.buffer, d_idx, ctx), pair),
-                        dt.handle), op.span)
-    return _where_inside(add, op.dst.buffer, d_idx, ctx, op.span)
-
-
-def lower_fill(op, ctx: ThreadContext):
-    dst = op.dst
-    extents = _tile_extents(dst)
-    loop = _synthetic_loop(extents, lambda vars_: BufferStore(
-        dst.buffer, region_index(dst, vars_), op.value, op.span), op.span)
-    if dst.buffer.scope == FRAGMENT:
-        layout = ctx.layouts.buffer(dst.buffer)
-        if tuple(layout.shape) == tuple(extents):
-            return _lower_with_layout(loop, layout, ctx)
-    return _lower_with_layout(loop, lay.make_partition(tuple(extents), ctx.num_threads), ctx)
-
-
-# 16-bit floats add in pairs: one f16x2 / bf16x2 atomic per two adjacent elements.
-PAIRED_ADDS = ("float16", "bfloat16")
-
-
-def lower_atomic_tile(op, ctx: ThreadContext):
-    dst, value = op.dst, op.value
-    extents = _tile_extents(value)
-    if op.kind == "add" and dst.buffer.scope == GLOBAL and is_shared(value.buffer.scope) and \
-            dst.buffer.dtype.name in PAIRED_ADDS and \
-            _vector_width(value, dst, extents, ctx, chunk_bits=32) == 2:
-        return _in_chunks(value, dst, extents, 2, ctx, lambda s_idx, d_idx: _paired_add(
-            op, s_idx, d_idx, ctx), op.span)
-
-    def body(vars_):
-        v = BufferLoad(value.buffer, region_index(value, vars_))
-        target = BufferRegion(dst.buffer, tuple((i, const(1)) for i in region_index(dst, vars_)))
-        return Atomic(op.kind, target, cast(v, dst.buffer.dtype), op.span)
-
-    loop = _synthetic_loop(extents, body, op.span)
-    if value.buffer.scope == FRAGMENT:
-        return _lower_with_layout(loop, ctx.layouts.buffer(value.buffer), ctx)
-    return _lower_with_layout(loop, lay.make_partition(tuple(extents), ctx.num_threads), ctx)
-

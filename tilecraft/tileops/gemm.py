@@ -48,8 +48,7 @@ def warp_coords(tx, wm: int, wn: int):
 
 
 def lower_gemm(op: Gemm, ctx) -> object:
-    from ..passes.infer_layouts import _gemm_dims
-    m, n, k = _gemm_dims(op)
+    m, n, k = op.dims()
     if op.instruction == "wgmma":
         from .wgmma import lower_wgmma
         return lower_wgmma(op, ctx, m, n, k)

@@ -1,0 +1,98 @@
+"""What the layout passes ask of a kernel body: its tile ops and outermost T.Parallel nests in
+program order, the fragments each touches, and how a nest's fragment accesses relate to its loop
+variables (the same indices, or a row / column projection of them)."""
+from __future__ import annotations
+
+from ..ir.buffer import FRAGMENT
+from ..ir.expr import BufferLoad
+from ..ir.ftg import element_accesses
+from ..ir.stmt import Allocate, BufferStore, For, Stmt
+from ..ir.tileop import TileOp
+from ..ir.visitor import children, walk
+
+
+def tile_ops(body) -> list:
+    """Tile ops and outermost T.Parallel nests, in program order."""
+    out = []
+
+    def visit(s, in_parallel):
+        if isinstance(s, For) and s.kind == "parallel" and not in_parallel:
+            out.append(s)
+            return
+        if isinstance(s, TileOp):
+            out.append(s)
+            return
+        for c in children(s):
+            if isinstance(c, Stmt):
+                visit(c, in_parallel)
+
+    visit(body, False)
+    return out
+
+
+def fragments_of(op) -> list:
+    """The fragments a tile op or T.Parallel nest touches."""
+    reads, writes = element_accesses(op)
+    return [b for b in reads + writes if b.scope == FRAGMENT]
+
+
+def on_warpgroup_fragments(op, local: set) -> bool:
+    """The op touches a fragment of one warpgroup (named in `local`, the kernel's
+    WARPGROUP_FRAGMENTS), so it runs on that warpgroup's 128 threads."""
+    return any(b.name in local for b in fragments_of(op))
+
+
+def is_twin_copy(op, local: set) -> bool:
+    """A copy between a fragment of one warpgroup and its block-wide twin."""
+    s, d = op.src.buffer, op.dst.buffer
+    return s.scope == FRAGMENT and d.scope == FRAGMENT and (s.name in local) != (d.name in local)
+
+
+def allocated(body) -> list:
+    return [n.buffer for n in walk(body) if isinstance(n, Allocate)]
+
+
+def nest_extents(loop: For) -> tuple:
+    out = []
+    while isinstance(loop, For) and loop.kind == "parallel":
+        out.append(int(loop.extent.value))
+        loop = loop.body
+    return tuple(out)
+
+
+def nest_vars(loop: For) -> list:
+    out = []
+    while isinstance(loop, For) and loop.kind == "parallel":
+        out.append(loop.var)
+        loop = loop.body
+    return out
+
+
+def fragment_accesses(loop: For) -> list:
+    out = []
+    for n in walk(loop):
+        if isinstance(n, (BufferLoad, BufferStore)) and n.buffer.scope == FRAGMENT:
+            out.append((n.buffer, n.indices))
+    # Stores first: the buffer a loop writes is the natural owner of its layout.
+    out.sort(key=lambda p: 0 if any(isinstance(x, BufferStore) and x.buffer is p[0]
+                                    for x in walk(loop)) else 1)
+    return out
+
+
+def is_identity_access(indices, loop_vars, buffer, loop) -> bool:
+    if len(indices) != len(loop_vars) or any(i is not v for i, v in zip(indices, loop_vars)):
+        return False
+    return tuple(buffer.static_shape()) == nest_extents(loop)
+
+
+def projection(indices, loop_vars):
+    """Positions of the loop variables used as indices, if the indices are a subsequence."""
+    positions = []
+    for i in indices:
+        match = [p for p, v in enumerate(loop_vars) if v is i]
+        if not match:
+            return None
+        positions.append(match[0])
+    if positions != sorted(positions) or len(set(positions)) != len(positions):
+        return None
+    return positions
