@@ -71,6 +71,36 @@ def pingpong(src, k_steps, staging_halves):
     return pre + post
 
 
+def no_epilogue(src):
+    """Timing only (the output is not written): the consumers go from one tile's main loop
+    straight to the next, what a tile costs without its epilogue."""
+    start = src.index("tc::mbarrier_arrive_warp((&tma_empty[(tc_rounds[0] + ",
+                      src.index("tc::wgmma_fence_registers"))
+    start = src.index("}\n", start) + 2
+    end = src.index("tc_rounds[0] = tc_rounds[0] + ", start)
+    return src[:start] + "      " + src[end:]
+
+
+def no_band_wait(src):
+    """Timing only (a race on the staging tile): the second band's stmatrix does not wait for
+    the first band's TMA store to have read the staging tile."""
+    first = src.index("tc::tma_store_commit();")
+    wait = src.index("tc::tma_store_wait<0>();\n", first)
+    return src[:wait] + src[wait + len("tc::tma_store_wait<0>();\n"):]
+
+
+def scaled_first_step(src):
+    """The accumulator is not zeroed before each tile's main loop: the first k-step's wgmmas
+    take scale-d = 0 (D = A B) instead."""
+    src = sub(r"\n\s*// gemm.py:32\n\s*#pragma unroll\n\s*for \(int l = 0; l < 128; \+\+l\) \{\n"
+              r"\s*C_local\[l\] = 0.0f;\n\s*\}", "", src, 1)
+    return sub(r"(tc::wgmma_m64n\d+k16_f32_f16<0, 1>\([^;]*), 1\);", r"\1, k > 0 || kk > 0);",
+               src, src.count("tc::wgmma_m64n"))
+
+
+PATCHES = {"noepi": no_epilogue, "nowait": no_band_wait, "scaled": scaled_first_step}
+
+
 def build(shape, config, arm, target=None):
     M, N, K = shape
     original = cg.emit_cuda
@@ -83,12 +113,15 @@ def build(shape, config, arm, target=None):
             kernel = next(iter(lowered.kernels()))
             kernel.attrs["producer_threads"] = 256  # the launch: 256 consumers + 128 producer
             kernel.attrs["smem_bytes"] += staging
+        elif arm in PATCHES:
+            src = PATCHES[arm](src)
         return src, names
     cg.emit_cuda = patched
     try:
         func = underlying(matmul)(M, N, K, **config)
-        return tilecraft.compile(func, out_idx=[-1], target=target, pass_configs={
-            "tl.enable_persistent_tiles": True} if arm == "pp" else None)
+        configs = {"pp": {"tl.enable_persistent_tiles": True},
+                   "mc": {"tl.enable_tma_multicast": True}}.get(arm)
+        return tilecraft.compile(func, out_idx=[-1], target=target, pass_configs=configs)
     finally:
         cg.emit_cuda = original
 
@@ -99,7 +132,22 @@ ARMS = {
     "128x128wg1s4": (dict(block_M=128, block_N=128, block_K=64, threads=128, num_stages=4), ""),
     "pp128x128s4": (dict(block_M=128, block_N=128, block_K=64, threads=128, num_stages=4), "pp"),
     "pp128x128s5": (dict(block_M=128, block_N=128, block_K=64, threads=128, num_stages=5), "pp"),
+    "128x256s4noepi": (dict(block_M=128, block_N=256, block_K=64, threads=256, num_stages=4),
+                       "noepi"),
+    "128x256s3noepi": (dict(block_M=128, block_N=256, block_K=64, threads=256, num_stages=3),
+                       "noepi"),
+    "128x256s4nowait": (dict(block_M=128, block_N=256, block_K=64, threads=256, num_stages=4),
+                        "nowait"),
 }
+for _stages in (3, 4):
+    ARMS[f"128x256s{_stages}scaled"] = (dict(block_M=128, block_N=256, block_K=64, threads=256,
+                                             num_stages=_stages), "scaled")
+for _stages in (3, 4):
+    ARMS[f"256x128s{_stages}"] = (dict(block_M=256, block_N=128, block_K=64, threads=256,
+                                       num_stages=_stages), "")
+    ARMS[f"256x128s{_stages}mc"] = (dict(block_M=256, block_N=128, block_K=64, threads=256,
+                                         num_stages=_stages), "mc")
+TIMING_ONLY = ("noepi", "nowait")
 
 
 def main():
@@ -119,7 +167,7 @@ def main():
             out = kernel(a, b)
             err = float((out.float() - ref).norm() / ref.norm())
             print(f"{M}x{N}x{K} {name} rel err {err:.1e}", flush=True)
-            assert err < 1e-2, (name, err)
+            assert err < 1e-2 or arm in TIMING_ONLY, (name, err)
             kernels.append(kernel)
         flop = 2.0 * M * N * K
         peer, *ours = in_rounds(rounds, [lambda: cuda_median_ms(lambda: a @ b, 5, 30, True)] + [
