@@ -1,22 +1,26 @@
-"""Probe: GEMM with two consumer warpgroups taking alternate tiles (ping-pong), patched into the
-generated source of a persistent one-warpgroup kernel, timed beside torch.matmul and the
-default configs. It asks whether hiding each tile's epilogue behind the other warpgroup's main
-loop pays for the smaller tile (128 x 128 per warpgroup against 128 x 256 per block).
+"""Probes of where a short-K GEMM's time goes (8192x8192x1024: 16 k-steps per tile), each arm
+patched into the generated source or compiled with other tiles or pass configs, timed beside
+torch.matmul in rounds (bench/results/2026-11-25_gemm_pingpong_probe.md).
 
-The patch, on examples/gemm.py compiled with block 128 x 128, threads=128 (one consumer
-warpgroup, warp-specialized, persistent):
-  - 256 consumer threads (warpgroup w = threadIdx.x / 128), the producer warpgroup after them,
-    setmaxnreg 40 / 232;
-  - warpgroup w takes the block's tile rounds w, w + 2, ...: its ring position starts at
-    w * k_steps and advances by 2 * k_steps;
-  - the main loops take turns (named barriers 3 and 4, 256 threads): a warpgroup waits for its
-    turn before its first full-barrier wait and hands the turn over once its last k-step is
-    issued. Taking turns is what makes the shared ring's parity waits unambiguous: the next
-    tile's first stage is never waited on before this tile's last one was;
-  - each warpgroup has its own staging tile (32 KB more shared memory) and its own epilogue
-    barrier (1 + w, 128 threads).
+  pp*      ping-pong: the persistent one-warpgroup kernel (128 x 128 tiles, threads=128)
+           patched into two consumer warpgroups taking the block's tiles in turn:
+           - 256 consumer threads (warpgroup w = threadIdx.x / 128), the producer warpgroup after
+             them, setmaxnreg 40 / 232;
+           - warpgroup w takes the block's tile rounds w, w + 2, ...: its ring position starts
+             at w * k_steps and advances by 2 * k_steps;
+           - the main loops take turns (named barriers 3 and 4, 256 threads): a warpgroup waits
+             for its turn before its first full-barrier wait and hands the turn over once its
+             last k-step is issued. Taking turns is what makes the shared ring's parity waits
+             unambiguous: the next tile's first stage is never waited on before this tile's last
+             one was;
+           - each warpgroup has its own staging tile (32 KB more shared memory) and its own
+             epilogue barrier (1 + w, 128 threads).
+  *noepi   timing only: no epilogue at all (nothing is stored)
+  *nowait  timing only: the epilogue's second band does not wait for the first band's store
+  *scaled  no zeroing of the accumulator; each tile's first k-step runs with scale-d = 0
+  *mc      tl.enable_tma_multicast (clusters of two blocks)
 
-    python3 bench/probe_gemm_pingpong.py 8192x8192x1024,8192x1024x8192 [rounds]
+    python3 bench/probe_gemm_short_k.py 8192x8192x1024,8192x1024x8192 [rounds] [arms]
 """
 import os
 import re
