@@ -18,7 +18,9 @@ torch.matmul in rounds (bench/results/2026-11-25_gemm_pingpong_probe.md).
   *noepi   timing only: no epilogue at all (nothing is stored)
   *nowait  timing only: the epilogue's second band does not wait for the first band's store
   *scaled  no zeroing of the accumulator; each tile's first k-step runs with scale-d = 0
-  *mc      tl.enable_tma_multicast (clusters of two blocks)
+  *mc      tl.enable_tma_multicast (clusters of two blocks; the kernel is then not persistent)
+  *pmc     the persistent kernel patched into clusters of two neighbouring tiles sharing A
+           (persistent_multicast; needs an even number of tile columns)
 
     python3 bench/probe_gemm_short_k.py 8192x8192x1024,8192x1024x8192 [rounds] [arms]
 """
@@ -102,7 +104,28 @@ def scaled_first_step(src):
                src, src.count("tc::wgmma_m64n"))
 
 
-PATCHES = {"noepi": no_epilogue, "nowait": no_band_wait, "scaled": scaled_first_step}
+def persistent_multicast(src):
+    """The persistent kernel run as clusters of two blocks (2c, 2c + 1), whose tiles in every
+    round are neighbours in one row of tiles (an even number of tile columns, no rasterization):
+    they share the A tile, which block 0 of the cluster loads for both (TMA multicast); each
+    block's empty barriers count both blocks' consumer warps."""
+    assert re.search(r"const int bx = tc_tile_1 % \((\d+)\)", src), "rasterized or not persistent"
+    columns = int(re.search(r"const int bx = tc_tile_1 % \((\d+)\)", src).group(1))
+    assert columns % 2 == 0, columns
+    src = sub(r"(__launch_bounds__\(384, 1\))", r"\1 __cluster_dims__(2, 1, 1)", src, 1)
+    src = sub(r"(mbarrier_init\(\(&tma_empty\[\d\]\)), 8\)", r"\1, 16)", src,
+              src.count("mbarrier_init((&tma_empty["))
+    src = sub(r"tc::fence_barrier_init\(\);\n  \}\n  tc::barrier_all\(\);",
+              "tc::fence_barrier_init();\n  }\n  tc::cluster_sync();", src, 1)
+    src = sub(r"tc::tma_load_2d\(\((&A_shared\[.*?\])\), \(&A_tma\), (\(&tma_full\[.*?\]\)), ",
+              r"if (tc::cluster_ctarank() == 0) tc::tma_load_2d_multicast((\1), (&A_tma), \2, 3, ",
+              src, 1)
+    src = sub(r"tc::mbarrier_arrive_warp\(", "tc::mbarrier_arrive_warp_cluster<2>(", src, 2)
+    return sub(r"(\n  // gemm.py:25\n  tc::tma_store_wait<0>\(\);\n\})",
+               r"\n  tc::cluster_sync();\1", src, 1)
+
+
+PATCHES = {"pmc": persistent_multicast, "noepi": no_epilogue, "nowait": no_band_wait, "scaled": scaled_first_step}
 
 
 def build(shape, config, arm, target=None):
@@ -151,6 +174,8 @@ for _stages in (3, 4):
                                        num_stages=_stages), "")
     ARMS[f"256x128s{_stages}mc"] = (dict(block_M=256, block_N=128, block_K=64, threads=256,
                                          num_stages=_stages), "mc")
+    ARMS[f"256x128s{_stages}pmc"] = (dict(block_M=256, block_N=128, block_K=64, threads=256,
+                                          num_stages=_stages), "pmc")
 TIMING_ONLY = ("noepi", "nowait")
 
 
