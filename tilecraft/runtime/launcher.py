@@ -195,6 +195,7 @@ class CudaKernel:
                                       if kind == "tensormap")
         self._pack, self._buffer, self._argv = _argument_buffer(self.params)
         self._packed = None  # the values tuple the buffer holds, when a planned call packed it
+        self._stream = (None, None)  # (stream handle, its c_void_p) of the last launch
         if self._tensormap_slots:
             self.launch = self._launch_checking_maps  # the length check, only for such kernels
         self._count = count
@@ -295,13 +296,16 @@ class CudaKernel:
                     raise self._argument_error(values, err) from None
                 # Holding the tuple keeps its identity from being reused by another object.
                 self._packed = values if keep else None
+            if self._stream[0] != stream:  # the handle object, made once per stream
+                self._stream = (stream, ctypes.c_void_p(stream))
+            handle = self._stream[1]
             try:
                 code = self._launch(function, grid[0], grid[1], grid[2], bx, by, bz,
-                                    self.dynamic_smem, ctypes.c_void_p(stream), self._argv, None)
+                                    self.dynamic_smem, handle, self._argv, None)
             except ctypes.ArgumentError:  # grid sizes that are not plain ints (numpy, too big)
                 grid = _grid3(grid)
                 code = self._launch(function, grid[0], grid[1], grid[2], bx, by, bz,
-                                    self.dynamic_smem, ctypes.c_void_p(stream), self._argv, None)
+                                    self.dynamic_smem, handle, self._argv, None)
         if code:
             driver.check(code, f"launching '{self.name}' with grid {grid}, block {self.block}, "
                                f"{self.dynamic_smem} bytes of dynamic shared memory, on stream "
