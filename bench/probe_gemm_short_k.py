@@ -125,7 +125,8 @@ def persistent_multicast(src):
                r"\n  tc::cluster_sync();\1", src, 1)
 
 
-PATCHES = {"pmc": persistent_multicast, "noepi": no_epilogue, "nowait": no_band_wait, "scaled": scaled_first_step}
+PATCHES = {"pmc": persistent_multicast, "noepi": no_epilogue, "nowait": no_band_wait,
+           "scaled": scaled_first_step}
 
 
 def build(shape, config, arm, target=None):

@@ -219,9 +219,10 @@ def get_target(target) -> Target:
 def planning_target(arch: str) -> Target:
     """The Target the compiler plans a launch for when it compiles for `arch`: the table's GPU
     for the arch (sm_90a: an H100 SXM), with the SM count and L2 size of the device on this
-    machine when that device is of the same arch. Whether a grid fills one wave, and what the
-    L2 keeps between blocks, depend on them: an H100 PCIe has 114 SMs, an H20 78, against the
-    table's 132. ValueError for an arch the table does not know."""
+    machine (the current one when first asked; remembered per arch) when that device is of
+    the same arch. Whether a grid fills one wave, and what the L2 keeps between blocks, depend
+    on them: an H100 PCIe has 114 SMs, an H20 78, against the table's 132. ValueError for an
+    arch the table does not know."""
     target = get_target(arch)
     from ..runtime.device import current_arch, device_properties, has_cuda_device
     if not has_cuda_device() or current_arch() != arch:
