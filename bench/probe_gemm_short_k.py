@@ -177,6 +177,10 @@ for _stages in (3, 4):
                                          num_stages=_stages), "mc")
     ARMS[f"256x128s{_stages}pmc"] = (dict(block_M=256, block_N=128, block_K=64, threads=256,
                                           num_stages=_stages), "pmc")
+for _bn, _stage_counts in ((64, (4, 6)), (128, (4, 6)), (256, (3, 4))):
+    for _stages in _stage_counts:
+        ARMS[f"64x{_bn}s{_stages}"] = (dict(block_M=64, block_N=_bn, block_K=64, threads=128,
+                                           num_stages=_stages), "")
 TIMING_ONLY = ("noepi", "nowait")
 
 
