@@ -181,6 +181,9 @@ for _bn, _stage_counts in ((64, (4, 6)), (128, (4, 6)), (256, (3, 4))):
     for _stages in _stage_counts:
         ARMS[f"64x{_bn}s{_stages}"] = (dict(block_M=64, block_N=_bn, block_K=64, threads=128,
                                            num_stages=_stages), "")
+for _bm, _bn in ((16, 32), (32, 16), (32, 32), (64, 32)):   # the carver's top picks at M 16
+    ARMS[f"{_bm}x{_bn}k128s4"] = (dict(block_M=_bm, block_N=_bn, block_K=128, threads=128,
+                                       num_stages=4), "")
 TIMING_ONLY = ("noepi", "nowait")
 
 
