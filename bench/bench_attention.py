@@ -62,12 +62,17 @@ def main():
                                                    "time (default: all)")
     parser.add_argument("--shapes", default="", help="comma-separated indices of the shapes to "
                                                      "time (default: all)")
+    parser.add_argument("--shape-list", default="", help="shapes instead of the default ones: "
+                        "B,H,S,D,causal(0/1) separated by ';'")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--settle", type=float, default=SETTLE_S,
                         help="seconds each timer runs untimed before its kept run (SETTLE_S)")
     args = parser.parse_args()
     configs_timed = [CONFIGS[int(i)] for i in args.only.split(",")] if args.only else CONFIGS
     shapes = [SHAPES[int(i)] for i in args.shapes.split(",")] if args.shapes else SHAPES
+    if args.shape_list:
+        shapes = [tuple(int(x) for x in s.split(",")[:4]) + (s.split(",")[4].strip() == "1",)
+                  for s in args.shape_list.split(";")]
     # The example's own configs (fast math) plus the ones given here.
     pass_configs = {tilecraft.PassConfigKey.TL_ENABLE_FAST_MATH: True,
                     **parse_configs(args.pass_config)}
