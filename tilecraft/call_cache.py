@@ -41,9 +41,8 @@ class CallPlan:
     ("out", output index) or ("scalar", value); the outputs' shapes and torch dtypes; every
     parameter's shape; and, once made, the program's PreparedCall for them."""
 
-    def __init__(self, sources, outputs, dims, like_look=None):
+    def __init__(self, sources, outputs, dims, args=()):
         self.sources = sources
-        self.outputs = outputs
         self.dims = dims
         self.prepared = None
         # Outputs are made like the first tensor argument (a signature has one), on its
@@ -51,8 +50,11 @@ class CallPlan:
         # torch.empty_like, the cheapest of torch's ways to allocate from Python (2.1 against
         # 3.1 us for new_empty on the H100's host); the others from new_empty.
         self.like = next(i for kind, i in sources if kind == "in")
+        first = args[self.like] if args else None
+        look = (tuple(first.shape), first.dtype, first.is_contiguous()) if first is not None \
+            else None
         empty_like = sys.modules["torch"].empty_like if "torch" in sys.modules else None
-        self.makers = [(empty_like if empty_like is not None and like_look == (shape, dtype, True)
+        self.makers = [(empty_like if empty_like is not None and look == (shape, dtype, True)
                         else None, shape, dtype) for shape, dtype in outputs]
 
     def run(self, program, args):
@@ -91,7 +93,5 @@ class CallCache:
                 sources.append(("scalar", v))
         if len(self.plans) >= KEPT:
             self.plans.pop(next(iter(self.plans)))
-        like = next(args[i] for kind, i in sources if kind == "in")
         self.plans[key] = CallPlan(sources, [(tuple(o.shape), o.dtype) for o in outputs],
-                                   [tuple(d) for d in dims],
-                                   (tuple(like.shape), like.dtype, like.is_contiguous()))
+                                   [tuple(d) for d in dims], args)

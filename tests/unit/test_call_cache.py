@@ -138,17 +138,17 @@ def test_outputs_like_the_first_tensor_come_from_empty_like_and_the_others_from_
     from tilecraft.call_cache import CallPlan
     sources = [("in", 0), ("out", 0), ("out", 1)]
     outputs = [((100, 64), torch.float16), ((100,), torch.float32)]
-    plan = CallPlan(sources, outputs, [], ((100, 64), torch.float16, True))
+    a = cuda_like(100, 64)
+    plan = CallPlan(sources, outputs, [], (a,))
     assert [maker for maker, *_ in plan.makers] == [torch.empty_like, None]
     # a strided first tensor: empty_like would keep its strides, so new_empty for all
-    strided = CallPlan(sources, outputs, [], ((100, 64), torch.float16, False))
+    strided = CallPlan(sources, outputs, [], (cuda_like(64, 100).t(),))
     assert [maker for maker, *_ in strided.makers] == [None, None]
 
     class Prepared:
         def run(self, values):
             self.values = values
     program = type("Program", (), {"prepared": lambda self, values, dims: Prepared()})()
-    a = cuda_like(100, 64)
     same, other = plan.run(program, (a,))
     assert isinstance(same, FakeCuda) and same.shape == (100, 64) and same.is_contiguous()
     assert same.dtype == torch.float16 and same.data_ptr() != a.data_ptr()

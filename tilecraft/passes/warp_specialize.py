@@ -36,15 +36,15 @@ tl.disable_warp_specialized or tl.disable_tma_lower; loops that do not qualify k
 cp.async pipeline (pipeline_loops).
 
 Persistent kernels (pass config tl.enable_persistent_tiles; unset, the default for loops with
-two or more gemms and for GEMMs, persistent_for): the launch has one block per SM (or the number given), and
-each role runs its part inside a loop over the tiles of the grid (in rounds of gridDim.x tiles,
-serpentine: emulator.machine.tiles_of_block; the code generator binds the block variables per
-tile). A per-thread count of the ring's rounds, advanced by each tile's trip count in both
-roles, keeps the stage and parity going across tiles, so the producer loads the next tile's
-first stages while the consumers finish the last one (its epilogue) instead of a new block
-starting cold. The tiles the consumers reload per tile (attention's Q) and the output tile
-then share bytes (plan_shared_memory), and the epilogue's staging tile gets its own where it
-fits beside the ring. Not combined with clusters.
+two or more gemms and for GEMMs, persistent_for): the launch has one block per SM (or the
+number given), and each role runs its part inside a loop over the tiles of the grid (in rounds
+of gridDim.x tiles, serpentine: emulator.machine.tiles_of_block; the code generator binds the
+block variables per tile). A per-thread count of the ring's rounds, advanced by each tile's
+trip count in both roles, keeps the stage and parity going across tiles, so the producer loads
+the next tile's first stages while the consumers finish the last one (its epilogue) instead of
+a new block starting cold. The tiles the consumers reload per tile (attention's Q) and the
+output tile then share bytes (plan_shared_memory), and the epilogue's staging tile gets its
+own where it fits beside the ring. Not combined with clusters.
 
 Clusters (tileops.cluster_plan): when pairs of neighbouring blocks load some of the same tiles
 in lock step (a GEMM's B tile for two vertically adjacent output tiles), the blocks run as
