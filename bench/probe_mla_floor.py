@@ -32,13 +32,18 @@ READERS = {  # one pass over a buffer of the kernel's input bytes, each a single
 }
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def floor_args(description, tag):
+    """The command line the MLA floor probes share: --kv, --rounds, --out, --tag."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--kv", default="1024")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
-    parser.add_argument("--tag", default="mla_decode_memory_floor")
-    args = parser.parse_args()
+    parser.add_argument("--tag", default=tag)
+    return parser.parse_args()
+
+
+def main():
+    args = floor_args(__doc__.splitlines()[0], "mla_decode_memory_floor")
     warm_gpu()
     rows = []
     for S in (int(x) for x in args.kv.split(",")):

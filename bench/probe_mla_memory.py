@@ -24,6 +24,7 @@ arm but those with `builtin`, so the arms that prefetch compare against none.
   qfirst  the producer issues block 1 (and later ones) only once the query and block 0 have
           landed, so the 14 MB every block needs before its first gemm are not shared out with
           the next blocks' loads at the start; qonly waits for the query alone
+  pair    the two head-group blocks of a batch launched as a cluster (one GPC), no multicast
   builtin the compiler's prefetch left on; with `skipfirst` it skips block 1 (which the producer
           loads right after block 0 anyway), with `late` it starts only once the ring is full
 
@@ -246,7 +247,14 @@ def guard(extra):
     return patch
 
 
-ARMS = {"base": lambda s: s, "builtin": lambda s: s, "skipfirst": guard("k + 1 >= 2"),
+def paired(src):
+    """The two head-group blocks of a batch launched as one cluster (blocks 2i and 2i + 1 of
+    the rasterized grid are one batch's), so they run in one GPC; nothing else changes."""
+    return src.replace("__launch_bounds__(384, 1) ", "__launch_bounds__(384, 1) "
+                       "__cluster_dims__(2, 1, 1) ", 1)
+
+
+ARMS = {"base": lambda s: s, "pair": paired, "builtin": lambda s: s, "skipfirst": guard("k + 1 >= 2"),
         "late": guard("k >= 2"), "l2res": l2res, "order": order, "evictq": evict(1, 0),
         "evictkv": evict(0, 1), "evict": evict(1, 1), "evictkv0": evict(0, 1, 0),
         "evictkv1": evict(0, 1, 1), "evicto": evict_output, "box": per_box,
