@@ -137,3 +137,22 @@ def test_elementwise_kernel_is_hbm_bound():
 def test_faster_memory_target_predicts_faster_elementwise():
     f = vector_add.__wrapped__(1 << 26)
     assert estimate(f, "h200").time < estimate(f, "h100").time < estimate(f, "rtx4090").time
+
+
+def test_tied_hbm_bound_tiles_rank_by_their_zero_fill():
+    # At M 16 the weight dominates: every tile below streams the same bytes and the roofline
+    # ties them. Tiles reaching past M fill the rest of each A box with zeros; on the H100
+    # they measured in this order (bench/results/2026-11-25_gemm_decode_shapes.md).
+    args = (16, 8192, 8192)
+    space = {"block_M": [16, 32, 64], "block_N": [16, 32], "block_K": [128], "num_stages": [4],
+             "threads": [128]}
+    ranked = recommend(gemm.matmul, args, space, top=None)
+    tiles = {(c.config["block_M"], c.config["block_N"]): c for c in ranked}
+    tied = [tiles[t] for t in ((16, 32), (32, 32), (32, 16), (64, 32))]
+    assert len({round(c.time, 9) for c in tied}) == 1
+    # blocks x k-steps x rows past M x block_K x 2 bytes
+    assert [c.cost.zero_fill_bytes for c in tied] == [
+        0, 256 * 64 * 16 * 128 * 2, 512 * 64 * 16 * 128 * 2, 256 * 64 * 48 * 128 * 2]
+    assert [c.rank for c in tied] == sorted(c.rank for c in tied)
+    full = recommend(gemm.matmul, (64, 8192, 8192), space, top=None)
+    assert all(c.cost.zero_fill_bytes == 0 for c in full if c.config["block_M"] <= 64)

@@ -185,6 +185,14 @@ class Prediction:
     smem: int = 0
     regs: int = 0
     stages: int = 0
+    zero_fill: float = 0.0
+
+    @classmethod
+    def of(cls, cand, config: dict) -> "Prediction":
+        """The prediction of a legal carver Candidate built from config."""
+        res = cand.cost.resources
+        return cls(cand.time, "", res.smem_per_block, res.regs_per_thread,
+                   config.get("num_stages") or 0, cand.cost.zero_fill_bytes)
 
 
 def predict_one(fn, args: tuple, kwargs: dict, config: dict, target: str,
@@ -201,9 +209,7 @@ def predict_one(fn, args: tuple, kwargs: dict, config: dict, target: str,
         return Prediction(math.inf, f"{type(e).__name__}: {e}".splitlines()[0])
     if not cand.ok:
         return Prediction(math.inf, cand.reason or "illegal")
-    res = cand.cost.resources
-    return Prediction(cand.time, "", res.smem_per_block, res.regs_per_thread,
-                      config.get("num_stages") or 0)
+    return Prediction.of(cand, config)
 
 
 def predict_best(fn, problem: Problem, configs: list, target: str,
@@ -218,9 +224,7 @@ def predict_best(fn, problem: Problem, configs: list, target: str,
     out = []
     for config, cand in zip(configs, cands):
         if cand.ok:
-            res = cand.cost.resources
-            out.append(Prediction(cand.time, "", res.smem_per_block, res.regs_per_thread,
-                                  config.get("num_stages") or 0))
+            out.append(Prediction.of(cand, config))
         elif cand.bound is not None:
             out.append(Prediction(cand.bound, "", stages=config.get("num_stages") or 0))
         else:
@@ -237,8 +241,8 @@ def grid(space_: dict) -> list[dict]:
 def rank_legal(predictions: list[Prediction], target: str, name: str, problem: Problem,
                span) -> list[int]:
     """Indices of the legal configurations in carver's preference order (fastest predicted
-    first, ties to deeper pipelines, then less shared memory and fewer registers); a TileError
-    when none is legal."""
+    first, ties to less zero fill past the tensors' edges, deeper pipelines, then less shared
+    memory and fewer registers); a TileError when none is legal."""
     legal = [i for i, p in enumerate(predictions) if math.isfinite(p.time)]
     if not legal:
         reasons = sorted({p.reason for p in predictions if p.reason})[:3]
@@ -246,7 +250,8 @@ def rank_legal(predictions: list[Prediction], target: str, name: str, problem: P
         raise TileError(f"autotune: the cost model found no legal configuration of {name} for "
                         f"{problem.describe()} on {target}{detail}; give configs=", span)
     legal.sort(key=lambda i: preference(predictions[i].time, predictions[i].stages,
-                                        predictions[i].smem, predictions[i].regs) + (i,))
+                                        predictions[i].smem, predictions[i].regs,
+                                        predictions[i].zero_fill) + (i,))
     return legal
 
 

@@ -91,6 +91,7 @@ class Cost:
     overlapped: bool
     effective_bw: dict   # level -> bytes/s after the Little's-law cap
     counts: list = field(default_factory=list)  # LaunchCounts per launch
+    zero_fill_bytes: float = 0.0  # loaded tiles' bytes past the tensors' edges (zeros)
 
     @property
     def flops(self) -> float:
@@ -298,7 +299,8 @@ def _time(t: Target, kernel: Kernel, res: Resources, lc: LaunchCounts, bps: int)
     bound = max(terms, key=lambda k: terms[k])
     return Cost(t.name, lc.grid, blocks, res, waves, hbm, lc.hbm_read, lc.hbm_write,
                 lc.l2_bytes, lc.smem_bytes, lc.tensor_flops, lc.cuda_ops, lc.sfu_ops, terms,
-                t_roof, t_intr, t_roof + t_intr, bound, overlapped, bw, [lc])
+                t_roof, t_intr, t_roof + t_intr, bound, overlapped, bw, [lc],
+                lc.zero_fill_bytes)
 
 
 def _tensor_dtype(kernel: Kernel) -> str:
@@ -355,4 +357,5 @@ def _combine(costs: list) -> Cost:
                 s("hbm_bytes"), s("hbm_read"), s("hbm_write"), s("l2_bytes"), s("smem_bytes"),
                 s("tensor_flops"), s("cuda_ops"), s("sfu_ops"), terms, s("t_roofline"),
                 s("t_intrinsic"), s("time"), main.bound, all(c.overlapped for c in costs),
-                main.effective_bw, [lc for c in costs for lc in c.counts])
+                main.effective_bw, [lc for c in costs for lc in c.counts],
+                s("zero_fill_bytes"))

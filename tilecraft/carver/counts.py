@@ -19,7 +19,8 @@ causal attention's do), summed over the grid.
   warp partition (ldmatrix); a gemm on wgmma reads A once per warpgroup column and B once per
   64 rows of the tile (every m64nNk16 instruction reads its operands from shared memory);
   element accesses to shared buffers in T.Parallel nests and reductions are charged per
-  element.
+  element. The part of a loaded tile that lies past the tensor is filled with zeros: counted
+  apart (zero_fill_bytes), as no level's traffic; the ranking breaks ties on it.
 - Tensor cores: a gemm with fp16 / bf16 operands does 2*M*N*K FLOPs per execution; other
   operand types multiply on CUDA cores (M*N*K FMAs).
 - CUDA cores and SFUs: floating-point arithmetic per element of a T.Parallel nest (one lane op
@@ -65,6 +66,7 @@ class NodeCount:
     gmem_store: int = 0
     hbm_load: float = 0.0          # total over the grid, after the L2 model
     smem: int = 0                  # bytes per execution
+    zero_fill: int = 0             # bytes per execution of a loaded tile past the tensor's edge
     tensor_flops: int = 0          # per execution
     cuda_ops: int = 0
     sfu_ops: int = 0
@@ -93,6 +95,9 @@ class LaunchCounts:
     # iterations, over the grid, of loops that load from global memory without a software
     # pipeline (num_stages <= 1): each waits for its loads before it computes
     exposed_loads: int = 0
+    # shared-memory bytes that loads fill with zeros because the tile reaches past the tensor
+    # (a 64-row tile over 16 rows): no DRAM traffic, but not free either (see the ranking)
+    zero_fill_bytes: float = 0.0
 
 
 def static_int(e, what: str) -> int:
@@ -209,6 +214,8 @@ def charge(node, gemm_plan) -> NodeCount:
         elems = _region_elems(s.src if src.scope == GLOBAL else s.dst, clip=True)
         if src.scope == GLOBAL:
             c.gmem_load, c.buffer = elems * src.dtype.bytes, src
+            if is_shared(dst.scope):
+                c.zero_fill = (_region_elems(s.src, clip=False) - elems) * src.dtype.bytes
         if dst.scope == GLOBAL:
             c.gmem_store = elems * dst.dtype.bytes
         if is_shared(src.scope):
@@ -339,6 +346,7 @@ def tile_counts(kernel: Kernel, ftg: FTG, gemm_plan) -> TileCounts:
         lc.l2_bytes += (c.gmem_load + c.gmem_store) * total
         lc.hbm_write += c.gmem_store * total
         lc.smem_bytes += c.smem * total
+        lc.zero_fill_bytes += c.zero_fill * total
         lc.tensor_flops += c.tensor_flops * total
         lc.cuda_ops += c.cuda_ops * total
         lc.sfu_ops += c.sfu_ops * total
@@ -374,7 +382,7 @@ def with_hbm_reads(tc: TileCounts, wave_blocks: int, l2_bytes: int) -> LaunchCou
     lc = LaunchCounts(src.grid, src.num_blocks, src.threads, [], 0.0, src.hbm_write,
                       src.l2_bytes, src.smem_bytes, src.tensor_flops, src.cuda_ops, src.sfu_ops,
                       src.inflight_per_block, src.pipelined, src.loop_phases, src.swizzle,
-                      src.exposed_loads)
+                      src.exposed_loads, src.zero_fill_bytes)
     by_node = {id(load.count): load for load in tc.loads}
     wave = np.arange(lc.num_blocks, dtype=np.int64) // max(1, wave_blocks)
     per_buffer: dict = {}

@@ -213,11 +213,18 @@ def enumerate_candidates(factory, args, space=None, target="h100", fixed=None) -
     return out
 
 
-def preference(time: float, num_stages, smem: int, regs: int) -> tuple:
-    """Sort key of a candidate: fastest predicted first; among equal predictions the deeper
-    software pipeline first (the roofline counts no latency, which more stages hide), then
-    less shared memory, then fewer registers."""
-    return (time, -(num_stages or 0), smem, regs)
+def preference(time: float, num_stages, smem: int, regs: int, zero_fill: float = 0.0) -> tuple:
+    """Sort key of a candidate: fastest predicted first; among equal predictions the tile that
+    fills fewer shared-memory bytes with zeros past the tensors' edges first, then the deeper
+    software pipeline (the roofline counts no latency, which more stages hide), then less
+    shared memory, then fewer registers.
+
+    Zero fill moves nothing from DRAM, so the roofline ties an HBM-bound tile that reaches past
+    M with one that does not, yet it costs time: at 16x8192x8192 on the H100 a 64x32 tile (three
+    quarters of every A box zeros) ran 37% slower than at M 64, and the tiles the model tied
+    there measured in the order of their zero-filled bytes
+    (bench/results/2026-11-25_gemm_decode_shapes.md)."""
+    return (time, zero_fill, -(num_stages or 0), smem, regs)
 
 
 def rank(candidates) -> list:
@@ -225,7 +232,8 @@ def rank(candidates) -> list:
     legal = [c for c in candidates if c.ok]
     legal.sort(key=lambda c: preference(c.time, c.config.get("num_stages"),
                                         c.cost.resources.smem_per_block,
-                                        c.cost.resources.regs_per_thread))
+                                        c.cost.resources.regs_per_thread,
+                                        c.cost.zero_fill_bytes))
     for i, c in enumerate(legal, start=1):
         c.rank = i
     return legal
