@@ -63,6 +63,7 @@ class Candidate:
             "time_us": c.time * 1e6, "tflops": c.tflops,
             "arith_intensity": c.arithmetic_intensity,
             "hbm_mb": c.hbm_bytes / 1e6, "l2_mb": c.l2_bytes / 1e6, "smem_mb": c.smem_bytes / 1e6,
+            "zero_fill_mb": c.zero_fill_bytes / 1e6,
             "bound": c.bound, "roofline_util": c.roofline_util,
             "utilization": c.utilization,
             "blocks_per_sm": res.blocks_per_sm,
@@ -257,14 +258,16 @@ def format_table(rows: list, keys=None) -> str:
     if not rows:
         return "(no legal configuration)"
     keys = keys or sorted({k for r in rows for k in r["config"]})
-    head = ["#"] + list(keys) + ["time us", "TFLOP/s", "AI F/B", "HBM MB", "L2 MB", "bound",
-                                 "util", "blk/SM", "occ", "waves", "regs", "smem KB", "warps"]
+    head = ["#"] + list(keys) + ["time us", "TFLOP/s", "AI F/B", "HBM MB", "L2 MB", "zeros MB",
+                                 "bound", "util", "blk/SM", "occ", "waves", "regs", "smem KB",
+                                 "warps"]
     lines = []
     for r in rows:
         warps = ",".join(f"{wm}x{wn}" for _, _, wm, wn in r["warp_partitions"]) or "-"
         lines.append([str(r["rank"])] + [str(r["config"].get(k, "")) for k in keys] + [
             f"{r['time_us']:.1f}", f"{r['tflops']:.0f}", f"{r['arith_intensity']:.0f}",
-            f"{r['hbm_mb']:.0f}", f"{r['l2_mb']:.0f}", r["bound"], f"{r['roofline_util']:.2f}",
+            f"{r['hbm_mb']:.0f}", f"{r['l2_mb']:.0f}", f"{r['zero_fill_mb']:.0f}", r["bound"],
+            f"{r['roofline_util']:.2f}",
             str(r["blocks_per_sm"]), f"{r['occupancy']:.2f}", str(r["waves"]),
             str(r["regs_per_thread"]), f"{r['smem_per_block'] / 1024:.0f}", warps])
     widths = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(head)]
