@@ -4,8 +4,9 @@ In the persistent warp-specialized kernel the consumers load each tile's query t
 (ld.global -> st.shared), after the previous tile's output has left O_shared, which the
 planner lays over Q_shared (3 stages of 128 x 128 K and V leave no room for both). The `qonce`
 arm patches the generated source so that the query is loaded on a block's first tile only:
-its results are wrong on purpose, and only its time is read. Beside cuDNN attention and the
-unpatched kernel, with 3 and with 2 stages, 3 rounds each.
+its results are wrong on purpose, and only its time is read. `qregs` and `vslot` are
+correct forms of taking the load off the critical path (their docstrings). Beside cuDNN
+attention and the unpatched kernel, with 3 and with 2 stages, 3 rounds each.
 
     python3 bench/probe_mha_query_load.py [rounds] [arms, e.g. base3,qregs3,qonce3]
 """
@@ -28,46 +29,103 @@ from tilecraft.carver.recommend import underlying  # noqa: E402
 from tilecraft.profiler import cuda_median_ms  # noqa: E402
 
 SHAPES = [(32, 32, 1024, 128, False), (16, 32, 2048, 128, True), (8, 32, 4096, 128, False)]
-QUERY_LOAD = ("      #pragma unroll\n      for (int l = 0; l < 8; ++l) {\n"
-              "        tc::st_shared_128((&Q_shared[")
+QUERY_LOAD = re.compile(
+    r"( *)#pragma unroll\n *for \(int (l\w*) = 0; \2 < (\d+); \+\+\2\) \{\n"
+    r" *tc::st_shared_128\((\(&Q_shared\[[^\n]*\]\)), tc::ld_global_128\((\(&Q\[[^\n]*\]\))\)\);"
+    r"\n *\}\n")
+
+
+class QueryLoad:
+    """The consumers' per-tile query load in the generated source, and what the patches need
+    to know about the tile loop around it."""
+
+    def __init__(self, src: str):
+        self.match = m = QUERY_LOAD.search(src)
+        assert m, "query load not found"
+        self.indent, self.var, self.n, self.dst, self.load = m.groups()
+        self.tiles = int(re.search(r"tc_tile_1 < (\d+);", src).group(1))
+        g = re.search(r"const int bx = tc_tile_1 % \((\d+)\);\n.*"
+                      r"const int by = tc_tile_1 / \(\d+\) % \((\d+)\);", src, re.S)
+        self.gx, self.gy = int(g.group(1)), int(g.group(2))
+
+    def guarded(self, later: str) -> str:
+        """The load on the block's first tile, `later` (statements) on the others."""
+        i = self.indent
+        return (f"{i}if (tc_tile_1_round == 0) {{\n{self.match.group(0)}{i}}} else {{\n"
+                f"{i}  {later}\n{i}}}\n")
+
+    def next_tile(self, body: str) -> str:
+        """body with nbx, nby, nbz bound to the block's next tile, if it has one."""
+        return ("      { const int nr = tc_tile_1_round + 1;\n"
+                "        const int nt = nr * gridDim.x + (nr % 2 ? gridDim.x - 1 - blockIdx.x"
+                " : blockIdx.x);\n"
+                f"        if (nt < {self.tiles}) {{\n"
+                f"          const int nbx = nt % {self.gx}, nby = nt / {self.gx} % {self.gy},"
+                f" nbz = nt / {self.gx * self.gy};\n{body}        }} }}\n")
+
+    def next_load(self) -> str:
+        """The load's global address for the next tile's indices."""
+        return self.load.replace("(bz)", "(nbz)").replace("bx *", "nbx *") \
+            .replace("+ by)", "+ nby)")
 
 
 def query_once(src: str) -> str:
-    """The consumers' query load guarded to the block's first tile."""
-    i = src.index(QUERY_LOAD)
-    j = src.index("}\n", src.index("tc::st_shared_128", i)) + 2
-    return src[:i] + "      if (tc_tile_1_round == 0) {\n" + src[i:j] + "      }\n" + src[j:]
+    """The consumers' query load guarded to the block's first tile (wrong results)."""
+    q = QueryLoad(src)
+    return src[:q.match.start()] + q.guarded("") + src[q.match.end():]
 
 
-def query_in_registers(src):
-    """Next tile's query loaded into registers while the tile's last PV gemm runs; stored to
-    Q_shared at the next tile's start (after the output store has left the aliased buffer)."""
-    m = re.search(r"( *)#pragma unroll\n *for \(int (l\w*) = 0; \2 < (\d+); \+\+\2\) \{\n *tc::st_shared_128\((\(&Q_shared\[[^\n]*\]\)), tc::ld_global_128\((\(&Q\[[^\n]*\]\))\)\);\n *\}\n", src)
-    assert m, "query load not found"
-    ind, var, n, dst, load = m.groups()
-    n = int(n)
-    tiles = int(re.search(r"tc_tile_1 < (\d+);", src).group(1))
-    store = (f"{ind}if (tc_tile_1_round == 0) {{\n{ind}  #pragma unroll\n{ind}  for (int {var} = 0; {var} < {n}; ++{var}) "
-             f"tc::st_shared_128({dst}, tc::ld_global_128({load}));\n{ind}}} else {{\n{ind}  #pragma unroll\n"
-             f"{ind}  for (int {var} = 0; {var} < {n}; ++{var}) tc::st_shared_128({dst}, tc_qn[{var}]);\n{ind}}}\n")
-    src = src[:m.start()] + store + src[m.end():]
-    # declare the registers before the consumers' tile loop
+def query_in_registers(src: str) -> str:
+    """The next tile's query loaded into registers while the tile's last PV gemm runs, and
+    stored to Q_shared at the next tile's start (once the output's TMA store has read the
+    aliased O_shared)."""
+    q = QueryLoad(src)
+    store = f"#pragma unroll\n{q.indent}  for (int {q.var} = 0; {q.var} < {q.n}; ++{q.var}) " \
+            f"tc::st_shared_128({q.dst}, tc_qn[{q.var}]);"
+    src = src[:q.match.start()] + q.guarded(store) + src[q.match.end():]
     loop = src.index("    for (int tc_tile_1_round = 0")
-    src = src[:loop] + f"    uint4 tc_qn[{n}];\n" + src[loop:]
-    # the next tile's indices, as the tile loop computes them
-    nxt = load.replace("(bz)", "(nbz)").replace("bx *", "nbx *").replace("+ by)", "+ nby)")
-    grid = re.search(r"const int bx = tc_tile_1 % \((\d+)\);\n.*const int by = tc_tile_1 / \(\d+\) % \((\d+)\);", src, re.S)
-    gx, gy = int(grid.group(1)), int(grid.group(2))
-    fetch = (f"        {{ const int nr = tc_tile_1_round + 1; const int nt = nr * gridDim.x + (nr % 2 ? gridDim.x - 1 - blockIdx.x : blockIdx.x);\n"
-             f"          if (nt < {tiles}) {{ const int nbx = nt % {gx}, nby = nt / {gx} % {gy}, nbz = nt / {gx * gy};\n"
-             f"            #pragma unroll\n            for (int {var} = 0; {var} < {n}; ++{var}) tc_qn[{var}] = tc::ld_global_128({nxt}); }} }}\n")
-    # after the last PV's commit (the last wgmma_commit_group before the normalization)
-    norm = src.index("acc_o[l_11] = acc_o[l_11] / logsum") if "acc_o[l_11]" in src else None
+    src = src[:loop] + f"    uint4 tc_qn[{q.n}];\n" + src[loop:]
+    fetch = q.next_tile(f"          #pragma unroll\n          for (int {q.var} = 0; "
+                        f"{q.var} < {q.n}; ++{q.var})\n            tc_qn[{q.var}] = "
+                        f"tc::ld_global_128({q.next_load()});\n")
+    norm = src.index("acc_o[l_11] = acc_o[l_11] / logsum")
     cut = src.rindex("tc::wgmma_commit_group();\n", 0, norm) + len("tc::wgmma_commit_group();\n")
     return src[:cut] + fetch + src[cut:]
 
 
-PATCHES = {"base": lambda src: src, "qonce": query_once, "qregs": query_in_registers}
+def output_in_v_slot(src: str) -> str:
+    """The output staged in the tile's last V stage (released to the producer only after
+    the TMA store has read it; the tile must have one) instead of over Q_shared; each
+    consumer warpgroup then loads its 64 rows of the next tile's query by cp.async as soon as
+    its last score gemm is done (after the score loop), and waits for them at the next
+    tile's start."""
+    q = QueryLoad(src)
+    seq = int(re.search(r"\(\(\(bz\) \* (\d+) \+ bx \* 128", q.load).group(1))
+    heads = int(re.search(r"\) \* (\d+) \+ by\) \* 128", q.load).group(1))
+    src = src[:q.match.start()] + q.guarded("tc::cp_async_wait_all();") + src[q.match.end():]
+    fetch = q.next_tile(
+        "          #pragma unroll\n          for (int l = 0; l < 8; ++l) {\n"
+        "            const int r = tx / 128 * 64 + l * 8 + tx % 128 / 16, c = tx % 16 * 8;\n"
+        "            tc::cp_async_cg_16((&Q_shared[c / 64 * 8192 + r * 64 + ((c % 64) / 8 ^ r % 8)"
+        " * 8]),\n"
+        f"                (&Q[(((nbz) * {seq} + nbx * 128 + r) * {heads} + nby) * 128 + c]), "
+        "true);\n          }\n          tc::cp_async_commit();\n")
+    last = re.search(r"      if \([^\n]*\) \{\n        tc::mbarrier_wait_parity\(\(&tma_full\["
+                     r"\(tc_rounds\[0\] \+ (.+?)\) % 3 \+ 3\]\)", src)
+    final, stage = last.start(), f"(tc_rounds[0] + {last.group(1)}) % 3"
+    src = src[:final] + fetch + src[final:]
+    release = f"tc::mbarrier_arrive_warp((&tma_empty[{stage} + 3]));\n"
+    i = src.index(release, final)
+    src = src[:i] + src[i + len(release):]
+    src = src.replace("(&O_shared[", f"(&V_shared[{stage} * 16384 + ")
+    commit = "        tc::tma_store_commit();\n      }\n"
+    j = src.index(commit) + len(commit)
+    return src[:j] + ("      if (tx == 0) tc::tma_store_wait<0>();\n"
+                      "      tc::named_barrier_sync(1, 256);\n      " + release) + src[j:]
+
+
+PATCHES = {"base": lambda src: src, "qonce": query_once, "qregs": query_in_registers,
+           "vslot": output_in_v_slot}
 
 
 def build(shape, patch, stages):
@@ -98,7 +156,8 @@ def main():
         ref = torch.nn.functional.scaled_dot_product_attention(
             qt.float(), kt.float(), vt.float(), is_causal=causal).transpose(1, 2)
         arms = {f"{name}{stages}": build(shape, name, stages)
-                for stages, names in ((3, ("base", "qregs", "qonce")), (2, ("base", "qonce")))
+                for stages, names in ((3, ("base", "qregs", "vslot", "qonce")),
+                                      (2, ("base", "qonce")))
                 for name in names if wanted is None or f"{name}{stages}" in wanted}
         for name, kern in arms.items():
             err = float((kern(q, k, v).float() - ref).norm() / ref.norm())
