@@ -9,6 +9,9 @@ arm but those with `builtin`, so the arms that prefetch compare against none.
   bulkN   the producer prefetches block k + N into L2 (cp.async.bulk.prefetch.L2) after issuing
           block k, each of the two head-group blocks half of it
   fullN   the same, each block all of it (what tileops/prefetch.py does, for N = 1)
+  odd2    after issuing an odd block k (the second of a pair), each block prefetches all of
+          block k + 2: the next pair's second block (warpgroup 1's, loaded last, when the
+          pair's last stage frees) is on its way a whole pair ahead
   tensorN the same, one TMA tensor prefetch per box
   evictq / evictkv / evict   the query's, the KV's or both TMA loads carry an L2 evict_first hint
   evicto  the output's TMA stores carry an L2 evict_first hint
@@ -94,11 +97,11 @@ def order(src):
     return src[:k] + "tc::named_barrier_sync(6, 256);\n        " + src[k:]
 
 
-def bulk(ahead, half):
+def bulk(ahead, half, when="true"):
     def patch(src):
         n = blocks(src)
         cut = "+ (by % 2) * {}" if half else "+ 0 * {}"
-        lines = [f"if (k + {ahead} < {n}) {{"]
+        lines = [f"if ({when} && k + {ahead} < {n}) {{"]
         for name, row, size in (("KV", 512, 65536), ("K_pe", 64, 8192)):
             part = size // 2 if half else size
             at = f"reinterpret_cast<const char*>({name} + ((long long)bx * {n * 64} + " \
@@ -262,7 +265,7 @@ ARMS = {"base": lambda s: s, "pair": paired, "builtin": lambda s: s, "skipfirst"
         "qonly": first_loads(("tma_ready[0]",)), "mc": lambda s: s, "mcevict": mc_evict,
         "mcpf": mc_prefetch(False),
         "mcpfe": mc_prefetch(True), **{f"bulk{a}": bulk(a, True) for a in (1, 2)},
-        **{f"full{a}": bulk(a, False) for a in (1, 2)},
+        **{f"full{a}": bulk(a, False) for a in (1, 2)}, "odd2": bulk(2, False, "k % 2 == 1"),
         **{f"tensor{a}": tensor(a) for a in (1, 2)}}
 
 
