@@ -70,6 +70,22 @@ def elementwise(M, N, bm=32, bn=64):
     return main
 
 
+def float_tests(N, dtype="float32"):
+    """Flags[0..2] = isnan / isinf / isfinite of X, Y = clamp(X, -1, 1) with NaN kept."""
+    @T.prim_func
+    def main(X: T.Tensor((N,), dtype), Flags: T.Tensor((3, N), "int32"),
+             Y: T.Tensor((N,), dtype)):
+        with T.Kernel(T.ceildiv(N, 128), threads=128) as bx:
+            for i in T.Parallel(128):
+                x = X[bx * 128 + i]
+                Flags[0, bx * 128 + i] = T.cast(T.isnan(x), "int32")
+                Flags[1, bx * 128 + i] = T.cast(T.isinf(x), "int32")
+                Flags[2, bx * 128 + i] = T.cast(T.isfinite(x), "int32")
+                Y[bx * 128 + i] = T.if_then_else(T.isnan(x), x, T.clamp(x, -1.0, 1.0))
+
+    return main
+
+
 def reduce(kind, dim, M, N):
     out_shape = (N,) if dim == 0 else (M,)
 
@@ -185,6 +201,7 @@ def corpus():
     out.append(("gemm_fp8", fp8_gemm(130, 200, 96, 64, 64, 64, threads=128,
                                      a_dtype="float8_e5m2")))
     out.append(("elementwise", elementwise(100, 77)))
+    out.append(("float_tests", float_tests(200)))
     for kind in ("sum", "max", "min", "abssum", "absmax"):
         for dim in (0, 1):
             out.append((f"reduce_{kind}_{dim}", reduce(kind, dim, 32, 48)))

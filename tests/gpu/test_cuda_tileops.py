@@ -30,6 +30,22 @@ def test_elementwise_with_bounds(M, N):
     torch.testing.assert_close(c, (a * 2).clamp_min(0) + b, atol=2e-3, rtol=2e-3)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
+def test_isnan_isinf_isfinite_and_clamp(dtype):
+    N = 200
+    k = cuda(kernels.float_tests(N, str(dtype).split(".")[1]))
+    x = rand(N, dtype=dtype) * 3
+    x[:6] = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, 1.0, -1.0])
+    if dtype == torch.float64:
+        x[6:8] = torch.tensor([1e300, -1e300])  # finite, though past float32's range
+    flags, y = poisoned(3, N, dtype=torch.int32), poisoned(N, dtype=dtype)
+    k(x, flags, y)
+    want = torch.stack([x.isnan(), x.isinf(), x.isfinite()]).to(torch.int32)
+    assert torch.equal(flags, want)
+    torch.testing.assert_close(y, torch.where(x.isnan(), x, x.clamp(-1, 1)), equal_nan=True,
+                               atol=0, rtol=0)
+
+
 @pytest.mark.parametrize("kind", ["sum", "max", "min", "abssum", "absmax"])
 @pytest.mark.parametrize("dim", [0, 1])
 @pytest.mark.parametrize("M,N", [(64, 64), (32, 48)])

@@ -192,3 +192,48 @@ def test_dtype_objects_as_annotations_and_casts(d, npdt):
     else:
         want = a.astype(npdt)
     np.testing.assert_array_equal(b, want)
+
+
+def float_test_inputs(n, dtype):
+    """Random values with NaN, +-inf, values past +-1 and, for float64, finite values beyond
+    float32's range (which a float32 test would call infinite)."""
+    x = rng(21).uniform(-3, 3, n).astype(dtype)
+    x[:6] = [np.nan, np.inf, -np.inf, 0.0, 1.0, -1.0]
+    if dtype == np.float64:
+        x[6:8] = [1e300, -1e300]
+    return x
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+@pytest.mark.parametrize("target", ["interp", "emulator"])
+def test_isnan_isinf_isfinite_and_clamp(dtype, target):
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
+    import kernels
+    npdt = np.dtype(dtype)
+    x = float_test_inputs(200, npdt)
+    kernel = tilecraft.compile(kernels.float_tests(200, dtype), out_idx=[1, 2], target=target)
+    flags, y = kernel(x)
+    np.testing.assert_array_equal(flags, [np.isnan(x), np.isinf(x), np.isfinite(x)])
+    want = np.where(np.isnan(x), x, np.clip(x, -1, 1))
+    np.testing.assert_array_equal(y.astype(np.float64), want.astype(np.float64))
+
+
+def test_clamp_of_numbers_folds_and_float64_tests_stay_double_in_cuda():
+    assert T.clamp(5, 0, 3) == 3 and T.clamp(-2.5, -1.0, 1.0) == -1.0
+
+    @T.prim_func
+    def main(X: T.Tensor((32,), "float64"), F: T.Tensor((32,), "int32")):
+        with T.Kernel(1, threads=32) as bx:
+            for i in T.Parallel(32):
+                F[i] = T.cast(T.isinf(X[i]), "int32")
+    from tilecraft.runtime import has_nvcc
+    if not has_nvcc():
+        pytest.skip("nvcc is not installed")
+    source = tilecraft.compile(main, target="sm_80").get_kernel_source()
+    assert "isinf(X[" in source and "tc::cvt<float>" not in source
+
+
+def test_min_max_of_python_numbers_fold():
+    assert T.max(1, 2) == 2 and T.min(3, -1.5, 2) == -1.5 and T.max(2.5, 1) == 2.5

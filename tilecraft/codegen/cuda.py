@@ -172,8 +172,9 @@ class CudaEmitter:
             return f"{e.args[0]}({', '.join(self.arg(a) for a in e.args[1:])})"
         if e.name.startswith("tc::"):
             return f"{e.name}({', '.join(self.arg(a) for a in e.args)})"
-        if e.name in ("isnan", "isinf", "isfinite"):
-            return f"{e.name}({self.cast(e.args[0], _f32())})"
+        if e.name in ("isnan", "isinf", "isfinite"):  # double stays double: 1e300 is finite
+            x = e.args[0]
+            return f"{e.name}({self.expr(x) if x.dtype.name == 'float64' else self.float_arg(x)})"
         if e.name == "sigmoid":
             x = self.float_arg(e.args[0])
             return self.back(f"(1.0f / (1.0f + expf(-{x})))", e.dtype)

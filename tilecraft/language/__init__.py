@@ -9,7 +9,8 @@ from .allocate import (alloc_shared, alloc_fragment, alloc_local, alloc_var, all
 from .tileops import (copy, gemm, reduce_max, reduce_min, reduce_sum, reduce_abssum,
                       reduce_absmax, cumsum, fill, clear, atomic_add, atomic_max, atomic_min)
 from .math import (exp, exp2, exp10, log, log2, log10, log1p, sqrt, rsqrt, sin, cos, tan, tanh,
-                   sigmoid, erf, floor, ceil, round, trunc, abs, pow, fmod, max, min, ceildiv,
+                   sigmoid, erf, floor, ceil, round, trunc, isnan, isinf, isfinite, abs, pow,
+                   fmod, max, min, clamp, ceildiv,
                    cdiv, floordiv, floormod, truncdiv, infinity, max_value, min_value, cast, Cast,
                    if_then_else, call_extern, address_of, print, evaluate)
 from .annotate import annotate_layout, use_swizzle

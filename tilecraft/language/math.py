@@ -1,6 +1,8 @@
 """Scalar math and the other expression builtins (casts, selects, extern calls, print)."""
 from __future__ import annotations
 
+import builtins
+
 from ..errors import TileError, current_span
 from ..frontend import builder as bld
 from ..ir import dtypes as dt
@@ -41,6 +43,19 @@ sqrt, rsqrt, sin, cos, tan, tanh, sigmoid, erf = (_unary_math(n) for n in (
 floor, ceil, round, trunc = (_unary_math(n) for n in ("floor", "ceil", "round", "trunc"))
 
 
+def _float_test(name: str):
+    def fn(x):
+        what = f"T.{name}"
+        _device(what)
+        return ex.call(name, [_numeric(what, x)])
+    fn.__name__ = name
+    fn.__doc__ = f"{name}(x) as a bool expression."
+    return fn
+
+
+isnan, isinf, isfinite = (_float_test(n) for n in ("isnan", "isinf", "isfinite"))
+
+
 def abs(x):  # noqa: A001 - TileLang's name
     """Absolute value."""
     _device("T.abs")
@@ -64,7 +79,7 @@ def _minmax(op: str, args):
         raise TileError(f"{what} takes at least two values", current_span())
     args = [_numeric(what, a) for a in args]
     if all(is_python_number(a) for a in args):
-        return (min if op == "min" else max)(args)
+        return (builtins.min if op == "min" else builtins.max)(args)
     _device(what)
     result = args[0]
     for a in args[1:]:
@@ -80,6 +95,11 @@ def max(*args):  # noqa: A001
 def min(*args):  # noqa: A001
     """The smaller of two (or more) values; plain Python numbers fold at compile time."""
     return _minmax("min", args)
+
+
+def clamp(x, lo, hi):
+    """x limited to [lo, hi]: min(max(x, lo), hi)."""
+    return _minmax("min", [_minmax("max", [x, lo]), hi])
 
 
 def ceildiv(a, b):
