@@ -124,6 +124,38 @@ def test_row_strides_tma_cannot_address_are_refused(K):
     assert tma_plan(a_copy) is None
 
 
+def row_of_floats(n, seq=1024):
+    @T.prim_func
+    def main(X: T.Tensor((4, seq), "float32"), Y: T.Tensor((4, seq), "float32")):
+        with T.Kernel(4, threads=128) as bx:
+            row = T.alloc_shared((n,), "float32")
+            acc = T.alloc_fragment((n,), "float32")
+            T.clear(acc)
+            for k in T.Pipelined(seq // n, num_stages=2):
+                T.copy(X[bx, k * n:(k + 1) * n], row)
+                for i in T.Parallel(n):
+                    acc[i] += row[i]
+            T.copy(acc, Y[bx, 0:n])
+    return main
+
+
+@pytest.mark.parametrize("n, box", [(64, (1, 64)), (256, (1, 256)), (16, None), (40, None)])
+def test_one_dimensional_tiles_are_one_row_box(n, box):
+    """A [n] tile is one TMA box of one row when its bytes are whole 128-byte units (every
+    version of it in the ring then starts where a bulk copy may write), else it stays on
+    cp.async; a warp-specialized ring of it is placed at a 128-byte boundary."""
+    from tilecraft.tileops.tma import tma_plan
+    plan = tma_plan(_copies(row_of_floats(n))[0])
+    assert (plan.box if plan else None) == box
+    src = source(row_of_floats(n))
+    assert ("tc::tma_load_2d" in src) == (box is not None)
+    if box is not None:
+        import re
+        offset = int(re.search(r"row = reinterpret_cast<float\*>\(tc_smem \+ (\d+)\)",
+                               src).group(1))
+        assert offset % 128 == 0
+
+
 def test_tiles_first_read_by_different_statements_get_their_own_barriers():
     """Attention's K is read by the first gemm and V only after the softmax: each has its own
     full / empty pair, waited for right before its reader and released right after it, while

@@ -3,12 +3,12 @@
 Runs on tile-level IR with layouts inferred (a tile's footprint is its layout's, padding
 included). Each tile is live from its first to its last use in program order; a use inside a
 loop keeps it live for the whole loop, since the next iteration comes back to it, unless each
-iteration starts by overwriting the whole tile. Tiles whose
-live ranges do not meet may share bytes (the paper's MLA kernel writes its output tile where
-the query tile was). Placement is first fit in order of first use, at the alignment each
-layout needs (a 128-byte swizzle repeats every 1024 bytes, the bulk-copy engine wants tiles
-there). insert_barriers, which runs next, treats tiles that share bytes as one resource, so the
-reuse is separated from the last reads of the previous tenant by a barrier.
+iteration starts by overwriting the whole tile. Tiles whose live ranges do not meet may share
+bytes (the paper's MLA kernel writes its output tile where the query tile was). Placement is
+first fit in order of first use, at the alignment each layout needs (a 128-byte swizzle repeats
+every 1024 bytes, the bulk-copy engine wants tiles there), and at least 128 bytes for a tile TMA
+copies in or out. insert_barriers, which runs next, treats tiles that share bytes as one
+resource, so the reuse is separated from the last reads of the previous tenant by a barrier.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from ..errors import TileError
 from ..ir.buffer import is_shared
 from ..ir.stmt import Allocate, For, IfThenElse, Kernel, SeqStmt, seq, stmts_of
 from ..ir.tileop import Copy, TileOp
+from ..tileops.tma import TMA_SMEM_ALIGN
 
 
 def _align(x: int, a: int) -> int:
@@ -114,11 +115,12 @@ def _plan_kernel(k: Kernel, limit, offsets: dict) -> int:
                 live.touch([b], 0, live.position)
     placed = []  # (start, end, first, last)
     top = 0
+    bulk = _bulk_copied(k.body)
     for b in sorted(allocated, key=lambda b: live.ranges.get(id(b), (0, 0))[0]):
         first, last = live.ranges.get(id(b), (0, 0))
         size = footprint(b, layouts)
         layout = layouts.buffers.get(id(b)) if layouts is not None else None
-        align = max(16, getattr(layout, "alignment", 16))
+        align = max(TMA_SMEM_ALIGN if id(b) in bulk else 16, getattr(layout, "alignment", 16))
         start = 0
         while True:  # first fit among the tiles live at the same time
             clash = [e for s, e, f, l in placed
@@ -133,6 +135,22 @@ def _plan_kernel(k: Kernel, limit, offsets: dict) -> int:
         raise TileError(f"kernel needs {top} bytes of shared memory; the target allows {limit} "
                         "per block (use smaller tiles or fewer stages)", k.span)
     return top
+
+
+def _bulk_copied(body) -> set:
+    """ids of the shared tiles TMA reads or writes (warp_specialize's loads, infer_instructions'
+    stores and adds): the bulk-copy engine addresses shared memory at 128-byte boundaries."""
+    from ..ir.visitor import walk
+    out = set()
+    for n in walk(body):
+        notes = getattr(n, "annotations", None) or {}
+        if isinstance(n, TileOp) and (notes.get("tma_barrier") is not None or
+                                      notes.get("instruction") == "tma"):
+            for region in (getattr(n, "dst", None), getattr(n, "src", None),
+                           getattr(n, "value", None)):
+                if region is not None and is_shared(region.buffer.scope):
+                    out.add(id(region.buffer))
+    return out
 
 
 def _allocations(body):

@@ -258,7 +258,8 @@ class _Specializer:
             for i in group.copies:
                 copy = Versioned(versions, stage).visit(body[i])
                 total += ahead[i].bytes
-                notes = {"tma_barrier": BufferLoad(full, (slot(g),)), "scheduled": True}
+                notes = {"tma_barrier": BufferLoad(full, (slot(g),)), "scheduled": True,
+                         "tile_rank": len(body[i].dst.buffer.shape)}
                 if self.cluster and i in self.cluster.shared:
                     notes["tma_multicast"] = self.cluster.size
                 copies.append(dataclasses.replace(copy, annotations={**copy.annotations,

@@ -3,6 +3,7 @@
 Loads (global -> shared) and stores (shared -> global) follow the same rules. A copy
 qualifies when its global tensor has a static, contiguous shape whose row strides are
 multiples of 16 bytes (TMA's rule), the copied box is the whole destination tile (rows x cols,
+a one-dimensional tile being one row,
 the tile's columns along the tensor's last dimension, every other dimension of the box one
 element except at most one of `rows`), and each box dimension fits TMA's 256-element limit.
 The tile's shared layout (layout.swizzle) then decides the boxes: a tile stored with a W-byte
@@ -42,6 +43,7 @@ from .cache_hints import hinted
 
 MAX_BOX = 256
 MAX_RANK = 5
+TMA_SMEM_ALIGN = 128   # bytes: the shared-memory address of every bulk tensor copy
 
 
 @dataclass(eq=False, repr=False)
@@ -62,6 +64,7 @@ class TmaPlan:
     slab: int           # tile columns per box
     slabs: int
     bytes: int          # bytes one copy brings (all boxes)
+    tile_rank: int = 2  # 1 for a one-dimensional tile (one row), else 2 (its rows x cols)
 
 
 def _static(values) -> list | None:
@@ -84,13 +87,16 @@ def tma_plan(copy) -> TmaPlan | None:
     shape = _static(src.buffer.shape)
     extents = _static_extents(src)
     tile = dst.buffer.static_shape()
-    if shape is None or extents is None or len(tile) < 2 or not 2 <= len(shape) <= MAX_RANK:
+    if shape is None or extents is None or not 2 <= len(shape) <= MAX_RANK:
         return None
-    rows, cols = tile[-2], tile[-1]
+    # A ring's versions of a tile add a leading dimension (warp_specialize notes the rank the
+    # tile had); a one-dimensional tile [n] is one row of n.
+    rank = min(2, copy.annotations.get("tile_rank", len(tile)))
+    rows, cols = (tile[-2], tile[-1]) if rank == 2 else (1, tile[-1])
     dst_ext = _static_extents(dst)
     if dst_ext is None or [e for e in dst_ext if e != 1] != [e for e in (rows, cols) if e != 1]:
         return None
-    if any(constant_value(s) != 0 for s in dst.starts[-2:]):
+    if any(constant_value(s) != 0 for s in dst.starts[-rank:]):
         return None
     esize = src.buffer.dtype.bits // 8
     if extents[-1] != cols or any(math.prod(shape[d + 1:]) * esize % 16
@@ -99,9 +105,11 @@ def tma_plan(copy) -> TmaPlan | None:
     outer = [d for d, e in enumerate(extents[:-1]) if e != 1]
     if (rows == 1 and outer) or (rows > 1 and (len(outer) != 1 or extents[outer[0]] != rows)):
         return None
-    mode = swizzle_mode_for(rows, cols, src.buffer.dtype.bits)
+    mode = swizzle_mode_for(rows, cols, src.buffer.dtype.bits) if rank == 2 else None
     if mode is None:
-        if cols * esize % 16:
+        # One box: its shared address must be 128-byte aligned (plan_shared_memory aligns
+        # the tile), and so must every version of it in a ring.
+        if cols * esize % 16 or rows * cols * esize % TMA_SMEM_ALIGN:
             return None
         slab, swizzle = cols, "none"
     else:
@@ -112,7 +120,8 @@ def tma_plan(copy) -> TmaPlan | None:
         box[outer[0]] = rows
     if max(box) > MAX_BOX:
         return None
-    return TmaPlan(len(shape), tuple(box), swizzle, slab, cols // slab, rows * cols * esize)
+    return TmaPlan(len(shape), tuple(box), swizzle, slab, cols // slab, rows * cols * esize,
+                   rank)
 
 
 def _static_extents(region):
@@ -134,7 +143,8 @@ def _box(ctx, tile, tensor, plan: TmaPlan, j: int):
     """(shared address, tensor coordinates outermost first) of box j of a copy between the
     shared region `tile` and the global region `tensor`: the j-th column slab of the tile."""
     starts = list(tile.starts)
-    offset = ctx.shared_offset(tile.buffer, starts[:-2] + [const(0), const(j * plan.slab)])
+    lead = starts[:len(starts) - plan.tile_rank] + [const(0)] * (plan.tile_rank - 1)
+    offset = ctx.shared_offset(tile.buffer, lead + [const(j * plan.slab)])  # from row 0
     coords = [ctx.simplify(s) for s in tensor.starts]
     coords[-1] = ctx.simplify(coords[-1] + j * plan.slab)
     return address_of(ctx.flat(tile.buffer), offset), coords
