@@ -126,6 +126,14 @@ def atomic_pair(m, ptr: Pointer, pair):
         atomic(m, "add", Pointer(ptr.buffer, np.asarray(ptr.elem) + k, ptr.ok), value)
 
 
+def atomic_float_pair(m, ptr: Pointer, a, b):
+    """tc::atomic_add_v2: p[0] += a, p[1] += b (one red.global.add.v2.f32 on sm_90, so p
+    must be 8-byte aligned)."""
+    m.mem.byte_range(ptr, 8, m.lanes, "atomic_add_v2", m.span)   # reports misalignment
+    for k, value in enumerate((a, b)):
+        atomic(m, "add", Pointer(ptr.buffer, np.asarray(ptr.elem) + k, ptr.ok), value)
+
+
 # --- warp-level ------------------------------------------------------------------------------
 def shfl_xor(m, value, lane_mask):
     value = np.asarray(value)
@@ -355,6 +363,8 @@ def call(m, name: str, args: list):
         return pack(m, "float16" if name == "pack_half2" else "bfloat16", *args)
     if name == "atomic_add_x2":
         return atomic_pair(m, *args)
+    if name == "atomic_add_v2":
+        return atomic_float_pair(m, *args)
     if name.startswith("atomic_") and name[7:] in _ATOMIC:
         return atomic(m, name[7:], *args)
     out = sm90(m, name, args)

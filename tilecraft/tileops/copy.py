@@ -117,8 +117,14 @@ def _pairs_store_together(op, layout, ctx) -> bool:
             return False
     elif not is_shared(dst.buffer.scope) or not _keeps_chunks(ctx.layouts.buffer(dst.buffer), 2):
         return False
+    return registers_pair_columns(layout)
+
+
+def registers_pair_columns(layout) -> bool:
+    """Whether every thread's registers 2m, 2m + 1 of the 2-d fragment layout hold column
+    neighbours (j, j + 1) of one row, with j even (every mma / wgmma accumulator)."""
     table = layout.table()[..., 0, :]
-    if table.shape[-2] % 2:
+    if table.shape[-1] != 2 or table.shape[-2] % 2:
         return False
     even, odd = table[..., 0::2, :], table[..., 1::2, :]
     return bool(np.all(even[..., 0] == odd[..., 0]) and np.all(odd[..., 1] == even[..., 1] + 1)

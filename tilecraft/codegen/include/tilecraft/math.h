@@ -16,6 +16,8 @@
 //                           target has it; CUDA's own CAS fallback otherwise)
 //   atomic_add_x2(T* p, uint32_t pair)  T in half_t, bfloat16_t: p[0] += low half of pair and
 //                           p[1] += high half, as one f16x2 / bf16x2 atomic (p 4-byte aligned)
+//   atomic_add_v2(float* p, float a, float b)  p[0] += a, p[1] += b: one red.global.add.v2.f32
+//                           on sm_90 (p 8-byte aligned, in global memory), two atomics before
 //   atomic_max / atomic_min(T* p, T v)  T in int, unsigned, long long, unsigned long long,
 //                           float, double. float/double use the integer-ordering trick: one
 //                           atomicMax/atomicMin on the bit pattern, no CAS loop. NaN values
@@ -111,6 +113,15 @@ TC_DEVICE void atomic_add_x2(bfloat16_t* p, uint32_t pair) {
   __nv_bfloat162 v;
   __builtin_memcpy(&v, &pair, sizeof(v));
   atomicAdd(reinterpret_cast<__nv_bfloat162*>(p), v);
+}
+
+TC_DEVICE void atomic_add_v2(float* p, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" :: "l"(p), "f"(a), "f"(b) : "memory");
+#else
+  atomicAdd(p, a);
+  atomicAdd(p + 1, b);
+#endif
 }
 
 TC_DEVICE int atomic_max(int* p, int v) { return atomicMax(p, v); }
