@@ -86,6 +86,34 @@ def float_tests(N, dtype="float32"):
     return main
 
 
+def workspace_rows(n=None):
+    """B = A with each row's mean taken out, Tot = sum of A: the row sums pass from the first
+    launch to the second through a workspace of n rows (T.alloc_global; n symbolic unless
+    given)."""
+    n = T.symbolic("n") if n is None else n
+
+    @T.prim_func
+    def main(A: T.Tensor((n, 4), "float32"), B: T.Tensor((n, 4), "float32"),
+             Tot: T.Tensor((1,), "float32")):
+        with T.Kernel(T.ceildiv(n, 8), threads=32) as bx:
+            x = T.alloc_fragment((8, 4), "float32")
+            row = T.alloc_fragment((8,), "float32")
+            W = T.alloc_global((n,), "float32")
+            T.copy(A[bx * 8, 0], x)
+            T.reduce_sum(x, row, dim=1)
+            T.copy(row, W[bx * 8:(bx + 1) * 8])   # the tail beyond n is dropped
+            for i, j in T.Parallel(8, 4):
+                x[i, j] = x[i, j] - row[i] / 4.0
+            T.copy(x, B[bx * 8, 0])
+        with T.Kernel(1, threads=32) as bx:
+            acc = T.alloc_var("float32", init=0.0)
+            for i in T.serial(n):
+                acc += W[i]
+            Tot[0] = acc
+
+    return main
+
+
 def reduce(kind, dim, M, N):
     out_shape = (N,) if dim == 0 else (M,)
 
@@ -202,6 +230,7 @@ def corpus():
                                      a_dtype="float8_e5m2")))
     out.append(("elementwise", elementwise(100, 77)))
     out.append(("float_tests", float_tests(200)))
+    out.append(("workspace_rows", workspace_rows(300)))
     for kind in ("sum", "max", "min", "abssum", "absmax"):
         for dim in (0, 1):
             out.append((f"reduce_{kind}_{dim}", reduce(kind, dim, 32, 48)))

@@ -30,6 +30,21 @@ def test_elementwise_with_bounds(M, N):
     torch.testing.assert_close(c, (a * 2).clamp_min(0) + b, atol=2e-3, rtol=2e-3)
 
 
+def test_workspace_carries_data_between_launches():
+    """T.alloc_global of a symbolic size, allocated by the launcher at each call: the first
+    launch writes the row sums into it, the second adds them up. Three sizes (ragged
+    included) through one compiled program."""
+    k = cuda(kernels.workspace_rows())
+    for n in (19, 8, 300):
+        a = rand(n, 4)
+        b, tot = poisoned(n, 4, dtype=torch.float32), poisoned(1, dtype=torch.float32)
+        k(a, b, tot)
+        a64 = a.double()
+        torch.testing.assert_close(b.double(), a64 - a64.mean(1, keepdim=True), atol=1e-5,
+                                   rtol=1e-5)
+        torch.testing.assert_close(tot.double(), a64.sum().reshape(1), atol=1e-4, rtol=1e-5)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
 def test_isnan_isinf_isfinite_and_clamp(dtype):
     N = 200

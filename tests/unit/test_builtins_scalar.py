@@ -1,6 +1,8 @@
 """T.* scalar builtins (math, casts, dtype objects, extern calls, print, macros, symbolic
 sizes) run on the interpreter and checked against numpy; tile ops are in test_builtins.py."""
 import math
+import sys
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -207,8 +209,6 @@ def float_test_inputs(n, dtype):
 @pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
 @pytest.mark.parametrize("target", ["interp", "emulator"])
 def test_isnan_isinf_isfinite_and_clamp(dtype, target):
-    import sys
-    from pathlib import Path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
     import kernels
     npdt = np.dtype(dtype)

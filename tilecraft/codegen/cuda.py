@@ -49,7 +49,9 @@ __device__ __forceinline__ long long tc_floormod(long long a, long long b) {
 
 def kernel_signature(func: PrimFunc) -> list:
     """[(kind, object)]: ("tensor", Buffer), ("scalar", Var), ("size", Var) in argument order,
-    then ("tensormap", TensorMapVar) for the TMA tensor maps the lowered kernels use."""
+    ("workspace", Buffer) for each T.alloc_global (allocated by the launcher at every call and
+    passed to every launch of the program), then ("tensormap", TensorMapVar) for the TMA
+    tensor maps the lowered kernels use."""
     args = [("tensor", p) for p in func.params if isinstance(p, Buffer)]
     args += [("scalar", p) for p in func.params if isinstance(p, Var)]
     seen = {id(p) for p in func.params}
@@ -58,12 +60,23 @@ def kernel_signature(func: PrimFunc) -> list:
             if isinstance(d, Var) and id(d) not in seen:
                 seen.add(id(d))
                 args.append(("size", d))
+    for w in workspaces(func):
+        if id(w) not in seen:
+            seen.add(id(w))
+            args.append(("workspace", w))
     for k in func.kernels():
         for m in k.attrs.get("tensor_maps", ()):
             if id(m) not in seen:
                 seen.add(id(m))
                 args.append(("tensormap", m))
     return args
+
+
+def workspaces(func: PrimFunc) -> list:
+    """The global buffers the program's kernels allocate (T.alloc_global), in order."""
+    from ..ir.visitor import walk
+    return [n.buffer for n in walk(func.body)
+            if isinstance(n, Allocate) and n.buffer.scope == GLOBAL]
 
 
 def launch_threads(k: Kernel) -> int:
@@ -284,8 +297,7 @@ class CudaEmitter:
                 size *= d
             self.emit(depth, f"{ctype} {name}[{size}];", s.span)
         elif b.scope == GLOBAL:
-            raise TileError(f"T.alloc_global ({b.name}) is not supported by the CUDA backend yet",
-                            s.span)
+            pass   # a workspace: a parameter of the kernel (kernel_signature)
         else:
             raise TileError(f"internal: buffer {b.name} in scope {b.scope} reached the CUDA "
                             "emitter", s.span)
@@ -298,8 +310,8 @@ class CudaEmitter:
             if kind == "tensormap":
                 params.append(f"const __grid_constant__ tc::TensorMap {self.name(obj)}")
                 continue
-            params.append(f"{ctype}* __restrict__ {self.name(obj)}" if kind == "tensor"
-                          else f"{ctype} {self.name(obj)}")
+            params.append(f"{ctype}* __restrict__ {self.name(obj)}"
+                          if kind in ("tensor", "workspace") else f"{ctype} {self.name(obj)}")
         threads = k.num_threads
         # A warp-specialized kernel shares its register file between roles (setmaxnreg), which
         # ptxas honours only with a register count fixed at entry: one block per SM.

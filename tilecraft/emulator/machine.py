@@ -17,8 +17,9 @@ import contextlib
 import numpy as np
 
 from ..errors import TileError
+from ..interp.machine import poison
 from ..interp.values import Evaluator, to_dtype
-from ..ir.expr import Call
+from ..ir.expr import Call, Expr
 from ..ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, Evaluate, For, IfThenElse,
                        Kernel, SeqStmt)
 from ..ir.visitor import walk
@@ -332,6 +333,13 @@ class Emulator:
     def run(self, globals_: dict, bindings: dict) -> Reports:
         self.globals = dict(globals_)
         self.env.update(bindings)
+        # Each T.alloc_global is made for the launch, poisoned, as the CUDA launcher makes it
+        # (uninitialized) for every call.
+        from ..codegen.cuda import workspaces
+        for w in workspaces(self.func):
+            shape = tuple(int(np.asarray(Evaluator(self).eval(d))) if isinstance(d, Expr)
+                          else int(d) for d in w.shape)
+            self.globals.setdefault(id(w), poison(shape, w.dtype))
         body = self.func.body
         for s in (body.stmts if isinstance(body, SeqStmt) else (body,)):
             if not isinstance(s, Kernel):

@@ -78,6 +78,8 @@ class BlockMemory:
             else:
                 self.regs[id(buffer)] = fresh
             return
+        if buffer.scope == GLOBAL and id(buffer) in self.globals:
+            return   # a workspace (T.alloc_global): made for the launch (Emulator.run)
         raise TileError(f"the emulator cannot allocate {buffer.name} in scope {buffer.scope}",
                         span)
 

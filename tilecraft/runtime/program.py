@@ -61,8 +61,11 @@ def _nvcc_identity() -> str:
 
 def _positions(func, signature) -> list:
     """Where each kernel argument comes from: ("tensor"|"scalar", param index) or
-    ("size", (param index, dim))."""
+    ("size", (param index, dim)); the workspaces (T.alloc_global) come after the parameters
+    in a call's values (CudaProgram.with_workspaces)."""
     index = {id(p): i for i, p in enumerate(func.params)}
+    for obj in (o for kind, o in signature if kind == "workspace"):
+        index[id(obj)] = len(index)
     dims = {}
     for i, p in enumerate(func.params):
         for d, s in enumerate(p.shape if isinstance(p, Buffer) else ()):
@@ -74,7 +77,7 @@ def _positions(func, signature) -> list:
         elif kind == "tensormap":  # encoded at each call from the tensor it describes
             out.append((kind, (index[id(obj.buffer)], tuple(obj.box), obj.swizzle)))
         else:
-            out.append((kind, index[id(obj)]))
+            out.append(("tensor" if kind == "workspace" else kind, index[id(obj)]))
     return out
 
 
@@ -146,8 +149,11 @@ class CudaProgram:
                 "lowering_warnings": [(str(w.message), w.category, w.filename, w.lineno)
                                       for w in caught],
                 "positions": positions, "binds": binds, "launches": launches,
-                "param_names": [p.name for p in lowered.params],
-                "param_kinds": [("ptr", obj.dtype.name) if kind == "tensor" else
+                "param_names": [p.name for p in lowered.params] +
+                               [obj.name for kind, obj in signature if kind == "workspace"],
+                "workspaces": [(tuple(_int_or_expr(d) for d in obj.shape), obj.dtype.name)
+                               for kind, obj in signature if kind == "workspace"],
+                "param_kinds": [("ptr", obj.dtype.name) if kind in ("tensor", "workspace") else
                                 ("tensormap",) if kind == "tensormap" else obj.dtype.name
                                 for kind, obj in signature]}
 
@@ -197,6 +203,7 @@ class CudaProgram:
         """values[i]: the tensor or scalar for parameter i; shapes[i]: tensor i's shape."""
         if self._kernels is None:
             self._load()
+        values = self.with_workspaces(values, self.workspace_specs(values, shapes))
         args = self._arguments(values, shapes)
         for kernel, grid in self._grids(values, shapes):
             kernel.launch(args, grid, stream)
@@ -227,11 +234,41 @@ class CudaProgram:
                 args.append(values[pos])
         return args
 
-    def _grids(self, values: list, shapes: list) -> list:
-        """[(kernel, 3-tuple grid)] of the launches with a non-empty grid."""
+    def _env(self, values: list, shapes: list) -> dict:
+        """The symbolic sizes and scalars of a call, for evaluating grids and workspaces."""
         env = {}
         for var, (kind, pos) in zip((b[0] for b in self.binds), (b[1] for b in self.binds)):
             env[id(var)] = np.int64(shapes[pos[0]][pos[1]] if kind == "size" else values[pos])
+        return env
+
+    def workspace_specs(self, values: list, shapes: list) -> list:
+        """[(shape, torch dtype, device)] of the program's workspaces for a call, on the
+        device of its first tensor argument."""
+        specs = getattr(self, "workspaces", ())
+        if not specs:
+            return []
+        import torch
+        from ..arrays import torch_dtype
+        from ..ir.dtypes import dtype as ir_dtype
+        env = self._env(values, shapes)
+        device = next((v.device for v in values if hasattr(v, "data_ptr")), None)
+        return [(tuple(d if isinstance(d, int) else int(evaluate(d, env)) for d in shape),
+                 torch_dtype(ir_dtype(name)), device or torch.device("cuda"))
+                for shape, name in specs]
+
+    @staticmethod
+    def with_workspaces(values: list, specs: list) -> list:
+        """values and a fresh tensor for each workspace (torch's allocator keeps it ordered
+        on the stream, so concurrent calls never share one)."""
+        if not specs:
+            return values
+        import torch
+        return list(values) + [torch.empty(shape, dtype=dtype, device=device)
+                               for shape, dtype, device in specs]
+
+    def _grids(self, values: list, shapes: list) -> list:
+        """[(kernel, 3-tuple grid)] of the launches with a non-empty grid."""
+        env = self._env(values, shapes)
         out = []
         for kernel, (_, grid, _, _) in zip(self._kernels, self.launches):
             if isinstance(grid, PersistentGrid):
@@ -254,10 +291,13 @@ class PreparedCall:
     def __init__(self, program: CudaProgram, values: list, shapes: list):
         self.program, self.shapes = program, shapes
         self.grids = program._grids(values, shapes)
-        self.tensors = tuple(i for i, v in enumerate(values) if hasattr(v, "data_ptr"))
+        self.workspaces = program.workspace_specs(values, shapes)
+        self.tensors = tuple(i for i, v in enumerate(values) if hasattr(v, "data_ptr")) + \
+            tuple(range(len(values), len(values) + len(self.workspaces)))
         self._made = None  # (addresses, packable arguments) of the last call
 
     def run(self, values: list) -> None:
+        values = self.program.with_workspaces(values, self.workspaces)
         addresses = tuple([values[i].data_ptr() for i in self.tensors])
         made = self._made
         if made is None or made[0] != addresses:
