@@ -233,6 +233,25 @@ def test_fill_with_a_buffer_as_value():
     expect(program, "T.fill: the value must be a scalar, got Buffer", "T.fill(")
 
 
+def test_reduce_of_a_shared_tile_on_the_cuda_backend():
+    """The interpreter reduces shared tiles; the CUDA lowering asks for a fragment, at the
+    reduction's line (it used to fail inside barrier insertion with an internal error)."""
+    import tilecraft.emulator as E
+
+    def program():
+        @T.prim_func
+        def main(A: T.Tensor((8, 4), "float32"), B: T.Tensor((8,), "float32")):
+            with T.Kernel(1, threads=32) as bx:
+                s = T.alloc_shared((8, 4), "float32")
+                row = T.alloc_fragment((8,), "float32")
+                T.copy(A, s)
+                T.reduce_sum(s, row, dim=1)  # <- here
+                T.copy(row, B)
+        E.lower(main)
+    expect(program, "T.reduce_sum: the CUDA backend reduces fragments; copy s into a "
+           "T.alloc_fragment tile first", "T.reduce_sum(")
+
+
 # --- atomics -----------------------------------------------------------------------------
 
 def test_atomic_add_into_fragment():

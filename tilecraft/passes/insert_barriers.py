@@ -16,7 +16,7 @@ settles every hazard pending before it, as a barrier would.
 from __future__ import annotations
 
 from ..errors import TileError
-from ..ir.buffer import is_shared
+from ..ir.buffer import FRAGMENT, is_shared
 from ..ir.expr import BufferLoad, Call
 from ..ir.stmt import (BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt, call_stmt, seq,
                        stmts_of)
@@ -100,8 +100,9 @@ class _Inserter:
         before it is ordered before every access after it, as by a barrier of our own.
         (Asked once per reduction: a loop body is scanned more than once.)"""
         layouts = self.kernel.attrs.get("layouts") if self.kernel is not None else None
-        if not isinstance(s, Reduce) or layouts is None:
-            return False
+        if not isinstance(s, Reduce) or layouts is None or \
+                FRAGMENT != s.src.buffer.scope or s.dst.buffer.scope != FRAGMENT:
+            return False   # (a reduction of a shared tile is refused by its lowering)
         if id(s) not in self.across_warps:
             from ..tileops.reduce import reduce_plan   # (that module builds its barriers here)
             try:
