@@ -49,6 +49,43 @@ def sdpa_ms(q, k, v, causal, backend):
         return float("nan")
 
 
+def sdpa_row(shape, causal, cfg, label, flop, times, flash, cudnn, err, kernel, clocks,
+             **extra) -> dict:
+    """One result row of an attention kernel beside SDPA's flash and cuDNN backends: times,
+    flash and cudnn are the rounds' milliseconds; clocks the SM MHz of ours, flash, cuDNN."""
+    ms = median(times)
+    mhz, flash_mhz, cudnn_mhz = clocks
+    return {"shape": shape, "causal": causal, "config": cfg, "variant": label,
+            "ms": ms, "ms_rounds": times, "tflops": flop / ms / 1e9,
+            "flash_tflops": flop / median(flash) / 1e9,
+            "cudnn_tflops": flop / median(cudnn) / 1e9,
+            "vs_flash": median([f / t for f, t in zip(flash, times)]),
+            "vs_cudnn": median([c / t for c, t in zip(cudnn, times)]),
+            "rel_error": err, **kernel_facts(kernel), **extra,
+            "sm_mhz": mhz, "flash_sm_mhz": flash_mhz, "cudnn_sm_mhz": cudnn_mhz}
+
+
+def row_text(row) -> str:
+    B, H, S, D = row["shape"]
+    return (f"B{B} H{H} S{S} D{D} causal={row['causal']} {row['config']} {row['variant']}: "
+            f"{row['tflops']:.0f} TFLOP/s; flash {row['flash_tflops']:.0f} "
+            f"({row['vs_flash']:.2f}x), cuDNN {row['cudnn_tflops']:.0f} "
+            f"({row['vs_cudnn']:.2f}x); err {row['rel_error']:.1e}")
+
+
+SDPA_COLUMNS = [
+    ("B,H,S,D", lambda r: str(r["shape"])), ("causal", lambda r: str(r["causal"])),
+    ("config", lambda r: str(r["config"])), ("variant", lambda r: r["variant"] or "-"),
+    ("TFLOP/s", lambda r: f"{r['tflops']:.0f}"),
+    ("SDPA flash", lambda r: f"{r['flash_tflops']:.0f}"),
+    ("x flash", lambda r: f"{r['vs_flash']:.2f}"),
+    ("SDPA cuDNN", lambda r: f"{r['cudnn_tflops']:.0f}"),
+    ("x cuDNN", lambda r: f"{r['vs_cudnn']:.2f}"), ("rel err", lambda r: f"{r['rel_error']:.1e}"),
+    ("regs", lambda r: str(r["registers"])), ("SM MHz", lambda r: mhz_text(r["sm_mhz"])),
+    ("flash SM MHz", lambda r: mhz_text(r["flash_sm_mhz"])),
+    ("cuDNN SM MHz", lambda r: mhz_text(r["cudnn_sm_mhz"]))]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
@@ -103,32 +140,12 @@ def main():
             lambda kern=kernel: cuda_median_ms(lambda: kern(q, k, v), 3, 10, False)
             for _, _, _, kernel, _ in cases], clocks, args.settle)
         for times, mhz, (cfg, label, configs, kernel, err) in zip(ours, our_mhz, cases):
-            ms = median(times)
-            row = {"shape": [B, H, S, D], "causal": causal, "config": cfg, "variant": label,
-                   "ms": ms, "ms_rounds": times, "tflops": flop / ms / 1e9,
-                   "flash_tflops": flop / median(flash) / 1e9,
-                   "cudnn_tflops": flop / median(cudnn) / 1e9,
-                   "vs_flash": median([f / t for f, t in zip(flash, times)]),
-                   "vs_cudnn": median([c / t for c, t in zip(cudnn, times)]),
-                   "rel_error": err, **kernel_facts(kernel), "pass_configs": configs,
-                   "sm_mhz": mhz, "flash_sm_mhz": flash_mhz, "cudnn_sm_mhz": cudnn_mhz,
-                   "wgmma": "wgmma_m64n" in kernel.get_kernel_source()}
+            row = sdpa_row([B, H, S, D], causal, cfg, label, flop, times, flash, cudnn, err,
+                           kernel, (mhz, flash_mhz, cudnn_mhz), pass_configs=configs,
+                           wgmma="wgmma_m64n" in kernel.get_kernel_source())
             rows.append(row)
-            print(f"S{S} causal={causal} {cfg} {label}: {row['tflops']:.0f} TFLOP/s; flash "
-                  f"{row['flash_tflops']:.0f} ({row['vs_flash']:.2f}x), cuDNN "
-                  f"{row['cudnn_tflops']:.0f} ({row['vs_cudnn']:.2f}x); err {err:.1e}",
-                  flush=True)
-    path = write_results(args.out, args.tag, rows, [
-        ("B,H,S,D", lambda r: str(r["shape"])), ("causal", lambda r: str(r["causal"])),
-        ("config", lambda r: str(r["config"])), ("variant", lambda r: r["variant"] or "-"),
-        ("TFLOP/s", lambda r: f"{r['tflops']:.0f}"),
-        ("SDPA flash", lambda r: f"{r['flash_tflops']:.0f}"),
-        ("x flash", lambda r: f"{r['vs_flash']:.2f}"),
-        ("SDPA cuDNN", lambda r: f"{r['cudnn_tflops']:.0f}"),
-        ("x cuDNN", lambda r: f"{r['vs_cudnn']:.2f}"), ("rel err", lambda r: f"{r['rel_error']:.1e}"),
-        ("regs", lambda r: str(r["registers"])), ("SM MHz", lambda r: mhz_text(r["sm_mhz"])),
-        ("flash SM MHz", lambda r: mhz_text(r["flash_sm_mhz"])),
-        ("cuDNN SM MHz", lambda r: mhz_text(r["cudnn_sm_mhz"]))],
+            print(row_text(row), flush=True)
+    path = write_results(args.out, args.tag, rows, SDPA_COLUMNS,
         notes=f"pass configs: {pass_configs}; variant: that pass config added. Medians over "
               f"{args.rounds} rounds, each timing the peers and every candidate in turn, "
               f"each after {args.settle} s of running untimed (SETTLE_S); a ratio is the "

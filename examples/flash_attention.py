@@ -15,15 +15,32 @@ import tilecraft.language as T
 LOG2E = 1.44269504088896
 
 
-@tilecraft.jit(out_idx=[-1], pass_configs={tilecraft.PassConfigKey.TL_ENABLE_FAST_MATH: True})
+FAST_MATH = {tilecraft.PassConfigKey.TL_ENABLE_FAST_MATH: True}
+
+
+@tilecraft.jit(out_idx=[-1], pass_configs=FAST_MATH)
 def flash_attention(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=64, num_stages=1,
                     threads=128, dtype="float16", accum_dtype="float"):
+    return attention_forward(batch, heads, seq_len, dim, is_causal, block_M, block_N, num_stages,
+                             threads, dtype, accum_dtype, with_lse=False)
+
+
+@tilecraft.jit(out_idx=[-2, -1], pass_configs=FAST_MATH)
+def flash_attention_lse(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=64,
+                        num_stages=1, threads=128, dtype="float16", accum_dtype="float"):
+    """The forward for training: also returns LSE [batch, heads, seq_len] (float32), each
+    query row's log2 of the sum of exp2(score * scale), what flash_attention_bwd needs."""
+    return attention_forward(batch, heads, seq_len, dim, is_causal, block_M, block_N, num_stages,
+                             threads, dtype, accum_dtype, with_lse=True)
+
+
+def attention_forward(batch, heads, seq_len, dim, is_causal, block_M, block_N, num_stages,
+                      threads, dtype, accum_dtype, with_lse):
     scale = (1.0 / dim) ** 0.5 * LOG2E  # softmax scale, in base 2
     shape = [batch, seq_len, heads, dim]
 
-    @T.prim_func
-    def main(Q: T.Tensor(shape, dtype), K: T.Tensor(shape, dtype), V: T.Tensor(shape, dtype),
-             Output: T.Tensor(shape, dtype)):
+    @T.macro
+    def forward(Q, K, V, Output, LSE):
         with T.Kernel(T.ceildiv(seq_len, block_M), heads, batch, threads=threads) as (bx, by, bz):
             Q_shared = T.alloc_shared([block_M, dim], dtype)
             K_shared = T.alloc_shared([block_N, dim], dtype)
@@ -83,7 +100,22 @@ def flash_attention(batch, heads, seq_len, dim, is_causal, block_M=64, block_N=6
             T.copy(acc_o, O_shared)
             # Rows past seq_len in the last query tile are dropped by the bounds-checked copy.
             T.copy(O_shared, Output[bz, bx * block_M:(bx + 1) * block_M, by, :])
+            if LSE is not None:
+                for i in T.Parallel(block_M):
+                    logsum[i] = T.log2(logsum[i]) + scores_max[i] * scale
+                T.copy(logsum, LSE[bz, by, bx * block_M:(bx + 1) * block_M])
 
+    if with_lse:
+        @T.prim_func
+        def main(Q: T.Tensor(shape, dtype), K: T.Tensor(shape, dtype), V: T.Tensor(shape, dtype),
+                 Output: T.Tensor(shape, dtype),
+                 LSE: T.Tensor([batch, heads, seq_len], accum_dtype)):
+            forward(Q, K, V, Output, LSE)
+    else:
+        @T.prim_func
+        def main(Q: T.Tensor(shape, dtype), K: T.Tensor(shape, dtype), V: T.Tensor(shape, dtype),
+                 Output: T.Tensor(shape, dtype)):
+            forward(Q, K, V, Output, None)
     return main
 
 

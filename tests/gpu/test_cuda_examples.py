@@ -1,5 +1,5 @@
-"""The paper's nine examples on the GPU (their own numpy references, at small and ragged
-sizes), the profiler on the GPU, and block rasterization."""
+"""The paper's nine examples and the attention backward on the GPU (their own numpy references,
+at small and ragged sizes), the profiler on the GPU, and block rasterization."""
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -8,7 +8,7 @@ import tilecraft  # noqa: E402
 
 NAMES = ["gemm", "dequant_gemm", "conv2d", "mla_decode", "chunk_gated_delta_net",
          "flash_attention", "blocksparse_attention", "vertical_slash_sparse_attention",
-         "attention_sink"]
+         "attention_sink", "flash_attention_bwd"]
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -57,6 +57,9 @@ EXAMPLES = [
     ("chunk_gated_delta_net", "chunk_output", (2, 512, 4, 64, 64), {}),
     ("flash_attention", "flash_attention", (2, 8, 1024, 128, True), {}),
     ("flash_attention", "flash_attention", (2, 8, 1000, 64, False), {}),
+    ("flash_attention", "flash_attention_lse", (2, 8, 1000, 64, True), {}),
+    ("flash_attention_bwd", "flash_attention_bwd", (2, 8, 1024, 128, True),
+     {"sm_90a": dict(block_N=128, threads=256, num_stages=2)}),
     ("blocksparse_attention", "blocksparse_attention", (2, 8, 1024, 128, False), {}),
     ("vertical_slash_sparse_attention", "vertical_slash_attention", (2, 8, 1024, 64, 64, 8),
      {}),
@@ -79,7 +82,7 @@ def _example_funcs(arch):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_examples_compile(arch):
     named = _example_funcs(arch)
-    assert len({n.split(".")[0] for n, _ in named}) == 9
+    assert len({n.split(".")[0] for n, _ in named}) == 10
     failures = []
     for name, func in named:
         try:

@@ -254,7 +254,7 @@ def test_consumers_releasing_a_stage_early(example):
     reports = list(E.run(Early().visit(lowered), [Q, K, V, O]))
     assert {r.buffer for r in reports if r.kind == "async-before-wait"} == \
         {"K_shared", "V_shared"}
-    gemm_line = line_of(fa.flash_attention, "T.gemm(Q_shared")
+    gemm_line = line_of(fa.attention_forward, "T.gemm(Q_shared")
     assert any(gemm_line in r.lines for r in reports)
     want = fa.ref_program(Q, K, V, True)
     assert np.abs(O.astype(np.float64) - want).max() > 0.1
@@ -309,7 +309,7 @@ def test_missing_proxy_fence_before_wgmma(example, persistent, fence):
     reports = list(E.run(bad, [Q, Q, Q, Q * 0]))
     assert [r.kind for r in reports] == ["proxy-fence"]
     assert reports[0].buffer == "Q_shared"
-    assert reports[0].lines == (line_of(fa.flash_attention, "T.gemm(Q_shared"),)
+    assert reports[0].lines == (line_of(fa.attention_forward, "T.gemm(Q_shared"),)
 
 
 def test_accumulator_read_before_wgmma_wait(example):

@@ -32,6 +32,31 @@ def test_flash_attention_batched(example):
 
 
 @pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("seq_len, block_M, block_N", [
+    (64, 32, 32),   # whole tiles
+    (100, 64, 32),  # ragged, key tiles smaller than query tiles
+    (77, 16, 32),   # ragged, a causal key tile starts inside a query tile
+])
+def test_flash_attention_bwd(example, is_causal, seq_len, block_M, block_N):
+    """The backward's gradients against float64 ones (run() asserts each is within 1e-2)."""
+    mod = example("flash_attention_bwd")
+    assert mod.run(batch=2, heads=2, seq_len=seq_len, dim=16, is_causal=is_causal,
+                   block_M=block_M, block_N=block_N) < 1e-2
+
+
+def test_flash_attention_lse_is_the_log2_sum_of_exp2_scores(example):
+    mod = example("flash_attention")
+    rng = np.random.default_rng(4)
+    Q, K, V = (rng.standard_normal((1, 50, 2, 16)).astype(np.float16) for _ in range(3))
+    out, lse = mod.flash_attention_lse(1, 2, 50, 16, True, block_M=32, block_N=16)(Q, K, V)
+    scores = np.einsum("bqhd,bkhd->bhqk", Q.astype(np.float64), K.astype(np.float64)) / 4.0
+    scores = np.where(np.tril(np.ones((50, 50), bool)), scores, -np.inf) * np.log2(np.e)
+    np.testing.assert_allclose(lse, np.log2(np.exp2(scores).sum(-1)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out.astype(np.float64), mod.ref_program(Q, K, V, True),
+                               atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
 @pytest.mark.parametrize("seq_len, block_M, block_N, density", [
     (96, 32, 32, 0.5),
     (77, 32, 16, 0.3),
