@@ -26,13 +26,13 @@ def _numeric(what: str, x):
                     current_span())
 
 
-def _unary_math(name: str):
+def _unary_math(name: str, doc: str = "Element-wise {} of a scalar expression (float math)."):
     def fn(x):
         what = f"T.{name}"
         _device(what)
         return ex.call(name, [_numeric(what, x)])
     fn.__name__ = name
-    fn.__doc__ = f"Element-wise {name} of a scalar expression (float math)."
+    fn.__doc__ = doc.format(name)
     return fn
 
 
@@ -43,17 +43,8 @@ sqrt, rsqrt, sin, cos, tan, tanh, sigmoid, erf = (_unary_math(n) for n in (
 floor, ceil, round, trunc = (_unary_math(n) for n in ("floor", "ceil", "round", "trunc"))
 
 
-def _float_test(name: str):
-    def fn(x):
-        what = f"T.{name}"
-        _device(what)
-        return ex.call(name, [_numeric(what, x)])
-    fn.__name__ = name
-    fn.__doc__ = f"{name}(x) as a bool expression."
-    return fn
-
-
-isnan, isinf, isfinite = (_float_test(n) for n in ("isnan", "isinf", "isfinite"))
+isnan, isinf, isfinite = (_unary_math(n, "{}(x) as a bool expression.")
+                          for n in ("isnan", "isinf", "isfinite"))
 
 
 def abs(x):  # noqa: A001 - TileLang's name
