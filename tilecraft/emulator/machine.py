@@ -336,9 +336,10 @@ class Emulator:
         # Each T.alloc_global is made for the launch, poisoned, as the CUDA launcher makes it
         # (uninitialized) for every call.
         from ..codegen.cuda import workspaces
+        ev = Evaluator(self)
         for w in workspaces(self.func):
-            shape = tuple(int(np.asarray(Evaluator(self).eval(d))) if isinstance(d, Expr)
-                          else int(d) for d in w.shape)
+            shape = tuple(int(np.asarray(ev.eval(d))) if isinstance(d, Expr) else int(d)
+                          for d in w.shape)
             self.globals.setdefault(id(w), poison(shape, w.dtype))
         body = self.func.body
         for s in (body.stmts if isinstance(body, SeqStmt) else (body,)):

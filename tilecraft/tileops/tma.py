@@ -3,9 +3,9 @@
 Loads (global -> shared) and stores (shared -> global) follow the same rules. A copy
 qualifies when its global tensor has a static, contiguous shape whose row strides are
 multiples of 16 bytes (TMA's rule), the copied box is the whole destination tile (rows x cols,
-a one-dimensional tile being one row,
-the tile's columns along the tensor's last dimension, every other dimension of the box one
-element except at most one of `rows`), and each box dimension fits TMA's 256-element limit.
+a one-dimensional tile being one row, the tile's columns along the tensor's last dimension,
+every other dimension of the box one element except at most one of `rows`), and each box
+dimension fits TMA's 256-element limit.
 The tile's shared layout (layout.swizzle) then decides the boxes: a tile stored with a W-byte
 XOR swizzle is W-byte column slabs, `rows` tall, one after another, and each slab is exactly
 one TMA box of W bytes x rows with the swizzle mode of the same name; a tile with no swizzle
