@@ -211,6 +211,29 @@ def layernorm(M, N, bm=8):
     return main
 
 
+def scale_rows(M, N, block_M=64):
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float16"), Y: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(M, block_M), threads=128) as bx:
+            for i, j in T.Parallel(block_M, N):
+                Y[bx * block_M + i, j] = X[bx * block_M + i, j] * 2
+    return main
+
+
+def staged_copy(M, N, block_M=64):
+    """global -> shared -> fragment -> global, and a tile added into the input by atomics."""
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(M, block_M), threads=128) as bx:
+            s = T.alloc_shared((block_M, N), "float32")
+            f = T.alloc_fragment((block_M, N), "float32")
+            T.copy(X[bx * block_M, 0], s)
+            T.copy(s, f)
+            T.copy(f, Y[bx * block_M, 0])
+            T.atomic_add(X[bx * block_M, 0], s)
+    return main
+
+
 def corpus():
     """(name, prim_func) for every kind of kernel the GPU tests run, at one size each."""
     out = []

@@ -95,7 +95,9 @@ class CudaEmitter:
         for kind, obj in kernel_signature(func):
             self.name(obj)
             if kind == "size":
-                self.var_bounds[id(obj)] = (0, float("inf"))
+                # A size is a non-negative value of its type: an int's largest is 2^31 - 1.
+                self.var_bounds[id(obj)] = (0, INT32_MAX if obj.dtype.bits <= 32
+                                            else float("inf"))
 
     def name(self, obj) -> str:
         key = id(obj)
@@ -215,6 +217,10 @@ class CudaEmitter:
         return self.expr(a)
 
     def flat_index(self, buffer: Buffer, indices) -> str:
+        """The element offset of buffer[indices]: in int, or in long long for a global
+        tensor whose elements may number 2^31 or more (wide_offsets)."""
+        if buffer.scope == GLOBAL and wide_offsets(buffer, indices, self.var_bounds):
+            return self.wide_flat_index(buffer, indices)
         if len(indices) == 1:
             return self.expr(indices[0])
         text = self.expr(indices[0], 10)
@@ -222,6 +228,35 @@ class CudaEmitter:
             extent = str(dim) if isinstance(dim, int) else self.expr(dim, 10)
             text = f"({text}) * {extent} + {self.expr(idx, 9)}"
         return text
+
+    def wide_flat_index(self, buffer: Buffer, indices) -> str:
+        """flat_index in 64-bit arithmetic: the leading index is widened, so every product
+        with an extent after it is a 64-bit one; an index that may itself leave int's range
+        (into a dimension of 2^31 elements or more) is computed in 64 bits throughout."""
+        text = self.wide(indices[0])   # parenthesized already
+        for n, (dim, idx) in enumerate(zip(buffer.shape[1:], indices[1:]), start=2):
+            extent = str(dim) if isinstance(dim, int) else self.expr(dim, 10)
+            part = self.wide(idx) if not fits_int32(bound_of(idx, self.var_bounds)) \
+                else self.expr(idx, 9)
+            text = f"{text} * {extent} + {part}"
+            text = f"({text})" if n < len(indices) else text
+        return text
+
+    def wide(self, e) -> str:
+        """e as a long long, its + - * and floor division done in 64 bits wherever the bounds
+        of a part leave int's range (a part proven to fit is computed in int, then widened)."""
+        if isinstance(e, Binary) and e.dtype.is_int and e.op in ("+", "-", "*", "//", "%") \
+                and not fits_int32(bound_of(e, self.var_bounds)):
+            # A 64-bit left operand makes the operation a 64-bit one.
+            a = self.wide(e.a)
+            b = self.expr(e.b, 11) if fits_int32(bound_of(e.b, self.var_bounds)) \
+                else self.wide(e.b)
+            if e.op in ("//", "%") and not self.nonnegative(e):
+                return f"{'tc_floordiv' if e.op == '//' else 'tc_floormod'}({a}, {b})"
+            return f"({a} {_C_OP.get(e.op, e.op)} {b})"
+        if isinstance(e, Const) and e.dtype.is_int:
+            return f"{e.value}LL"
+        return f"((long long){self.expr(e, 11)})"
 
     # --- statements ---------------------------------------------------------------
     def emit(self, depth: int, text: str, span=None):
@@ -379,6 +414,33 @@ class CudaEmitter:
                              f"make_uint3({', '.join(extents[:3])})", "[[maybe_unused]] ")
         self.stmt(s.body, depth + 1)
         self.emit(depth, "}")
+
+
+INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
+
+
+def fits_int32(bounds: tuple) -> bool:
+    return bounds[0] >= INT32_MIN and bounds[1] <= INT32_MAX
+
+
+def wide_offsets(buffer: Buffer, indices, var_bounds: dict) -> bool:
+    """Whether the element offset of buffer[indices] needs 64-bit arithmetic: the tensor may
+    hold 2^31 elements or more (a symbolic extent counts as int's largest value), and the
+    bounds of the indices do not prove this offset below 2^31. Offsets of smaller tensors stay
+    32-bit, which is shorter code: an access inside such a tensor fits, and one outside it is
+    guarded and never dereferenced."""
+    elements = 1
+    for dim in buffer.shape:
+        elements *= dim if isinstance(dim, int) else max(1, min(
+            bound_of(dim, var_bounds)[1], INT32_MAX))
+    if elements <= INT32_MAX + 1:
+        return False
+    offset, stride = (0, 0), 1
+    for dim, idx in reversed(list(zip(buffer.shape, indices))):
+        lo, hi = bound_of(idx, var_bounds)
+        offset = (offset[0] + min(lo * stride, 0), offset[1] + max(hi * stride, 0))
+        stride *= dim if isinstance(dim, int) else min(bound_of(dim, var_bounds)[1], INT32_MAX)
+    return not fits_int32(offset)
 
 
 def _f32():

@@ -89,6 +89,8 @@ def tma_plan(copy) -> TmaPlan | None:
     tile = dst.buffer.static_shape()
     if shape is None or extents is None or not 2 <= len(shape) <= MAX_RANK:
         return None
+    if max(shape) > 2**31 - 1:   # a box's coordinates are signed 32-bit
+        return None
     # A ring's versions of a tile add a leading dimension (warp_specialize notes the rank the
     # tile had); a one-dimensional tile [n] is one row of n.
     rank = min(2, copy.annotations.get("tile_rank", len(tile)))
