@@ -208,9 +208,9 @@ def compaction(N):
     return main
 
 
-def test_identical_stores_by_every_thread_are_not_a_race():
-    """Scalar code outside T.Parallel runs in every thread: each stores the same value to the
-    same shared element, which is harmless; stores of different values are a race."""
+def test_stores_of_different_values_by_every_thread_are_a_race():
+    """A store into shared memory outside T.Parallel runs on one thread; the same store run by
+    every thread, each with a value of its own, is a race."""
     func = compaction(64)
     X = (np.arange(64) % 3 == 0).astype(np.int32)
     got = tilecraft.compile(func, out_idx=[-1], target="emulator")(X)
@@ -218,10 +218,13 @@ def test_identical_stores_by_every_thread_are_not_a_race():
     np.testing.assert_array_equal(got, want)
     lowered = E.lower(func)
     tx = lowered.kernels()[0].thread_var
-    scalar_store = (lambda s: isinstance(s, BufferStore) and s.buffer.name == "found" and
-                    not any(v is tx for v in _vars(s.indices[0])))
-    bad = plant(lowered, scalar_store,
-                lambda s: BufferStore(s.buffer, s.indices, s.value + tx, s.span))
+    one_thread_store = (lambda s: isinstance(s, IfThenElse) and
+                        isinstance(s.then_body, BufferStore) and
+                        s.then_body.buffer.name == "found" and
+                        not any(v is tx for v in _vars(s.then_body.indices[0])))
+    bad = plant(lowered, one_thread_store,
+                lambda s: BufferStore(s.then_body.buffer, s.then_body.indices,
+                                      s.then_body.value + tx, s.span))
     reports = [r for r in E.run(bad, [X, np.zeros(64, np.int32)]) if r.kind == "race"]
     assert reports and reports[0].buffer == "found"
     assert reports[0].lines == (line_of(compaction, "found[count] = n"),) * 2

@@ -2,7 +2,8 @@
 
 Per kernel: infer the layouts, then replace each tile op and T.Parallel nest by its thread-level
 code (tileops/<op>.py), fragments by register arrays and shared tiles by flat arrays. What stays
-tile-level in form (serial loops, block-uniform ifs, scalar statements) runs on every thread.
+tile-level in form (serial loops, block-uniform ifs, scalar statements) runs on every thread,
+except that a scalar statement's effects happen once: see _KernelLowering.scalar.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from ..ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, Evaluate, For, I
 from ..tileops.cumsum import lower_cumsum
 from ..tileops.copy import lower_copy, lower_twin_copy
 from ..tileops.fill_atomic import lower_atomic_tile, lower_fill
+from ..tileops.fragment_elements import broadcast_reads, element_writer, guard_for_holders
 from ..tileops.wgmma import WARPGROUP
 from ..tileops.gemm import lower_gemm
 from ..pass_config import PassConfigKey
@@ -31,7 +33,7 @@ from ..tileops.reduce import lower_reduce
 from .infer_layouts import infer_layouts, same_layout, tma_tile_layout
 from .parallel_nests import is_twin_copy, on_warpgroup_fragments
 from .plan_shared_memory import footprint
-from .seesaw_warpgroups import WARPGROUP_FRAGMENTS
+from .seesaw_warpgroups import WARPGROUP_FRAGMENTS, is_warpgroup_branch
 
 
 class _KernelLowering:
@@ -45,6 +47,7 @@ class _KernelLowering:
             n = constant_value(g)
             self.ctx.var_bounds[id(v)] = (0, (n - 1) if n is not None else float("inf"))
         self.swizzle = None
+        self.in_warpgroup_branch = False   # lowering the body of one warpgroup's own branch
         self.ctx.fragment_registers = sum(
             layouts.buffer(n.buffer).locals_per_thread * max(1, n.buffer.dtype.bits // 32)
             for n in walk(kernel.body)
@@ -105,24 +108,58 @@ class _KernelLowering:
                     if k in ("warp_specialized", "pipelined", PERSISTENT_TILES)}
             return dataclasses.replace(s, body=self.stmt(s.body), kind=kind, annotations=kept)
         if isinstance(s, IfThenElse):
-            cond = self.scalar_rewriter().visit(s.cond)
+            prefix, cond = broadcast_reads(ctx, s.cond, lowering=self)
+            cond = self.scalar_rewriter().visit(cond)
             # What the guard says of loop variables holds in its body: a pipelined loop's
             # copies under `k + 2 < n` need no bounds check on tiles the guard keeps in range.
             narrowed = bounds_under(s.cond, ctx.var_bounds)
             outer = {v: ctx.var_bounds[v] for v in narrowed}
             ctx.var_bounds.update(narrowed)
+            enclosing, self.in_warpgroup_branch = (self.in_warpgroup_branch,
+                                                   self.in_warpgroup_branch or
+                                                   is_warpgroup_branch(s))
             then_body = self.stmt(s.then_body)
             ctx.var_bounds.update(outer)
-            return dataclasses.replace(s, cond=cond, then_body=then_body,
-                                       else_body=None if s.else_body is None
-                                       else self.stmt(s.else_body))
+            else_body = None if s.else_body is None else self.stmt(s.else_body)
+            self.in_warpgroup_branch = enclosing
+            return seq(prefix + [dataclasses.replace(s, cond=cond, then_body=then_body,
+                                                     else_body=else_body)], s.span)
         if isinstance(s, Allocate):
             return self.allocate(s)
         if isinstance(s, (BufferStore, Evaluate)):
-            return self.scalar_rewriter().visit(s)
+            return self.scalar(s)
         if isinstance(s, top.TileOp):
             return self.tile_op(s)
         raise TileError(f"internal: cannot lower {type(s).__name__}", getattr(s, "span", None))
+
+    def scalar(self, s):
+        """A statement outside T.Parallel, which the language runs once for the block: a
+        store into global or shared memory, or an atomic, runs on one thread; a fragment
+        element is written by the threads that hold it, and one read that not every thread
+        holds is broadcast first (tileops/fragment_elements); the rest (local variables, the
+        calls of header functions) runs on every thread."""
+        writer = element_writer(self.ctx, s, self) if isinstance(s, BufferStore) else None
+        prefix, s = broadcast_reads(self.ctx, s, writer, self)
+        lowered = self.scalar_rewriter().visit(s)
+        if writer is not None:
+            lowered = guard_for_holders(self.ctx, writer, lowered)
+        elif isinstance(s, BufferStore) and (s.buffer.scope == GLOBAL or
+                                             is_shared(s.buffer.scope)):
+            lowered = self.on_one_thread(lowered)
+        return seq(prefix + [lowered], s.span)
+
+    def on_one_thread(self, lowered):
+        """lowered, run by the first thread of those running its statement (of the block, or
+        of the warpgroup whose own branch holds it)."""
+        tx = self.wg_ctx.tx if self.in_warpgroup_branch and self.wg_ctx is not None \
+            else self.ctx.tx
+        return IfThenElse(tx == 0, lowered, None, lowered.span)
+
+    def refuse_warpgroup_fragment(self, buffer, span):
+        if buffer.name in self.local or self.in_warpgroup_branch:
+            raise TileError(f"fragment {buffer.name} is read or written one element at a time "
+                            "in a loop whose turns alternate between warpgroups; access it in "
+                            "a T.Parallel loop instead", span)
 
     def allocate(self, s: Allocate):
         b = s.buffer
@@ -132,18 +169,24 @@ class _KernelLowering:
             return Allocate(self.ctx.flat(b), s.span)
         return s   # a global workspace (T.alloc_global) is a kernel parameter of the launch
 
-    def operands_read(self, op):
+    def operands_read(self, op, prefix: list):
         """op with the index expressions of its operands (and a scalar value) rewritten to the
-        lowered storage: `K[tile_list[idx] * 64, 0]` reads tile_list from shared memory."""
+        lowered storage: `K[tile_list[idx] * 64, 0]` reads tile_list from shared memory. The
+        broadcasts of fragment elements they read (fragment_elements) go to `prefix`."""
         rewriter = self.scalar_rewriter()
+
+        def rewrite(e):
+            before, e = broadcast_reads(self.ctx, e, lowering=self)
+            prefix.extend(before)
+            return rewriter.visit(e)
         changes = {}
         for f in dataclasses.fields(op):
             v = getattr(op, f.name)
             if isinstance(v, BufferRegion):
-                ranges = tuple((rewriter.visit(a), rewriter.visit(b)) for a, b in v.ranges)
+                ranges = tuple((rewrite(a), rewrite(b)) for a, b in v.ranges)
                 changes[f.name] = dataclasses.replace(v, ranges=ranges)
             elif f.name == "value" and isinstance(v, Expr):
-                changes[f.name] = rewriter.visit(v)
+                changes[f.name] = rewrite(v)
         if not changes:
             return op
         new = dataclasses.replace(op, **changes)
@@ -153,9 +196,14 @@ class _KernelLowering:
         return new
 
     def tile_op(self, op):
-        ctx = self.context(op)
+        prefix = []
         if not isinstance(op, (top.AnnotateLayout, top.UseSwizzle)):
-            op = self.operands_read(op)
+            op = self.operands_read(op, prefix)
+        lowered = self.lower_op(op)
+        return seq(prefix + [lowered], op.span) if prefix else lowered
+
+    def lower_op(self, op):
+        ctx = self.context(op)
         if isinstance(op, top.Copy) and is_twin_copy(op, self.local):
             return lower_twin_copy(op, self.ctx, self.kernel.num_threads, WARPGROUP)
         if isinstance(op, top.Copy):
@@ -176,7 +224,7 @@ class _KernelLowering:
         if isinstance(op, top.Atomic):
             if isinstance(op.value, BufferRegion):
                 return self.atomic_tile(op, ctx)
-            return self.scalar_rewriter().visit(op)
+            return self.on_one_thread(self.scalar_rewriter().visit(op))
         if isinstance(op, top.AnnotateLayout):
             return None
         if isinstance(op, top.UseSwizzle):
