@@ -17,6 +17,7 @@ from ..ir.buffer import FRAGMENT
 from ..ir.expr import BufferLoad, Const, Var, const, logical
 from ..ir.stmt import BufferStore, For, IfThenElse, seq
 from ..ir.visitor import substitute, walk
+from .relayout import ROWS_ADVICE, Relayout, misowned, where_chosen
 from .uniform_select import unswitch_selects
 from .lowering import AccessRewriter, ThreadContext, evaluate_table, fold_provable, uses_var
 
@@ -44,11 +45,14 @@ def lower_parallel(loop: For, ctx: ThreadContext) -> object:
     own = [mapping[id(v)] for v in loop_vars] if all(
         isinstance(x, Const) and x.value == 0 for x in starts) else None
 
+    relayout = Relayout(ctx, loop)
+
     def lower(body):
         sub = fold_provable(substitute(body, mapping), ctx)
         if frag.replicate > 1:
             sub = _first_replica_writes(sub, frag, ctx, l)
-        check_ownership(sub, frag, ctx, l, loop)
+        check_ownership(sub, frag, ctx, l, loop, relayout)
+        sub = relayout.redirect(sub)
         try:
             inner = AccessRewriter(ctx, _resolver(ctx, l, n, None, frag, own)).visit(sub)
             if guard is not None:
@@ -77,7 +81,7 @@ def lower_parallel(loop: For, ctx: ThreadContext) -> object:
             out = IfThenElse(whole, lower(fast), slow, loop.span)
         else:  # the ranges decide it: one body, without the mask where it always holds
             out = lower(fast if whole.value else body)
-    return _thread_guard(out, frag, ctx, loop.span)
+    return relayout.around(_thread_guard(out, frag, ctx, loop.span))
 
 
 def _first_replica_writes(body, frag, ctx: ThreadContext, l: Var):
@@ -141,8 +145,9 @@ def _per_local_values(e, ctx: ThreadContext, l: Var, n: int, buffer) -> np.ndarr
     return table[0].astype(np.int64)
 
 
-def check_ownership(body, frag, ctx: ThreadContext, l: Var, loop: For):
-    """Every fragment element the body touches must live in the thread that runs it."""
+def check_ownership(body, frag, ctx: ThreadContext, l: Var, loop: For, relayout: Relayout):
+    """Every fragment element the body writes must live in the thread that runs it; a fragment
+    read at elements other threads hold is read through shared memory (relayout)."""
     T, n = ctx.num_threads, frag.locals_per_thread
     env = {id(ctx.tx): np.arange(T)[:, None], id(l): np.arange(n)[None, :]}
     active = _active_table(frag, ctx, l)
@@ -161,15 +166,20 @@ def check_ownership(body, frag, ctx: ThreadContext, l: Var, loop: For):
         for rep in range(layout.replicate):
             holder = evaluate_table(layout.thread, {**at, id(layout.rep_var): np.int64(rep)})
             owned |= np.broadcast_to(holder, (T, n)) == np.arange(T)[:, None]
-        bad = active & ~owned
-        if np.any(bad):
-            t, k = np.argwhere(bad)[0]
-            where = tuple(int(i[t, k]) for i in idx)
-            raise TileError(
-                f"T.Parallel: element {where} of fragment {node.buffer.name} is used by thread "
-                f"{t}, but {node.buffer.name}'s layout keeps it in another thread; the loop's "
-                "layout and the fragment's layout disagree (index the fragment with the loop "
-                "variables, or copy through shared memory)", node.span or loop.span)
+        slot = misowned(active, owned)
+        if slot is None:
+            continue
+        t, k = slot
+        where = tuple(int(i[t, k]) for i in idx)
+        if isinstance(node, BufferLoad):
+            relayout.read_through_shared(node.buffer, node.span or loop.span, where, int(t))
+            continue
+        raise TileError(
+            f"T.Parallel: element {where} of fragment {node.buffer.name} is written by thread "
+            f"{t}, but the layout {where_chosen(ctx, node.buffer)} chose for "
+            f"{node.buffer.name} keeps it in another thread: a loop writes only the elements "
+            f"its threads hold; write {node.buffer.name} in a T.Parallel loop of its own. "
+            f"{ROWS_ADVICE}", node.span or loop.span)
 
 
 def _active_table(frag, ctx: ThreadContext, l: Var) -> np.ndarray:
