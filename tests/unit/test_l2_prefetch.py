@@ -98,3 +98,40 @@ def test_the_emulator_runs_the_prefetching_kernel_clean_and_finds_an_unguarded_o
     reports, _, _ = run(m, bare, 131, 1, 64)
     assert any(r.kind == "out-of-bounds" and "K_pe" in r.message and "L2 prefetch" in
                r.message for r in reports)
+
+
+def gathered_tiles(n=8, block=64, N=64):
+    """A pipelined loop whose tile's place is read from memory (Idx)."""
+    import tilecraft.language as T
+
+    @T.prim_func
+    def main(X: T.Tensor((n * block, N), "float16"), Idx: T.Tensor((n,), "int32"),
+             Y: T.Tensor((block, N), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            X_s = T.alloc_shared((block, N), "float16")
+            acc = T.alloc_fragment((block, N), "float32")
+            T.clear(acc)
+            for i in T.Pipelined(n, num_stages=2):
+                T.copy(X[Idx[i] * block:(Idx[i] + 1) * block, :], X_s)
+                for a, b in T.Parallel(block, N):
+                    acc[a, b] += X_s[a, b]
+            T.copy(acc, Y)
+    return main
+
+
+@pytest.mark.parametrize("target", ["emulator:sm_90a", "emulator"])
+def test_a_tile_placed_by_values_in_memory_is_loaded_without_a_prefetch(target):
+    """The readers of such a tile cannot be counted at compile time: no prefetch, no crash."""
+    import tilecraft
+    func = gathered_tiles()
+    source = emit_cuda(pipelines.cuda(func, "sm_90a", SMEM))[0]
+    assert "prefetch_l2" not in source and "mbarrier" in source
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((8 * 64, 64)).astype(np.float16)
+    Idx = np.array([3, 1, 4, 1, 5, 2, 6, 0], np.int32)
+    Y = np.full((64, 64), np.nan, np.float32)
+    kernel = tilecraft.compile(func, target=target)
+    kernel(X, Idx, Y)
+    assert not kernel.reports
+    want = sum(X[j * 64:(j + 1) * 64].astype(np.float32) for j in Idx)
+    np.testing.assert_allclose(Y, want, rtol=1e-5, atol=1e-4)

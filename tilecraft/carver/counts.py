@@ -113,12 +113,18 @@ def _vars_in(e) -> set:
     return {id(n) for n in walk(e) if isinstance(n, Var)}
 
 
+def _no_memory(buffer):
+    raise TileError(f"the cost model cannot know the values read from {buffer.name}: a tile "
+                    "whose place depends on them has no static address")
+
+
 class _Env:
-    """Vectorized evaluation of integer expressions over all blocks of the grid."""
+    """Vectorized evaluation of integer expressions over all blocks of the grid (no memory:
+    an expression that reads a buffer raises a TileError)."""
 
     def __init__(self, env: dict, n: int):
         self.env, self.n = env, n
-        self.ev = Evaluator(SimpleNamespace(env=env))
+        self.ev = Evaluator(SimpleNamespace(env=env, array_of=_no_memory))
 
     def eval(self, e) -> np.ndarray:
         v = np.asarray(self.ev.eval(e) if isinstance(e, Expr) else e).astype(np.int64)
