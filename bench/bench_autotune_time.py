@@ -1,33 +1,30 @@
 """Wall time of tuning one GEMM from a cold start: the cost model's recommendation, pruning to
 its best fraction, compilation in worker processes and measurement, beside torch.matmul and the
-exhaustive search's best (bench/results/*_carver_search.json).
+exhaustive search's best (the newest stored search, bench/results/*_carver_search.json).
 
     PYTHONPATH=$PWD python3 bench/bench_autotune_time.py [--shape 8192x8192x8192]
-        [--top-fraction F] [--warmup 25] [--rep 100] [--out bench/results] [--dry-run]
+        [--top-fraction F] [--warmup 25] [--rep 100] [--out dir] [--dry-run]
 
 Both caches start empty: TILECRAFT_CACHE_DIR points at a fresh temporary directory, which holds
 the compiled programs and the tuning cache. --dry-run needs no GPU: it predicts and prunes as
 the tuner does and compiles the kept candidates for sm_90a in the tuner's worker pool, then
-prints the timings (nothing is measured or written).
+prints the timings (nothing is measured or written). Results: bench/overhead.md.
 """
 import argparse
 import datetime
 import glob
 import json
 import os
-import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "examples"))
-
-import tilecraft  # noqa: E402
-from gemm import matmul  # noqa: E402
-from tilecraft.autotuner import space, workers  # noqa: E402
-from tilecraft.carver.recommend import underlying  # noqa: E402
-from tilecraft.autotuner.results import OK  # noqa: E402
-from tilecraft.autotuner.store import source_hash  # noqa: E402
+from common import HERE, OUT, cuda_median_ms, gpu_facts, idle_gap_ms, warm_gpu
+from gemm import matmul
+import tilecraft
+from tilecraft.autotuner import space, workers
+from tilecraft.carver.recommend import underlying
+from tilecraft.autotuner.results import OK
+from tilecraft.autotuner.store import source_hash
 
 COST_TARGET = "h100"
 
@@ -104,7 +101,6 @@ def dry_run(shape, fraction, max_workers) -> dict:
 
 def gpu_run(shape, fraction, warmup, rep, out_dir) -> dict:
     import torch
-    from bench_gemm import gpu_facts, warm_gpu
     M, N, K = shape
     flop = 2.0 * M * N * K
     warm_gpu()
@@ -119,11 +115,11 @@ def gpu_run(shape, fraction, warmup, rep, out_dir) -> dict:
     wall = time.perf_counter() - start
     a = torch.randn(M, K, device="cuda", dtype=torch.float16)
     b = torch.randn(K, N, device="cuda", dtype=torch.float16)
-    from bench_carver_search import gpu_ms
-    torch_ms = gpu_ms(torch, lambda: torch.matmul(a, b), 5, 20)
-    ours_ms = gpu_ms(torch, lambda: result.kernel(a, b), 5, 20)
+    # Timed as the exhaustive search times (its default timer: L2 flushed, back to back).
+    torch_ms = cuda_median_ms(lambda: torch.matmul(a, b), 5, 20, flush_l2=True)
+    ours_ms = cuda_median_ms(lambda: result.kernel(a, b), 5, 20, flush_l2=True)
     measured = [t for t in result.trials if t.status == OK]
-    side = side_by_side(torch, result, shape, a, b)
+    side = side_by_side(result, shape, a, b)
     report = {"shape": "x".join(map(str, shape)), "facts": gpu_facts(), "wall_s": wall,
               "side_by_side": side,
               "phases_s": result.phases, "candidates": len(result.trials),
@@ -137,7 +133,7 @@ def gpu_run(shape, fraction, warmup, rep, out_dir) -> dict:
     return report
 
 
-def side_by_side(torch, result, shape, a, b, rounds: int = 5) -> dict | None:
+def side_by_side(result, shape, a, b, rounds: int = 5) -> dict | None:
     """The chosen kernel and the exhaustive search's best config for this shape, timed in
     alternation in this run (clocks drift by several percent between runs, so a ratio against
     a stored number says little): median over rounds of best_ms / chosen_ms."""
@@ -150,12 +146,10 @@ def side_by_side(torch, result, shape, a, b, rounds: int = 5) -> dict | None:
     # Two timers: warm L2 with the GPU idling between runs (idle_gap_ms), and the tuner's own
     # (the profiler: L2 flushed, runs back to back). On a power-limited H100 they do not
     # always rank two close configurations alike.
-    from bench_carver_search import idle_gap_ms
-    from tilecraft.profiler import cuda_median_ms
     ratios, flushed = [], []
     for _ in range(rounds):
-        chosen_ms = idle_gap_ms(torch, lambda: result.kernel(a, b), 5, 20)
-        best_ms = idle_gap_ms(torch, lambda: best(a, b), 5, 20)
+        chosen_ms = idle_gap_ms(lambda: result.kernel(a, b), 5, 20)
+        best_ms = idle_gap_ms(lambda: best(a, b), 5, 20)
         ratios.append(best_ms / chosen_ms)
         chosen_ms = cuda_median_ms(lambda: result.kernel(a, b), 5, 20, flush_l2=True)
         best_ms = cuda_median_ms(lambda: best(a, b), 5, 20, flush_l2=True)
@@ -220,7 +214,7 @@ def main(argv=None):
     p.add_argument("--rep", type=int, default=100)
     p.add_argument("--workers", type=int, default=None, help="compile processes (default: "
                    "one per CPU, as the tuner)")
-    p.add_argument("--out", default=os.path.join(HERE, "results"))
+    p.add_argument("--out", default=OUT)
     p.add_argument("--dry-run", action="store_true",
                    help="predict and compile for sm_90a without a GPU; measure nothing")
     args = p.parse_args(argv)

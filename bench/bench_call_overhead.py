@@ -8,23 +8,20 @@ loop of calls left to run ahead (no synchronization), which shows whether the ho
 sets the pace.
 
     python3 bench/bench_call_overhead.py [--calls 2000] [--tag call_overhead]
+
+Results: bench/overhead.md.
 """
 import argparse
-import os
-import sys
 import time
 from statistics import median
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE, os.path.join(HERE, "..", "examples")]
-import tilecraft  # noqa: E402
-import tilecraft.language as T  # noqa: E402
-from bench_gemm import write_results  # noqa: E402
-from bench_mla import B, D, H, PE, mla_inputs, torch_mla  # noqa: E402
-from mla_decode import flash_mla_decode  # noqa: E402
-from tilecraft.carver.recommend import underlying  # noqa: E402
+from common import B, D, H, OUT, PE, mla_inputs, torch_mla, write_results
+from mla_decode import flash_mla_decode
+from tilecraft.carver.recommend import underlying
+import tilecraft
+import tilecraft.language as T
 
 
 @tilecraft.jit(out_idx=[-1])
@@ -65,7 +62,7 @@ def loop_us(fn, calls):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000)
-    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    parser.add_argument("--out", default=OUT)
     parser.add_argument("--tag", default="call_overhead")
     args = parser.parse_args()
     x = torch.randn(4096, device="cuda")

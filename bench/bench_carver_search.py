@@ -14,7 +14,9 @@ measured among the cost model's top 5% of the legal ones, their ratio, and wheth
 --dry-run needs no GPU: it compiles and predicts a few configurations per shape for sm_90a and
 prints what it would measure. --rerank FILE.json needs neither a GPU nor nvcc: it predicts every
 row of a stored search again with the current cost model and reports, per shape, whether the
-new top 5% holds a config within 2% of the measured best.
+new top 5% holds a config within 2% of the measured best. A search writes its report to --out
+(bench/.out/); the searches kept for --rerank and bench_autotune_time.py are in bench/results/.
+Results: bench/carver_search.md.
 """
 import argparse
 import datetime
@@ -23,18 +25,16 @@ import json
 import math
 import multiprocessing
 import os
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "examples"))
-import tilecraft  # noqa: E402
-from gemm import matmul  # noqa: E402
-from tilecraft.autotuner.space import RECOMMENDED_FRACTION, keep_count, predict_one  # noqa: E402
-from tilecraft.autotuner.workers import CompileTimeout, deadline  # noqa: E402
-from tilecraft.carver.recommend import preference, underlying  # noqa: E402
-from tilecraft.errors import TileError  # noqa: E402
+from common import OUT, cuda_median_ms, idle_gap_ms
+from gemm import matmul
+import tilecraft
+from tilecraft.autotuner.space import RECOMMENDED_FRACTION, keep_count, predict_one
+from tilecraft.autotuner.workers import CompileTimeout, deadline
+from tilecraft.carver.recommend import preference, underlying
+from tilecraft.errors import TileError
 
 SHAPES = [(512, 1024, 8192), (512, 12288, 12288), (512, 28672, 8192), (2048, 12288, 49152),
           (4096, 1024, 7168), (4096, 14336, 14336), (4096, 28672, 8192), (8192, 8192, 28672),
@@ -48,10 +48,6 @@ COMPILE_TIMEOUT_S = 180.0  # per configuration, inside the worker
 MAX_REL_ERROR = 1e-2       # fp16 output of an fp32-accumulated product is ~1e-4 off
 WITHIN = 0.02
 DRY_RUN_CONFIGS = 6
-# A GPU spin before each timed run keeps the stream busy while Python launches the kernel: the
-# smallest shape runs in tens of microseconds, less than the launch path, and would otherwise
-# be timed together with the launch gap (the same for every config, flattening the ranking).
-SPIN_CYCLES = 1_000_000
 SLOW_FACTOR = 10.0
 
 
@@ -194,30 +190,11 @@ TIMER = "flushed"
 
 
 def gpu_ms(torch, fn, warmup: int, rep: int) -> float:
-    """Median CUDA-event milliseconds of fn() over rep runs after warmup, by TIMER."""
+    """Median CUDA-event milliseconds of fn() over rep runs after warmup, by TIMER (the idle
+    timer: common.idle_gap_ms)."""
     if TIMER == "flushed":
-        from tilecraft.profiler import cuda_median_ms
         return cuda_median_ms(fn, warmup, rep, flush_l2=True)
-    return idle_gap_ms(torch, fn, warmup, rep)
-
-
-def idle_gap_ms(torch, fn, warmup: int, rep: int) -> float:
-    """Median CUDA-event milliseconds of fn() over rep runs after warmup (see SPIN_CYCLES)."""
-    for _ in range(warmup):
-        fn()
-    spin = getattr(torch.cuda, "_sleep", None)
-    events = []
-    for _ in range(rep):
-        if spin is not None:
-            spin(SPIN_CYCLES)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        events.append((start, end))
-    torch.cuda.synchronize()
-    times = sorted(s.elapsed_time(e) for s, e in events)
-    return times[len(times) // 2]
+    return idle_gap_ms(fn, warmup, rep)
 
 
 def measure_shape(torch, shape, rows, arch, warmup, rep) -> float:
@@ -285,7 +262,7 @@ def _cfg(c) -> str:
 
 
 def write_report(out_dir, summaries, rows, facts, settings) -> str:
-    """bench/results/<date>_carver_search.{md,json}; returns the markdown's path."""
+    """<out_dir>/<date>_carver_search.{md,json}; returns the markdown's path."""
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     os.makedirs(out_dir, exist_ok=True)
     base = os.path.join(out_dir, f"{stamp}_carver_search")
@@ -325,7 +302,7 @@ def main(argv=None):
                    help=f"configs per shape, evenly spread over the space (default: all; "
                         f"{DRY_RUN_CONFIGS} with --dry-run; 0: all)")
     p.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
-    p.add_argument("--out", default=os.path.join(HERE, "results"))
+    p.add_argument("--out", default=OUT)
     p.add_argument("--dry-run", action="store_true",
                    help="compile and predict for sm_90a without a GPU; measure nothing")
     p.add_argument("--warmup", type=int, default=2)
@@ -381,7 +358,7 @@ def main(argv=None):
         print(f"dry run done in {time.time() - wall:.0f} s (compile phase "
               f"{compile_wall:.0f} s)", flush=True)
         return None
-    from bench_gemm import gpu_facts, warm_gpu  # torch-only helpers, so imported here
+    from common import gpu_facts, warm_gpu  # torch-only helpers, so imported here
     warm_gpu()
     summaries = []
     facts = gpu_facts()

@@ -4,26 +4,25 @@ few runs each, after one compile that imports the compiler, for sm_90a (the tile
 Hopper benches'). Needs nvcc, not a GPU.
 
     python3 bench/bench_compile_time.py [--runs 3] [--tag compile_time]
+
+Results: bench/overhead.md.
 """
 import argparse
 import os
-import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE, os.path.join(HERE, "..", "examples")]
 os.environ["TILECRAFT_DISABLE_CACHE"] = "1"  # read by knobs at each compile: every run is cold
 
+from common import OUT, write_results  # noqa: E402
+from flash_attention import flash_attention  # noqa: E402
+from gemm import matmul  # noqa: E402
+from mla_decode import flash_mla_decode  # noqa: E402
 import tilecraft  # noqa: E402
 from tilecraft.carver.recommend import underlying  # noqa: E402
 from tilecraft.codegen.cuda import emit_cuda  # noqa: E402
 from tilecraft.passes import pipelines  # noqa: E402
 from tilecraft.runtime.program import _SMEM_LIMIT  # noqa: E402  (the limit compile plans for)
 from tilecraft.runtime.toolchain import nvcc_version  # noqa: E402
-
-from flash_attention import flash_attention  # noqa: E402
-from gemm import matmul  # noqa: E402
-from mla_decode import flash_mla_decode  # noqa: E402
 
 FAST = {"tl.enable_fast_math": True}
 KERNELS = {  # the benches' shapes and tile configurations
@@ -48,10 +47,9 @@ def best_of(runs, fn):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    parser.add_argument("--out", default=OUT)
     parser.add_argument("--tag", default="compile_time")
     args = parser.parse_args()
-    from bench_gemm import write_results  # imports torch: only when writing results
     target = "sm_90a"
     tilecraft.compile(KERNELS["gemm 8192^3 (128x256x64, 4 stages)"](), target=target)
     rows = []

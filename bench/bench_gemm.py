@@ -2,26 +2,26 @@
 in one process on one GPU: medians of CUDA-event timings over random inputs, in rounds that
 alternate torch and every candidate.
 
-    python bench/bench_gemm.py [--shapes 8192x8192x8192,...] [--configs hopper|sm80]
-                               [--pass-config tl.disable_wgmma=1] [--tag name] [--out dir]
+    python3 bench/bench_gemm.py [--shapes 8192x8192x8192,...] [--configs hopper|sm80]
+                                [--only 1,3 | --tiles 64x128x64s6t128,...] [--panels 8,0]
+                                [--pass-config tl.disable_wgmma=1] [--variant KEY=1]
+                                [--rounds 3] [--settle 1.0] [--tag name] [--out dir]
+
+Results: bench/gemm.md. Raw rows go to --out (bench/.out/ by default).
 """
 import argparse
-import datetime
-import json
-import os
-import subprocess
-import sys
-import tempfile
+import re
 import time
 from statistics import median
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
-import tilecraft  # noqa: E402
-from gemm import matmul  # noqa: E402
-from tilecraft.carver.recommend import underlying  # noqa: E402
-from tilecraft.profiler import cuda_median_ms  # noqa: E402
+from common import (OUT, ClockLog, add_arm_options, in_rounds_with_clocks, kernel_facts,
+                    median_ms, mhz_text, parse_configs, show_results, synced_median_ms,
+                    variant_arms, warm_gpu)
+import tilecraft
+from gemm import matmul
+from tilecraft.carver.recommend import underlying
 
 # Tile configurations tried per shape: the first set suits wgmma (whole warpgroups, 64-row
 # bands), the second the mma.sync path.
@@ -49,238 +49,36 @@ SM80_CONFIGS = [
 ]
 
 
-def median_ms(fn, reps=30, warmup=5):
-    """Median of CUDA-event timings of fn, each run on a cold L2 and enqueued behind the
-    previous one (the profiler's timer, as Triton's do_bench): the GPU's time, with the host's
-    launch latency hidden behind the flush as it is in a stream of launches."""
-    return cuda_median_ms(fn, warmup, reps, flush_l2=True)
-
-
-def synced_median_ms(fn, reps=20, warmup=5):
-    """Median of CUDA-event timings of fn run alone after a synchronize: the GPU idles while
-    the host launches, so the host's launch latency is counted in (what a caller who waits
-    for each result sees)."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 2]
-
-
-# Seconds each timer runs its own work, untimed, before the run that is kept (--settle). The
-# board is power-capped: its clock follows the power drawn over the last tens of milliseconds,
-# so a kernel timed right after a lighter one borrows headroom it would not have on its own,
-# and which side of a ratio runs second shifted it by up to 20% (SM clocks 1425 against
-# 1830 MHz in one run). Settled, both sides are timed at the clock their own power allows.
-SETTLE_S = 1.0
-
-
-def settle(timer, seconds: float):
-    """Run timer for `seconds`, dropping what it returns."""
-    start = time.time()
-    while time.time() - start < seconds:
-        timer()
-
-
-def settled(timer, seconds: float):
-    """timer, each call preceded by `seconds` of running it (settle)."""
-    def run():
-        settle(timer, seconds)
-        return timer()
-    return run
-
-
-def in_rounds(rounds: int, timers: list, settle_s: float = 0.0) -> list:
-    """[times of timer i over the rounds] for each timer, each round running every timer in
-    turn: clocks drift over a run by more than the differences measured, so ratios are taken
-    between timings of one round (and their median reported)."""
-    timers = [settled(t, settle_s) for t in timers]
-    times = [[] for _ in timers]
-    for _ in range(rounds):
-        for out, timer in zip(times, timers):
-            out.append(timer())
-    return times
-
-
-class ClockLog:
-    """The GPU's SM clock (and any other nvidia-smi --query-gpu fields given), sampled by
-    nvidia-smi every 50 ms in the background while a bench runs: a kernel that draws more power
-    runs at a lower clock under the board's power cap, so a ratio is read together with the
-    clocks each side ran at. Without nvidia-smi every clock is None."""
-
-    def __init__(self, fields=("clocks.sm",)):
-        self.file = tempfile.NamedTemporaryFile("w+", suffix=".csv")
-        try:
-            self.proc = subprocess.Popen(
-                ["nvidia-smi", "-i", str(torch.cuda.current_device()),
-                 "--query-gpu=" + ",".join(("timestamp",) + tuple(fields)),
-                 "--format=csv,noheader,nounits", "-lms", "50"],
-                stdout=self.file, stderr=subprocess.DEVNULL)
-        except OSError:
-            self.proc = None
-
-    def samples(self) -> list:
-        """[(seconds since the epoch, value of each field...)] so far (the first field is the
-        SM clock in MHz unless other fields were given)."""
-        self.file.flush()
-        out = []
-        for line in open(self.file.name):
-            try:
-                stamp, *values = (x.strip() for x in line.split(","))
-                when = datetime.datetime.strptime(stamp, "%Y/%m/%d %H:%M:%S.%f").timestamp()
-                out.append((when, *(float(v) for v in values)))
-            except ValueError:
-                continue
-        return out
-
-    def median_mhz(self, windows) -> float | None:
-        """The median clock over the samples taken inside the (start, end) windows."""
-        inside = [mhz for when, mhz, *_ in self.samples()
-                  if any(start <= when <= end for start, end in windows)]
-        return median(inside) if inside else None
-
-    def stop(self):
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait()
-
-
-def mhz_text(mhz) -> str:
-    return "-" if mhz is None else f"{mhz:.0f}"
-
-
-def in_rounds_with_clocks(rounds: int, timers: list, clocks: ClockLog,
-                          settle_s: float = 0.0) -> tuple:
-    """in_rounds, and for each timer the median SM clock while its kept run ran."""
-    windows = [[] for _ in timers]
-
-    def timed(i, timer):
-        def run():
-            settle(timer, settle_s)
-            start = time.time()
-            try:
-                return timer()
-            finally:
-                windows[i].append((start, time.time()))
-        return run
-    times = in_rounds(rounds, [timed(i, t) for i, t in enumerate(timers)])
-    return times, [clocks.median_mhz(w) for w in windows]
-
-
-def parse_configs(texts) -> dict:
-    """{key: bool} from KEY=0/1 command-line pass configs."""
-    return {k: bool(int(v)) for k, v in (x.split("=") for x in texts)}
-
-
-def variant_arms(base: dict, variants: list) -> list:
-    """[(label, pass configs)]: the base configs, then one arm per --variant (each a
-    comma-separated KEY=0/1 list added to the base), all timed in the same rounds."""
-    return [("", base)] + [(text, {**base, **parse_configs(text.split(","))})
-                           for text in variants]
-
-
-def warm_gpu(seconds: float = 2.0):
-    """Run matrix products until the clocks have settled, so the first shape measured is not
-    timed on an idle GPU ramping up."""
-    x = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
-    start = time.time()
-    while time.time() - start < seconds:
-        for _ in range(10):
-            x @ x
-        torch.cuda.synchronize()
-
-
-def kernel_facts(kernel) -> dict:
-    """What ptxas reported for a compiled kernel, for a results row."""
-    return {"registers": kernel.n_regs, "spills": kernel.n_spills,
-            "wgmma_serialized": kernel.wgmma_serialized}
-
-
-def row_vs_torch(flop: float, times: list, peer: list, err: float, kernel, **keys) -> dict:
-    """A results row for one kernel timed in rounds beside torch: medians, rates and the median
-    of the per-round ratios (torch's time / ours), with `keys` first."""
-    ms, torch_ms = median(times), median(peer)
-    return {**keys, "ms": ms, "tflops": flop / ms / 1e9, "torch_ms": torch_ms,
-            "torch_tflops": flop / torch_ms / 1e9,
-            "vs_torch": median([p / t for p, t in zip(peer, times)]), "rel_error": err,
-            **kernel_facts(kernel)}
-
-
-def text_vs_torch(row: dict) -> str:
-    return (f"{row['tflops']:.0f} TFLOP/s vs torch {row['torch_tflops']:.0f} "
-            f"({row['vs_torch']:.2f}x) err {row['rel_error']:.1e} regs {row['registers']} "
-            f"spills {row['spills']}")
-
-
-# The results-table columns of row_vs_torch rows, after the ones naming the case.
-VS_TORCH_COLUMNS = [
-    ("TFLOP/s", lambda r: f"{r['tflops']:.0f}"),
-    ("torch TFLOP/s", lambda r: f"{r['torch_tflops']:.0f}"),
-    ("ratio", lambda r: f"{r['vs_torch']:.2f}"), ("rel err", lambda r: f"{r['rel_error']:.1e}"),
-    ("regs", lambda r: str(r["registers"])), ("spills", lambda r: str(r["spills"]))]
-
-
-def gpu_facts() -> dict:
-    facts = {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "none",
-             "torch": torch.__version__,
-             "tilecraft": tilecraft.__version__}
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,clocks.max.sm,clocks.mem,"
-                              "driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20).stdout.strip()
-        facts["nvidia_smi"] = out
-    except OSError:
-        pass
-    return facts
-
-
-def write_results(out_dir: str, tag: str, rows: list, columns, notes: str = "") -> str:
-    """<out_dir>/<date>_<tag>.json (the GPU's facts and every row) and .md (a table with one
-    column per (heading, row -> text) in columns); the .md's path."""
-    facts = gpu_facts()
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-    os.makedirs(out_dir, exist_ok=True)
-    base = os.path.join(out_dir, f"{stamp}_{tag}")
-    with open(base + ".json", "w") as f:
-        json.dump({"facts": facts, "rows": rows}, f, indent=1)
-    lines = [f"# {tag} ({stamp})", "", str(facts), ""] + ([notes, ""] if notes else [])
-    lines += ["| " + " | ".join(h for h, _ in columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(r) for _, cell in columns) + " |" for r in rows]
-    with open(base + ".md", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    return base + ".md"
+def parse_tile(text: str) -> dict:
+    """A config from its short form: 64x128x64s6t128 is block_M 64, block_N 128, block_K 64,
+    6 stages, 128 threads."""
+    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)s(\d+)t(\d+)", text)
+    if match is None:
+        raise ValueError(f"--tiles {text!r}: expected e.g. 64x128x64s6t128")
+    names = ("block_M", "block_N", "block_K", "num_stages", "threads")
+    return dict(zip(names, (int(x) for x in match.groups())))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="8192x8192x8192")
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+    parser.add_argument("--out", default=OUT)
     parser.add_argument("--tag", default="gemm")
     parser.add_argument("--configs", choices=["hopper", "sm80"], default="hopper")
-    parser.add_argument("--pass-config", action="append", default=[], metavar="KEY=VALUE",
-                        help="a pass config for every kernel, e.g. tl.disable_wgmma=1")
-    parser.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE",
-                        help="also time every config compiled with these pass configs added "
-                             "(KEY=1[,KEY2=1]; repeat for more arms), in the same rounds")
     parser.add_argument("--only", default="", help="comma-separated indices of the configs to "
                                                    "time (default: all)")
+    parser.add_argument("--tiles", default="", help="comma-separated configs to time instead "
+                        "of the lists, e.g. 64x128x64s6t128 (block_M x block_N x block_K, "
+                        "stages, threads)")
     parser.add_argument("--panels", default="8", help="comma-separated T.use_swizzle panel "
                                                        "sizes, each config timed with each")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--settle", type=float, default=SETTLE_S,
-                        help="seconds each timer runs untimed before its kept run (SETTLE_S)")
+    add_arm_options(parser, rounds=3)
     args = parser.parse_args()
     configs = HOPPER_CONFIGS if args.configs == "hopper" else SM80_CONFIGS
     if args.only:
         configs = [configs[int(i)] for i in args.only.split(",")]
+    if args.tiles:
+        configs = [parse_tile(t) for t in args.tiles.split(",")]
     pass_configs = parse_configs(args.pass_config)
     variants = variant_arms(pass_configs, args.variant)
     rows = []
@@ -328,7 +126,7 @@ def main():
                   f"{row['torch_tflops']:.0f} ({row['ratio_vs_torch']:.2f}x; synced "
                   f"{row['synced_ratio_vs_torch']:.2f}x) err {err:.1e} regs {kernel.n_regs}",
                   flush=True)
-    path = write_results(args.out, args.tag, rows, [
+    show_results(args.out, args.tag, rows, [
         ("shape", lambda r: r["shape"]), ("config", lambda r: str(r["config"])),
         ("TFLOP/s", lambda r: f"{r['tflops']:.0f}"),
         ("torch TFLOP/s", lambda r: f"{r['torch_tflops']:.0f}"),
@@ -343,9 +141,7 @@ def main():
               f"{args.settle} s of running untimed (SETTLE_S); the median of the per-round "
               "ratios. ratio, synced: each run alone after a synchronize, the host's launch "
               "latency included (synced_median_ms). SM MHz: the median SM clock nvidia-smi "
-              "sampled while each was timed.")
-    clocks.stop()
-    print(open(path).read())
+              "sampled while each was timed.", clocks=clocks)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """fp8 GEMM (A M x K, B N x K, both K-major; float32 accumulation, bfloat16 output) on wgmma
 beside torch._scaled_mm (cuBLASLt fp8, unit scales), in one process on one GPU.
 
-    python bench/bench_gemm_fp8.py [--shapes 8192x8192x8192,...] [--tag gemm_fp8] [--out dir]
+    python3 bench/bench_gemm_fp8.py [--shapes 8192x8192x8192,...] [--tag gemm_fp8] [--out dir]
+
+Results: bench/gemm.md.
 """
 import argparse
 import os
@@ -9,11 +11,10 @@ import sys
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+from common import HERE, OUT, kernel_facts, median_ms, warm_gpu, write_results
+import tilecraft
+
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "gpu"))
-import tilecraft  # noqa: E402
-from bench_gemm import kernel_facts, median_ms, warm_gpu, write_results  # noqa: E402
 from kernels import fp8_gemm  # noqa: E402
 
 CONFIGS = [dict(bm=128, bn=256, bk=128, threads=256, num_stages=3),
@@ -25,7 +26,7 @@ CONFIGS = [dict(bm=128, bn=256, bk=128, threads=256, num_stages=3),
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="8192x8192x8192,8192x28672x8192")
-    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    parser.add_argument("--out", default=OUT)
     parser.add_argument("--tag", default="gemm_fp8")
     args = parser.parse_args()
     rows = []
@@ -58,6 +59,7 @@ def main():
         ("_scaled_mm TFLOP/s", lambda r: f"{r['peer_tflops']:.0f}"),
         ("ratio", lambda r: f"{r['ratio']:.2f}"), ("rel err", lambda r: f"{r['rel_error']:.1e}"),
         ("regs", lambda r: str(r["registers"]))])
+
 
 if __name__ == "__main__":
     main()

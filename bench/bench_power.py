@@ -2,30 +2,27 @@
 few seconds while nvidia-smi samples the SM clock and the board's power; the table gives the
 throughput, clock, power and FLOP per joule of each. A kernel that spends less energy per FLOP
 runs at a higher clock at the cap; a short timing instead inherits the clock the kernel before
-it left (the reason the other benches settle each timer first, bench_gemm.SETTLE_S).
+it left (the reason the other benches settle each timer first, common.SETTLE_S).
 
-    python bench/bench_power.py [--seconds 3] [--rounds 2] [--tag power_steady_state]
-                                [--gemm-shapes 8192x8192x8192,...] [--variant KEY=1]
+    python3 bench/bench_power.py [--seconds 3] [--rounds 2] [--tag power_steady_state]
+                                 [--gemm-shapes 8192x8192x8192,...] [--variant KEY=1]
 
 --variant adds our GEMM compiled with those pass configs beside the default one (an A/B of a
 pass at the power cap); an item panel=N in it sets that arm's T.use_swizzle panel (default 16).
+Results: bench/power.md.
 """
 import argparse
-import os
-import sys
 import time
 from statistics import median
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "examples"))
-import tilecraft  # noqa: E402
-from flash_attention import flash_attention  # noqa: E402
-from gemm import matmul  # noqa: E402
-from tilecraft.carver.recommend import underlying  # noqa: E402
-from bench_gemm import ClockLog, parse_configs, warm_gpu, write_results  # noqa: E402
+from common import OUT, ClockLog, parse_configs, show_results, warm_gpu
+from flash_attention import flash_attention
+from gemm import matmul
+from tilecraft.carver.recommend import underlying
+import tilecraft
 
 
 def workloads(gemm_shapes=((8192, 8192, 8192),), variants=(), mha=True):
@@ -94,7 +91,7 @@ def sustained(fn, seconds: float) -> tuple:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    parser.add_argument("--out", default=OUT)
     parser.add_argument("--tag", default="power_steady_state")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=2)
@@ -128,7 +125,7 @@ def main():
                      "watts": watts, "tflops_per_ghz": tflops / mhz * 1000,
                      "gflop_per_joule": tflops * 1000 / watts})
         print(f"{name:22s} r{r} {tflops:5.0f} TFLOP/s {mhz:5.0f} MHz {watts:4.0f} W", flush=True)
-    path = write_results(args.out, args.tag, rows, [
+    show_results(args.out, args.tag, rows, [
         ("work", lambda x: x["work"]), ("round", lambda x: str(x["round"])),
         ("TFLOP/s", lambda x: f"{x['tflops']:.0f}"), ("SM MHz", lambda x: f"{x['sm_mhz']:.0f}"),
         ("W", lambda x: f"{x['watts']:.0f}"),
@@ -137,7 +134,6 @@ def main():
         notes=f"Each runs back to back for {args.seconds} s after 1 s idle, in {args.rounds} "
               "rounds; clock and power: medians of nvidia-smi's 50 ms samples after the first "
               "0.5 s.")
-    print(open(path).read())
 
 
 if __name__ == "__main__":

@@ -6,19 +6,16 @@
 Each kernel runs on random inputs as compiled by default, not persistent, and persistent in
 two blocks looping over the tiles, and is checked against torch; the sanitizer reports
 any invalid access, shared-memory hazard or barrier misuse on top. Ragged sizes included.
+What the sanitizers reported: bench/sanitize.md.
 """
-import os
-import sys
-
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "examples"))
-from flash_attention import flash_attention, ref_program as mha_ref  # noqa: E402
-from gemm import matmul  # noqa: E402
-from mla_decode import flash_mla_decode, ref_program as mla_ref  # noqa: E402
-import tilecraft  # noqa: E402
-from tilecraft.carver.recommend import underlying  # noqa: E402
+import common  # noqa: F401  (puts examples/ on sys.path)
+from flash_attention import flash_attention, ref_program as mha_ref
+from gemm import matmul
+from mla_decode import flash_mla_decode, ref_program as mla_ref
+import tilecraft
+from tilecraft.carver.recommend import underlying
 
 FAST = {tilecraft.PassConfigKey.TL_ENABLE_FAST_MATH: True}
 PERSISTENT = tilecraft.PassConfigKey.TL_ENABLE_PERSISTENT_TILES

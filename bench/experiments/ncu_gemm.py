@@ -4,20 +4,21 @@ level of memory can be set side by side:
 
     ncu --clock-control none -k regex:"nvjet|main_kernel0" \\
         --metrics dram__bytes_read.sum,lts__t_bytes.sum,gpu__time_duration.sum \\
-        python3 bench/ncu_gemm.py [MxNxK] [panels]
+        python3 bench/experiments/ncu_gemm.py [MxNxK] [panels]
 
 With panels (comma-separated T.use_swizzle panel sizes, 0 for the raster the compiler picks),
-ours is launched once per panel instead, without the multicast arm.
+ours is launched once per panel instead, without the multicast arm. What it measured:
+bench/gemm.md.
 """
 import os
 import sys
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "examples"))
-import tilecraft  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import common  # noqa: E402,F401  (puts examples/ on sys.path)
 from gemm import matmul  # noqa: E402
+import tilecraft  # noqa: E402
 from tilecraft.carver.recommend import underlying  # noqa: E402
 
 ARMS = {"ours": {}, "ours, multicast": {"tl.enable_tma_multicast": True}}

@@ -1,7 +1,7 @@
 """How fast this GPU's DRAM can stream the bytes MLA decode reads, measured with kernels that
 read them the way the MLA kernel does (TMA tiles through a warp-specialized ring of shared
-memory) and compute next to nothing, beside the torch reductions of probe_mla_floor.py and the
-MLA kernel itself, each on a cold L2 under both of the profiler's flushes.
+memory) and compute next to nothing, beside a torch reduction over the same bytes and the MLA
+kernel itself, each on a cold L2 under both of the profiler's flushes.
 
 Readers (all B64, KV dim 512 + 64 in the example's layout, fp16):
   mla-like   grid (64, 2): both head-group blocks of a batch read its KV and their own query
@@ -15,25 +15,34 @@ Readers (all B64, KV dim 512 + 64 in the example's layout, fp16):
 and, for what one launch costs on its own, the mla-like reader over a single tile and torch's
 one-element add.
 
-    python3 bench/probe_read_floor.py [--kv 1024] [--rounds 3]
+    python3 bench/experiments/mla_read_floor.py [--kv 1024] [--rounds 3]
+
+Results: bench/mla_decode.md.
 """
+import argparse
 import os
 import sys
 from statistics import median
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE, os.path.join(HERE, "..", "examples")]
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from common import (B, D, H, OUT, PE, SETTLE_S, cuda_median_ms, in_rounds,  # noqa: E402
+                    mla_inputs, torch_mla, warm_gpu, write_results)
+from mla_decode import flash_mla_decode  # noqa: E402
 import tilecraft  # noqa: E402
 import tilecraft.codegen.cuda as cg  # noqa: E402
 import tilecraft.language as T  # noqa: E402
-from bench_gemm import SETTLE_S, in_rounds, warm_gpu, write_results  # noqa: E402
-from bench_mla import B, D, H, PE, mla_inputs, torch_mla  # noqa: E402
-from mla_decode import flash_mla_decode  # noqa: E402
-from probe_mla_floor import floor_args  # noqa: E402
 from tilecraft.carver.recommend import underlying  # noqa: E402
-from tilecraft.profiler import cuda_median_ms  # noqa: E402
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kv", default="1024")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", default=OUT)
+    parser.add_argument("--tag", default="mla_decode_read_floor")
+    return parser.parse_args()
 
 
 def compiled(func, pair=False, multicast=False):
@@ -109,7 +118,7 @@ def arms(seqlen):
 
 
 def main():
-    args = floor_args(__doc__.splitlines()[0], "mla_decode_read_floor")
+    args = parse_args()
     os.environ["TILECRAFT_DISABLE_CACHE"] = "1"  # the patched sources must not be cached
     warm_gpu()
     rows = []
@@ -159,7 +168,7 @@ def main():
     print(write_results(args.out, args.tag, rows, columns,
                         "Medians over rounds of CUDA-event timings on a cold L2; every arm "
                         "reads the MLA kernel's input bytes (the readers' KV and query "
-                        "loads as described in bench/probe_read_floor.py)."))
+                        "loads as described in bench/experiments/mla_read_floor.py)."))
 
 
 if __name__ == "__main__":

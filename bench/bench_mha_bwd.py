@@ -2,30 +2,24 @@
 of torch SDPA's flash and cuDNN backends, in one process on one GPU: medians of CUDA-event
 timings, TFLOP/s (2.5x the forward's matrix-product FLOPs), ratios taken per round.
 
-    python bench/bench_attention_bwd.py [--shapes 0,1] [--only 0,2] [--rounds 3]
-                                        [--variant tl.disable_wgmma_batch_merge=1]
+    python3 bench/bench_mha_bwd.py [--shapes 0,1] [--only 0,2] [--rounds 3]
+                                   [--variant tl.disable_wgmma_batch_merge=1] [--tag ...]
 
 Each kernel's gradients are checked against float32 ones computed in torch, one batch at a
-time, on the same random inputs.
+time, on the same random inputs. Results: bench/mha_bwd.md.
 """
 import argparse
-import os
-import sys
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "examples"))
-sys.path.insert(0, HERE)
-import tilecraft  # noqa: E402
-from flash_attention import flash_attention_lse  # noqa: E402
-from flash_attention_bwd import FAST_MATH, flash_attention_bwd  # noqa: E402
-from bench_attention import SDPA_COLUMNS, row_text, sdpa_row  # noqa: E402
-from bench_gemm import (SETTLE_S, ClockLog, in_rounds_with_clocks, variant_arms,  # noqa: E402
-                        warm_gpu, write_results)
-from tilecraft.carver.recommend import underlying  # noqa: E402
-from tilecraft.profiler import cuda_median_ms  # noqa: E402
+from common import (OUT, SDPA_COLUMNS, ClockLog, add_arm_options, cuda_median_ms,
+                    in_rounds_with_clocks, sdpa_row, show_results, variant_arms,
+                    warm_gpu)
+from flash_attention import flash_attention_lse
+from flash_attention_bwd import FAST_MATH, flash_attention_bwd
+from tilecraft.carver.recommend import underlying
+import tilecraft
 
 SHAPES = [(8, 32, 4096, 128, False), (8, 32, 4096, 128, True), (8, 32, 4096, 64, True)]
 CONFIGS = [dict(block_M=64, block_N=128, num_stages=2, threads=256),
@@ -62,15 +56,11 @@ def sdpa_backward_timer(q, k, v, do, causal, backend):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    parser.add_argument("--out", default=OUT)
     parser.add_argument("--tag", default="mha_bwd")
     parser.add_argument("--shapes", default="", help="indices into SHAPES (default: all)")
     parser.add_argument("--only", default="", help="indices into CONFIGS (default: all)")
-    parser.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE",
-                        help="also time every config compiled with these pass configs added "
-                             "(KEY=1[,KEY2=1]; repeat for more arms), in the same rounds")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--settle", type=float, default=SETTLE_S)
+    add_arm_options(parser, rounds=3, pass_config=False)
     args = parser.parse_args()
     shapes = [SHAPES[int(i)] for i in args.shapes.split(",")] if args.shapes else SHAPES
     configs = [CONFIGS[int(i)] for i in args.only.split(",")] if args.only else CONFIGS
@@ -97,19 +87,16 @@ def main():
             [lambda kern=kernel: cuda_median_ms(lambda: kern(q, k, v, o, do, lse), 3, 10, False)
              for _, _, kernel, _ in cases], clocks, args.settle)
         for times, mhz, (cfg, label, kernel, err) in zip(ours, our_mhz, cases):
-            row = sdpa_row([B, H, S, D], causal, cfg, label, flop, times, flash, cudnn, err,
-                           kernel, (mhz, flash_mhz, cudnn_mhz))
-            rows.append(row)
-            print(row_text(row), flush=True)
-    path = write_results(args.out, args.tag, rows, SDPA_COLUMNS,
+            rows.append(sdpa_row([B, H, S, D], causal, cfg, label, flop, times, flash, cudnn,
+                                 err, kernel, (mhz, flash_mhz, cudnn_mhz)))
+    show_results(args.out, args.tag, rows, SDPA_COLUMNS,
         notes=f"Backward only (ours: Delta + dQ zeroing, the key-tile loop, dQ conversion, "
               f"the two workspaces allocated at each call; "
               f"torch: autograd.grad through SDPA, its forward run once). Medians over "
               f"{args.rounds} rounds, each timing the peers and every config in turn after "
               f"{args.settle} s untimed; a ratio is the median of the per-round ratios. rel err: "
-              "the largest of |g - g32| / |g32| over dQ, dK, dV against float32 torch.")
-    clocks.stop()
-    print(open(path).read())
+              "the largest of |g - g32| / |g32| over dQ, dK, dV against float32 torch.",
+        clocks=clocks)
 
 
 if __name__ == "__main__":

@@ -2,24 +2,20 @@
 torch.matmul and the plain tiled GEMM, on shapes with few tiles of C and a long K, in one
 process on one GPU. The split-K time includes zeroing C (what a caller must do before it).
 
-    python bench/bench_splitk.py [--shapes 8192x256x8192,...] [--rounds 3] [--tag splitk]
+    python3 bench/bench_gemm_splitk.py [--shapes 8192x256x8192,...] [--rounds 3] [--tag ...]
+
+Results: bench/gemm.md.
 """
 import argparse
-import os
-import sys
 import warnings
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "examples"))
-sys.path.insert(0, HERE)
-import tilecraft  # noqa: E402
-from gemm import matmul, matmul_splitk  # noqa: E402
-from bench_gemm import (VS_TORCH_COLUMNS, in_rounds, row_vs_torch, text_vs_torch,  # noqa: E402
-                        warm_gpu, write_results)
-from tilecraft.carver.recommend import underlying  # noqa: E402
-from tilecraft.profiler import cuda_median_ms  # noqa: E402
+from common import (OUT, VS_TORCH_COLUMNS, cuda_median_ms, in_rounds, row_vs_torch,
+                    text_vs_torch, warm_gpu, write_results)
+from gemm import matmul, matmul_splitk
+from tilecraft.carver.recommend import underlying
+import tilecraft
 
 TILE = dict(block_K=64, threads=256, num_stages=4)
 WIDE, SQUARE = dict(block_M=128, block_N=256), dict(block_M=128, block_N=128)
@@ -34,7 +30,7 @@ ARMS = [("plain 128x128", None, SQUARE, {}), ("plain 128x256", None, WIDE, {}),
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="8192x256x8192,8192x512x8192,4096x256x16384")
-    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    parser.add_argument("--out", default=OUT)
     parser.add_argument("--tag", default="gemm_splitk")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()

@@ -1,58 +1,30 @@
 """MLA decode fp16 (examples/mla_decode.py) beside the torch reference (einsum + softmax), in
 one process on one GPU: batch 64, 128 heads, one KV head, dim 512 + rope 64 (ANCHORS.md).
 
-    python bench/bench_mla.py [--kv 1024,4096] [--variant KEY=1] [--rounds 3] [--tag ...]
-                              [--flush dirty|clean]
+    python3 bench/bench_mla_decode.py [--kv 1024,4096] [--variant KEY=1] [--rounds 3]
+                                      [--flush dirty|clean] [--tag ...] [--out dir]
+
+Results: bench/mla_decode.md.
 """
 import argparse
-import os
-import sys
 
-import torch
+from common import (OUT, VS_TORCH_COLUMNS, B, D, H, PE, add_arm_options, cuda_median_ms,
+                    in_rounds, mla_inputs, row_vs_torch, text_vs_torch, torch_mla,
+                    variant_arms, warm_gpu, write_results)
+from mla_decode import flash_mla_decode
+from tilecraft.carver.recommend import underlying
+import tilecraft
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "examples"))
-sys.path.insert(0, HERE)
-import tilecraft  # noqa: E402
-from mla_decode import flash_mla_decode  # noqa: E402
-from bench_gemm import (SETTLE_S, VS_TORCH_COLUMNS, in_rounds, row_vs_torch,  # noqa: E402
-                        text_vs_torch, variant_arms, warm_gpu, write_results)
-from tilecraft.carver.recommend import underlying  # noqa: E402
-from tilecraft.profiler import cuda_median_ms  # noqa: E402
-
-B, H, D, PE = 64, 128, 512, 64
 CONFIGS = [dict(block_N=64, block_H=64, num_stages=2, threads=256),
            dict(block_N=64, block_H=64, num_stages=1, threads=256)]
 
 
-def mla_inputs(seqlen, batch=B, heads=H, dim=D, pe_dim=PE):
-    """Random fp16 (Q, Q_pe, KV, K_pe) on the GPU, one KV head, in the example's layout."""
-    def rand(*shape):
-        return torch.randn(*shape, device="cuda", dtype=torch.float16)
-    return (rand(batch, heads, dim), rand(batch, heads, pe_dim), rand(batch, seqlen, 1, dim),
-            rand(batch, seqlen, 1, pe_dim))
-
-
-def torch_mla(q, q_pe, kv, k_pe):
-    """The reference the anchors time: scores by einsum, softmax in fp32, output by einsum."""
-    scale = (D + PE) ** -0.5
-    kv0, kpe0 = kv[:, :, 0], k_pe[:, :, 0]
-    scores = (torch.einsum("bhd,bsd->bhs", q, kv0) + torch.einsum("bhd,bsd->bhs", q_pe, kpe0))
-    p = torch.softmax(scores.float() * scale, dim=-1).to(q.dtype)
-    return torch.einsum("bhs,bsd->bhd", p, kv0)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    parser.add_argument("--out", default=OUT)
     parser.add_argument("--tag", default="mla_decode")
     parser.add_argument("--kv", default="1024,4096,8192")
-    parser.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE",
-                        help="also time every config compiled with these pass configs added "
-                             "(KEY=1[,KEY2=1]; repeat for more arms), in the same rounds")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--settle", type=float, default=SETTLE_S,
-                        help="seconds each timer runs untimed before its kept run (SETTLE_S)")
+    add_arm_options(parser, rounds=3, pass_config=False)
     parser.add_argument("--flush", choices=("dirty", "clean"), default="dirty",
                         help="how the L2 is emptied before each timed run: overwritten "
                              "(dirty lines the run writes back) or read (profiler.cuda_median_ms)")

@@ -1,9 +1,17 @@
 """How long a kernel compiled in an earlier process takes to come back from the disk cache:
-runs one process that compiles (cold), then fresh processes that only load it."""
+runs one process that compiles (cold), then fresh processes that only load it (the GEMM example
+at 1024^3, on the GPU when there is one).
+
+    python3 bench/bench_cache_load.py
+
+Prints its timings (bench/overhead.md).
+"""
 import os
 import subprocess
 import sys
 import tempfile
+
+from common import EXAMPLES
 
 CHILD = r"""
 import sys, time
@@ -24,9 +32,8 @@ print(f"{{(t2 - t1) * 1e3:.1f}} {{(t1 - t0) * 1e3:.1f}} {{kernel.arch}}")
 
 
 def main():
-    examples = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples")
     env = dict(os.environ, TILECRAFT_CACHE_DIR=tempfile.mkdtemp(prefix="tc_cache_"))
-    code = CHILD.format(examples=examples)
+    code = CHILD.format(examples=EXAMPLES)
     runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                            text=True, check=True).stdout.split() for _ in range(4)]
     print(f"cold compile: {runs[0][0]} ms (import {runs[0][1]} ms) for {runs[0][2]}")

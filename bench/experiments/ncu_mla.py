@@ -1,20 +1,15 @@
-"""MLA decode for ncu, one launch per arm (bench/results/2026-11-24_mla_decode_ncu.md and
-..._mla_decode_flush_traffic.md):
+"""MLA decode for ncu, one launch per arm (what it measured: bench/mla_decode.md):
 
-    ncu --clock-control none -k main_kernel0 --section SpeedOfLight ... python3 bench/ncu_mla.py
+    ncu --clock-control none -k main_kernel0 --section SpeedOfLight ... \\
+        python3 bench/experiments/ncu_mla.py
         the seesaw schedule (default) and without it, at KV 4096
 
     ncu --clock-control none --cache-control none -k main_kernel0 \\
         --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \\
-        python3 bench/ncu_mla.py --kv 1024 --flush dirty,clean
+        python3 bench/experiments/ncu_mla.py --kv 1024 --flush dirty,clean
         the default kernel right after the benches' L2 flush: a 256 MiB buffer overwritten
         (dirty: the L2 is left full of lines still to be written back) or read (clean); with
         ncu's own cache control off, the kernel's DRAM writes count the write-backs it forces
-
-    ... python3 bench/ncu_mla.py --kv 1024 --flush dirty,clean --arms builtin,mc+mcpf+mcevict
-        the same for arms of bench/probe_mla_memory.py (patched sources), one launch each;
-        the arm `reader` is torch's amax over as many bytes as the kernel reads (add
-        `-k regex:main_kernel0|reduce` to see it; the clean flush is a reduction too)
 """
 import argparse
 import os
@@ -22,20 +17,16 @@ import sys
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "examples"))
-sys.path.insert(0, HERE)
-import tilecraft  # noqa: E402
-from bench_mla import B, D, H, PE, mla_inputs  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from common import B, D, H, PE, mla_inputs  # noqa: E402
 from mla_decode import flash_mla_decode  # noqa: E402
+import tilecraft  # noqa: E402
 from tilecraft.carver.recommend import underlying  # noqa: E402
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kv", type=int, default=4096)
-    parser.add_argument("--arms", default="", help="comma-separated arms of probe_mla_memory.py "
-                        "(with --flush): each arm's kernel after each flush")
     parser.add_argument("--flush", default="", help="comma-separated: dirty, clean (each one "
                         "launch of the default kernel after that flush); empty: the seesaw A/B")
     args = parser.parse_args()
@@ -52,15 +43,7 @@ def main():
             build(arm)(q, q_pe, kv, k_pe)
             torch.cuda.synchronize()
         return
-    if args.arms:
-        from probe_mla_memory import build as build_arm
-        os.environ["TILECRAFT_DISABLE_CACHE"] = "1"
-        inputs = sum(t.numel() * t.element_size() for t in (q, q_pe, kv, k_pe))
-        bulk = torch.randint(-2 ** 30, 2 ** 30, (inputs // 4,), dtype=torch.int32, device="cuda")
-        kernels = [(arm, (lambda *_: bulk.amax()) if arm == "reader" else build_arm(S, arm))
-                   for arm in args.arms.split(",")]
-    else:
-        kernels = [("default", build({}))]
+    kernels = [("default", build({}))]
     for _, kernel in kernels:
         kernel(q, q_pe, kv, k_pe)  # loads the module: not the launch that is read
     scratch = torch.empty(256 * 2 ** 20, dtype=torch.int8, device="cuda")
