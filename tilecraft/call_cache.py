@@ -47,8 +47,8 @@ class CallPlan:
         self.prepared = None
         # Outputs are made like the first tensor argument (a signature has one), on its
         # device. An output of its shape and dtype, when it is contiguous, comes from
-        # torch.empty_like, the cheapest of torch's ways to allocate from Python (2.1 against
-        # 3.1 us for new_empty on the H100's host); the others from new_empty.
+        # torch.empty_like, the cheapest of torch's ways to allocate from Python (measured on
+        # the H100's host: bench/overhead.md); the others from new_empty.
         self.like = next(i for kind, i in sources if kind == "in")
         first = args[self.like] if args else None
         look = (tuple(first.shape), first.dtype, first.is_contiguous()) if first is not None \

@@ -142,7 +142,7 @@ def test_faster_memory_target_predicts_faster_elementwise():
 def test_tied_hbm_bound_tiles_rank_by_their_zero_fill():
     # At M 16 the weight dominates: every tile below streams the same bytes and the roofline
     # ties them. Tiles reaching past M fill the rest of each A box with zeros; on the H100
-    # they measured in this order (bench/results/2026-11-25_gemm_decode_shapes.md).
+    # they measured in this order (bench/gemm.md).
     args = (16, 8192, 8192)
     space = {"block_M": [16, 32, 64], "block_N": [16, 32], "block_K": [128], "num_stages": [4],
              "threads": [128]}

@@ -305,10 +305,9 @@ def _measure(tuned, pairs) -> list | None:
 
 # With the default timer every candidate is first screened by a short timing (SCREEN_WARMUP
 # and SCREEN_REP runs at most): enough to tell the few that can win from the many that cannot
-# (the kept candidates of an 8192^3 GEMM span 1.8 to 4.9 ms on an H100). Only the fastest
-# CONTENDERS get the full warmup / rep in each of CONFIRM_ROUNDS alternating rounds (sharing
-# the rep runs between the rounds, 3x faster, chose configs 0.95-0.97x the exhaustive best on
-# an H100 where full rounds chose 0.98-1.06x: bench/results/2026-11-24_autotune_time_*).
+# (the kept candidates of a large GEMM are far apart). Only the fastest CONTENDERS get the
+# full warmup / rep in each of CONFIRM_ROUNDS alternating rounds (sharing the rep runs between
+# the rounds measured faster but chose worse configs on an H100: bench/overhead.md).
 SCREEN_WARMUP, SCREEN_REP = 2, 10
 CONTENDERS, CONFIRM_ROUNDS = 4, 3
 

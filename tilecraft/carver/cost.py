@@ -25,8 +25,8 @@ Refinements, each a single stated rule:
   on one SM. This is what makes many thin iterations (block_K = 16, block_N = 16) cost more
   than few thick ones at equal traffic and FLOPs. A loop that loads from global memory
   without a software pipeline (num_stages <= 1) adds one L2 latency per iteration, likewise
-  spread over the SMs and the blocks they hold (measured on the H100: 128x128x128 with one
-  stage ran 3.3 ms at 8192^3 where the roofline alone said 1.5 ms).
+  spread over the SMs and the blocks they hold (one-stage GEMM configs measured far slower
+  than the roofline alone says: bench/carver_search.md).
 """
 from __future__ import annotations
 

@@ -221,10 +221,9 @@ def preference(time: float, num_stages, smem: int, regs: int, zero_fill: float =
     shared memory, then fewer registers.
 
     Zero fill moves nothing from DRAM, so the roofline ties an HBM-bound tile that reaches past
-    M with one that does not, yet it costs time: at 16x8192x8192 on the H100 a 64x32 tile (three
-    quarters of every A box zeros) ran 37% slower than at M 64, and the tiles the model tied
-    there measured in the order of their zero-filled bytes
-    (bench/results/2026-11-25_gemm_decode_shapes.md)."""
+    M with one that does not, yet it costs TMA time where A's box is most of a stage, and the
+    tiles the model tied at M 16 measured in the order of their zero-filled bytes
+    (bench/gemm.md)."""
     return (time, zero_fill, -(num_stages or 0), smem, regs)
 
 

@@ -84,7 +84,7 @@ _H100_CLOCK = 1.98e9
 # The tensor rates of sm_90 are those of wgmma (cuBLAS's path, which the measured rate comes
 # from). mma.sync still runs on Hopper but is fed one warp at a time through registers:
 # estimate, from published Hopper microbenchmarks, about 62% of wgmma's dense rate (our own
-# best mma.sync GEMM reaches 298 TFLOP/s on the H100, 2026-11-22_gemm_mma_sync.md).
+# mma.sync GEMM measured below it on the H100: bench/carver_search.md).
 _HOPPER_MMA_SYNC = 0.62
 _H100_TC_FRACTION = 783.0 / 989.4
 H100 = Target(
@@ -108,13 +108,10 @@ H100 = Target(
               "float64": 34e12 / 2},
     sfu_ops=_per_chip(132, 16, _H100_CLOCK),
     # Loaded latencies (a TMA / cp.async stage from issue to landing while every SM streams),
-    # which Little's law needs, not the ~0.6 us unloaded round trip: calibrated on the lent
-    # card's exhaustive GEMM searches (bench/results/2026-11-22_carver_search.json and
-    # 2026-11-24_carver_search_calibration.json), where a 64x256x64 tile ran 266 / 449 / 621
-    # TFLOP/s with 2 / 3 / 4 stages at 512x28672x8192. Any DRAM latency in 1.2-1.8 us with L2
-    # in 0.8-1.2 us ranks a config within 2% of the best into the top 5% for every shape of
-    # both searches; 0.6 / 0.3 us did for 18 of 21. A fresh search afterwards
-    # (2026-11-24_carver_search.md): 11 of 11.
+    # which Little's law needs, not the unloaded round trip: calibrated on the lent card's
+    # exhaustive GEMM searches, where pipeline depth decides the small-M shapes; these sit in
+    # the middle of the range that ranks a config within 2% of the best into the top 5% for
+    # every shape (the calibration and the search since: bench/carver_search.md).
     dram_latency_s=1.5e-6, l2_latency_s=1.0e-6,
     mma_sync_fraction=_HOPPER_MMA_SYNC,
     launch_s=3e-6,  # ANCHORS.md: empty-kernel launch 2.8-5.6 us (tritonbench, TileLang)

@@ -7,9 +7,9 @@ by then the slices of k = 0 have long left L2 (a wave of 128x256 tiles at 8192^3
 68 MB, the H100's L2 holds 50). When the blocks of odd waves load their tiles in the opposite
 order, a wave starts on the slices the wave before touched last, and the rows of A it shares
 with that wave (the same panel of T.use_swizzle) come from L2 instead of HBM. On the H100,
-128x256 tiles in panels of 16 at 8192^3 read 1.06 GB from HBM instead of 1.20, and at the power
-cap, where the clock follows the energy spent per FLOP, ran at 941-942 GFLOP/J instead of
-926-937 (cuBLAS 940; bench/results/2026-11-24_gemm_k_alternation_power.md and _ncu.md).
+128x256 tiles in panels of 16 at 8192^3 read less from HBM this way and, at the power cap,
+where the clock follows the energy spent per FLOP, spent less energy per FLOP (bench/gemm.md,
+bench/power.md).
 
 Only the producer's copies change: the copy of iteration k loads tile n - 1 - k into k's stage
 of the ring when tc::launch_wave_parity() (raster.h) is 1, so the consumers accumulate the same

@@ -4,9 +4,8 @@ model says it saves HBM traffic.
 Blocks launch in linear order, x fastest. A GEMM's grid (tiles of N along x, of M along y) then
 runs each wave over whole rows of output tiles: at 8192 x 28672 with 128x256 tiles a wave of 132
 blocks covers one row and a bit of the next, reading all of B, and the next wave reads it again.
-The paper's short GEMM leaves T.use_swizzle out; on the H100 it ran at 384 TFLOP/s at that
-shape without a raster and at 652 (1.01x cuBLAS) with the one this pass picks, and at 8192^3 at
-549 and 635 (bench/results/2026-11-24_gemm_auto_raster.md).
+The paper's short GEMM leaves T.use_swizzle out; on the H100 it ran far below cuBLAS at that
+shape without a raster and level with it with the one this pass picks (bench/gemm.md).
 
 For a kernel with no T.use_swizzle (not even a disabled one), a static grid of two dimensions
 or more and more blocks than the target has SMs, this pass asks the carver's L2 model
@@ -14,12 +13,8 @@ or more and more blocks than the target has SMs, this pass asks the carver's L2 
 and 16 rows or columns, and adds the best panel when it reads at most four fifths of what no
 raster reads. Panels of rows win unless a panel of columns reads less than COLUMN_MARGIN of the
 best row panel: the model counts the two alike, but on the H100 the 128x256 GEMM's column panels
-moved more than it says. At 8192x8192x28672 the model put column panels of 8 at 4.08 GB read
-from HBM and row panels of 16 and 8 at 4.20 and 4.82; ncu read 7.30 GB (45.9 GB through L2,
-5.43 ms) for the columns against 5.92 and 5.52 GB (35.9 and 33.8 GB, 5.18 and 5.13 ms) for
-the rows, and beside cuBLAS the columns ran at 0.93x, the rows of 8 at 1.01x. At 8192^3 the
-row panels of 16 ran in 1.47 ms against 1.50 for the columns of 8, with 16% less L2 traffic
-(bench/results/2026-11-24_gemm_raster_orders.md). Attention's grid (query blocks along x,
+moved more through L2 and from HBM than it says, and ran slower than row panels where the model
+had put them ahead (bench/gemm.md). Attention's grid (query blocks along x,
 heads along y) already runs the blocks that share K and V together: the model finds every
 panel worse, and the kernel keeps its order.
 Turned off with tl.disable_auto_rasterization.

@@ -19,8 +19,8 @@ statements between them write no shared tile the async proxy reads (a reduction'
 slots): every such write is then fenced by the next barrier of its own list, or by the first
 barrier of a list (which keeps it) or of an enclosing one whose statements contain it. MLA's
 loop keeps two fences of three this way. (Leaving out the store wait the same way where no
-store was issued made attention 8% slower on the H100, with the same fences and barriers,
-bench/results/2026-11-24_finalize_barriers_ab.md: the wait stays in front of every barrier.)
+store was issued made attention slower on the H100, with the same fences and barriers,
+bench/mha_fwd.md: the wait stays in front of every barrier.)
 """
 from __future__ import annotations
 

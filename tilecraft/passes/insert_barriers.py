@@ -212,7 +212,7 @@ class _Inserter:
         all the other statements of the body, and each reduction gets scratch slots of its own
         (lower_tile_ops), so that barrier already keeps the next run's partials from
         overwriting slots still being read. MLA's loop drops two of its five barriers this way
-        (1-2% faster on the H100, bench/results/2026-11-24_mla_decode_trailing_barriers_ab.md)."""
+        (faster on the H100: bench/mla_decode.md)."""
         if sum(1 for x in body if is_sync(x) or self.synchronizes(x)) < 2:
             return body
         return [dataclasses.replace(x, trailing_barrier=False) if self.synchronizes(x) else x

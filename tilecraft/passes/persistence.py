@@ -79,15 +79,13 @@ def persistent_for(kernel: Kernel, configs: dict | None, arch: str | None = None
     unset, persistent with one block per SM where the pipelined loop holds two or more gemms
     (attention and its kin) or is a GEMM's (_gemm_like) and the grid spans more than one wave,
     unless the producer preload is asked for or the kernel is not warp-specialized. There the
-    next tile's first stages load during this one's softmax tail and epilogue, and on the H100
-    the 3-stage attention ran 2-14% faster (causal and not) and the 2-stage one 2-10%
-    (bench/results/2026-11-24_mha_persistent_default_candidates.md). A GEMM measured level to
-    2-8% slower while its 4-stage epilogue went from registers (..._gemm_persistent_serpentine_ab
-    .md); staged in column bands (stage_epilogue) it ran 1-8% faster than without persistence,
-    and with 3 stages 1-4% (2026-11-25_gemm_persistent_banded_default.md).
+    next tile's first stages load during this one's softmax tail and epilogue, which made
+    attention faster on the H100, causal and not (bench/mha_fwd.md). A GEMM measured level to
+    slower while its 4-stage epilogue went from registers, and faster than without persistence
+    once that epilogue is staged in column bands (stage_epilogue; bench/gemm.md).
     A grid of one wave (MLA decode at batch 64: 128 blocks) has no next tile to load early, and
-    its loop over tiles only costs: MLA ran 1-3% faster without it, 5% with the producer
-    preload in its place (producer_preload_for; ..._mla_decode_seesaw_preload.md)."""
+    its loop over tiles only costs: MLA ran faster without it, and faster still with the
+    producer preload in its place (producer_preload_for; bench/mla_decode.md)."""
     configs = configs or {}
     if PassConfigKey.TL_ENABLE_PERSISTENT_TILES in configs or \
             configs.get(PassConfigKey.TL_ENABLE_PRODUCER_PRELOAD) or \

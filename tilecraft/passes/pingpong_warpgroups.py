@@ -17,12 +17,10 @@ the same iterations in all warpgroups, so each turn handed over is taken in the 
 but the first one, which is handed over once per kernel; the last turn handed to warpgroup 0
 is never taken (the block ends with it pending, which the hardware allows). The barrier
 number is computed from the thread index, so the loop is not copied per warpgroup: two copies
-of a loop this size running at once measured 4-9% slower. Loops with a barrier of all
+of a loop this size running at once measured slower. Loops with a barrier of all
 consumers in their body (warpgroups sharing rows) are left as they are, and so are kernels
-with one consumer warpgroup. Turned off with tl.disable_warpgroup_pingpong. H100, B8 H32 D128,
-3 stages, in one run: S4096 603 against 594 TFLOP/s, causal 508 against 508, S8192 621
-against 608 (bench/results/2026-11-24_mha_fwd_pingpong_pass_ab.md); the same turns written
-into the generated source by hand gained 2-5% in an earlier run (..._mha_fwd_pingpong_ab.md).
+with one consumer warpgroup. Turned off with tl.disable_warpgroup_pingpong. On the H100 it
+measured level to slightly faster for attention (bench/mha_fwd.md).
 """
 from __future__ import annotations
 

@@ -154,10 +154,8 @@ class _Pipeliner:
         # barrier. Issued right after it, their copies have the whole iteration to land. In a
         # loop with two gemms or more (attention) they follow the first gemm instead: its
         # fragment loads then start at the barrier without queueing behind the copies, and
-        # the copies overlap the element-wise work that follows (H100, sm80 path, B8 H32
-        # S4096 D128, causal and not, two runs: 2 stages 0.92-0.95x -> 0.95-0.99x of
-        # FlashAttention-2, 3 stages 0.95-0.98x -> 0.98-1.03x,
-        # bench/results/2026-11-24_mha_fwd_sm80_copies_after_gemm_ab.md). The recorded issue
+        # the copies overlap the element-wise work that follows (faster on the H100's sm80
+        # path, causal and not: bench/mha_fwd.md). The recorded issue
         # order still orders them among themselves and the last stage among itself.
         issued = [IfThenElse(future < start + n, seq(produce(early, future, True)), None, span),
                   call_stmt("tc::cp_async_commit", span=span)]

@@ -35,10 +35,8 @@ short and symbolic trip counts behave as before.
 
 Only this exact shape is rotated (the copies, then a single gemm with both operands in shared
 memory, nothing else in the last stage, an even number of k steps per tile); anything else is
-left as it is. Turned off with tl.disable_mma_rotation.
-
-H100, 8192^3 fp16, in one run: 128x256x64 with 3 stages 0.52x -> 0.59x of torch.matmul,
-256x128x32 with 4 stages 0.46x -> 0.58x (bench/results/2026-11-24_gemm_sm80_rotation_ab.md).
+left as it is. Turned off with tl.disable_mma_rotation. What it gained on the H100's cp.async
+path: bench/gemm.md.
 """
 from __future__ import annotations
 

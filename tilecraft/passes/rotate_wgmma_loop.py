@@ -130,9 +130,8 @@ def _c_start(body: list, batch2: _Batch) -> int:
 
 # Rotation holds each tile of batch 2 (attention's V) until after the next iteration's
 # softmax, so the producer can refill its stage later than before. With a ring of two stages
-# that cost more than the overlap gained on causal attention (H100, 128x128 tiles: 0.71x vs
-# 0.85x of cuDNN unrotated; with three stages 0.88x vs 0.86x, and 1.02x vs 0.82x non-causal,
-# bench/results/2026-11-24_mha_fwd_rotation_ab.md), so only rings this deep are rotated.
+# that cost more than the overlap gained on causal attention (on the H100; with three stages
+# rotation gained, causal and not: bench/mha_fwd.md), so only rings this deep are rotated.
 MIN_DEPTH = 3
 
 

@@ -34,10 +34,9 @@ uses the twin, the rest the user's fragment, and a register copy converts betwee
 twin's rows sit in the same threads of each warpgroup as the accumulator's). Each
 warpgroup's branch holds its whole pair body, under a warp-uniform warpgroup index, so no
 wgmma is in flight across a join and ptxas does not serialize them (C7520). An odd trip
-count runs its last block on warpgroup 0 alone. H100, B64 H128 dim 512 + 64: 447 -> 497
-TFLOP/s at KV 4096, 446 -> 511 at KV 8192, KV 1024 level
-(bench/results/2026-11-24_mla_decode_seesaw_final.md). Deferring warpgroup 1's wait for
-block 2i's P.V until after its softmax measured 2-3% slower (the stage is released later),
+count runs its last block on warpgroup 0 alone. On the H100 it made MLA decode faster at KV
+4096 and 8192, KV 1024 level (bench/mla_decode.md). Deferring warpgroup 1's wait for
+block 2i's P.V until after its softmax measured slower (the stage is released later),
 so each gemm still waits for itself. Applies to warp-specialized sm_90a loops with two
 consumer warpgroups whose row tile is one wgmma row block (64 rows) and a ring of two stages
 or more; turned off with tl.disable_seesaw_warpgroups.

@@ -16,10 +16,9 @@ their last reads). In a persistent kernel (tl.enable_persistent_tiles) the ring 
 across tiles, so the staging tile needs room of its own beside the ring; where the whole tile
 does not fit (a 4-stage 128x256x64 GEMM: 192 KB of ring, 64 KB of tile) it is staged in 2 or
 4 column bands through one band-sized tile, each band's store reading it before the next band
-is written. Measured on an H100 it lifted the wgmma GEMM by 2-8% of cuBLAS's speed
-(bench/results/2026-11-24_gemm_hopper_staged_epilogue.md). On the mma.sync path it was mixed
-(-8% to +4%, 2026-11-24_gemm_sm80_path_staged_epilogue.md), so it runs on sm_90a only. Turned
-off with the pass config tl.disable_epilogue_staging.
+is written. Measured on an H100 it lifted the wgmma GEMM; on the mma.sync path it was mixed
+(bench/gemm.md), so it runs on sm_90a only. Turned off with the pass config
+tl.disable_epilogue_staging.
 """
 from __future__ import annotations
 

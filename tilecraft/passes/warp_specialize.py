@@ -23,9 +23,9 @@ the T consumer threads stays valid):
 With tl.enable_producer_preload, copies from global into shared memory in front of the loop
 that TMA can do (the query tile of attention and MLA) are issued by the producer too, before
 the loop's first stage, completing on an mbarrier of their own (tma_ready) that the consumers
-wait for where the copies were. On an H100 it made causal attention 13% faster and non-causal
-attention 2-19% slower (bench/results/2026-11-24_mha_fwd_preload_ab.md), so it is the default
-only where persistence is not: for one-wave grids (producer_preload_for).
+wait for where the copies were. On an H100 it made causal attention faster and non-causal
+attention slower (bench/mha_fwd.md), so it is the default only where persistence is not: for
+one-wave grids (producer_preload_for).
 
 The producer runs up to D iterations ahead; each consumer warp releases a version only after
 all its lanes' last reads of it in program order (a wgmma batch is waited for inside T.gemm), so the

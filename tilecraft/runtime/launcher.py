@@ -63,9 +63,9 @@ _current_stream = None
 def torch_stream() -> int:
     """The handle of torch's current CUDA stream on its current device.
 
-    `torch.cuda.current_stream()` builds a Stream object (about 4 us, as long as the launch
-    itself); torch's own generated code reads the raw handle through `torch._C`, and so does
-    this when that entry exists.
+    `torch.cuda.current_stream()` builds a Stream object (as long as the launch itself on the
+    H100's host: bench/overhead.md); torch's own generated code reads the raw handle through
+    `torch._C`, and so does this when that entry exists.
     """
     global _current_stream
     if _current_stream is None:

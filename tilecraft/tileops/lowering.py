@@ -107,9 +107,8 @@ def evaluate_table(expr, env: dict) -> np.ndarray:
 
 # Fragments that take this many of a thread's 255 registers leave too few for an address per
 # unrolled iteration. Below it the precomputed addresses cost nothing and the rewritten form was
-# slower: 128x128 sm80 attention on 256 threads (fragments ~200 registers) lost 16% with it,
-# while 128x64 on 128 threads (~280) went from 176 bytes of spills to 72 and gained 8%
-# (bench/results/2026-11-24_mha_fwd_sm80_hoisted_offsets.md).
+# slower: 128x128 sm80 attention on 256 threads (fragments ~200 registers) lost time with it,
+# while 128x64 on 128 threads (~280) spilled less and ran faster (bench/mha_fwd.md).
 TIGHT_REGISTERS = 224
 
 

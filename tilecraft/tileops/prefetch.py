@@ -8,12 +8,11 @@ DRAM round trip for it. So, right after issuing iteration k's copies, the produc
 iteration k + 1's tile (cp.async.bulk.prefetch.L2, one instruction for the tile's contiguous
 bytes, no shared memory and no barrier): it is on its way while the stage is still being read.
 
-On the H100, MLA decode (2 stages, one wave) ran 6% / 3% / 1.5% faster at KV 1024 / 4096 /
-8192 with it (bench/results/2026-11-24_mla_decode_l2_prefetch.md); skinny GEMMs whose A tiles
-one or two blocks read (8192 x 256 and 8192 x 512, K 8192) measured level (within 1%,
-..._gemm_skinny_l2_prefetch.md). Probes of the same kernel (..._mla_decode_memory_probes.md):
-two iterations ahead ran 1-4% slower than none, and TMA tensor prefetches (one per box) gained
-half as much as the one bulk prefetch per tile. Tiles that more blocks read (attention's
+On the H100 it made MLA decode (2 stages, one wave) faster, most at the shortest KV
+(bench/mla_decode.md); skinny GEMMs whose A tiles one or two blocks read (8192 x 256 and
+8192 x 512, K 8192) measured level (bench/gemm.md). Probes of the same kernel: two iterations
+ahead ran slower than none, and TMA tensor prefetches (one per box) gained less than the one
+bulk prefetch per tile. Tiles that more blocks read (attention's
 K and V, a GEMM's operands) mostly come from L2 already and are left alone, as are tiles that are
 not one contiguous byte range of their tensor or that do not lie wholly inside it at k + 1 (the
 ragged last block: the prefetch would read past the tensor). Turned off with
