@@ -14,6 +14,7 @@ import math
 
 from ..arith.bounds import bound_of
 from ..errors import TileError
+from .reserved_names import c_identifier
 from ..ir.buffer import GLOBAL, LOCAL, LOCAL_VAR, Buffer, is_shared
 from ..ir.expr import Binary, BufferLoad, Call, Cast, Const, Select, Unary, Var
 from ..ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel,
@@ -100,9 +101,7 @@ class CudaEmitter:
     def name(self, obj) -> str:
         key = id(obj)
         if key not in self.names:
-            base = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in obj.name) or "v"
-            if base[0].isdigit():
-                base = "v" + base
+            base = c_identifier(obj.name)
             name, n = base, 0
             while name in self.taken:
                 n += 1
