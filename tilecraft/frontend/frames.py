@@ -78,6 +78,11 @@ class LoopFrame:
             self.ranges.append((start, extent))
         self.vars: tuple = ()
 
+    @property
+    def title(self) -> str:
+        """How the user wrote the loop: T.Parallel, T.serial, ..."""
+        return f"T.{_public(self.kind)}"
+
     def bind(self, names: list[str]):
         if len(names) != len(self.ranges):
             raise TileError(f"T.{_public(self.kind)} has {len(self.ranges)} dimension(s) but "
