@@ -12,6 +12,7 @@ import operator
 import os
 
 from ..errors import TileError, TileInternalError, span_scope
+from .python_calls import python_function_on_device_values
 from ..ir import expr as ex
 from ..ir.buffer import Buffer, LOCAL_VAR
 from ..ir.expr import BufferLoad, Expr
@@ -43,6 +44,20 @@ class _Return(Exception):
 
 class ExpressionEvaluator:
     """Mixed into the Parser, which provides span(), scope and source."""
+
+    def python_op(self, fn, args, node):
+        """fn(*args) for an operator of the user's expression (a subscript, an arithmetic or
+        comparison operator): what it raises on plain Python values (an IndexError of a list,
+        a KeyError of a dict) is the user's mistake, reported at the expression."""
+        try:
+            return fn(*args)
+        except (TileError, _Return):
+            raise
+        except Exception as e:  # noqa: BLE001 - reported at the user's line
+            err = self.wrap(e, self.span(node))
+            if not isinstance(err, TileInternalError):
+                err.message += f" (in `{ast.unparse(node)}`)"
+            raise err from None
 
     def wrap(self, e: Exception, span) -> TileError:
         """A Python exception raised while evaluating user code, as a TileError."""
@@ -103,7 +118,7 @@ class ExpressionEvaluator:
         value = self.expr_raw(node.value)
         key = self.expr(node.slice)
         with span_scope(self.span(node)):
-            return value[key]
+            return self.python_op(operator.getitem, (value, key), node)
 
     def expr_Slice(self, node):
         part = lambda n: None if n is None else self.expr(n)  # noqa: E731
@@ -122,22 +137,21 @@ class ExpressionEvaluator:
         a, b = self.expr(node.left), self.expr(node.right)
         span = self.span(node)
         with span_scope(span):
-            if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)) and _is_int_zero(b) and \
-                    isinstance(a, Expr) and a.dtype.is_int:
-                raise TileError(f"integer division by zero in `{ast.unparse(node)}`", span)
-            try:
-                return _BINOPS[type(node.op)](a, b)
-            except ZeroDivisionError:
-                raise TileError(f"division by zero in `{ast.unparse(node)}` (the divisor is "
-                                "0 at compile time)", span) from None
+            if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)):
+                if _is_int_zero(b) and isinstance(a, Expr) and a.dtype.is_int:
+                    raise TileError(f"integer division by zero in `{ast.unparse(node)}`", span)
+                if ex.is_python_number(b) and b == 0 and not isinstance(a, Expr):
+                    raise TileError(f"division by zero in `{ast.unparse(node)}` (the divisor "
+                                    "is 0 at compile time)", span)
+            return self.python_op(_BINOPS[type(node.op)], (a, b), node)
 
     def expr_UnaryOp(self, node):
         v = self.expr(node.operand)
         with span_scope(self.span(node)):
             if isinstance(node.op, ast.Not):
                 return ex.unary("not", v) if isinstance(v, Expr) else not v
-            return {ast.USub: operator.neg, ast.UAdd: operator.pos,
-                    ast.Invert: operator.invert}[type(node.op)](v)
+            return self.python_op({ast.USub: operator.neg, ast.UAdd: operator.pos,
+                                   ast.Invert: operator.invert}[type(node.op)], (v,), node)
 
     def expr_BoolOp(self, node):
         op = "and" if isinstance(node.op, ast.And) else "or"
@@ -158,7 +172,7 @@ class ExpressionEvaluator:
         for op, right_node in zip(node.ops, node.comparators):
             right = self.expr(right_node)
             with span_scope(self.span(node)):
-                part = _CMPOPS[type(op)](left, right)
+                part = self.python_op(_CMPOPS[type(op)], (left, right), node)
                 if result is None:
                     result = part
                 elif isinstance(result, Expr) or isinstance(part, Expr):
@@ -197,8 +211,13 @@ class ExpressionEvaluator:
             try:
                 return func(*args, **kwargs)
             except TileError as e:
+                hint = python_function_on_device_values(func, args, kwargs)
+                if hint is not None:
+                    raise TileError(hint, span) from None
                 raise e.with_span(span)
             except _Return:
                 raise
             except Exception as e:  # noqa: BLE001
-                raise self.wrap(e, span) from None
+                hint = python_function_on_device_values(func, args, kwargs)
+                raise (TileError(hint, span) if hint is not None else self.wrap(e, span)) \
+                    from None

@@ -349,7 +349,8 @@ def inline_macro(func, args, kwargs, source_cache: dict):
     try:
         bound = signature.bind(*args, **kwargs)
     except TypeError as e:
-        raise TileError(f"macro {func.__name__}: {e}") from None
+        raise TileError(f"macro {func.__name__}: {e}; it takes ({', '.join(signature.parameters)})"
+                        ) from None
     bound.apply_defaults()
     parser.scope.env.update(bound.arguments)
     saved = b.parser
