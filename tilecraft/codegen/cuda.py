@@ -167,12 +167,12 @@ class CudaEmitter:
         return bound_of(e.a, self.var_bounds)[0] >= 0 and bound_of(e.b, self.var_bounds)[0] > 0
 
     def cast(self, value, d) -> str:
-        inner = self.expr(value)
-        if d.is_handle:
-            return f"((void*){inner})"
-        if d.name in _NATIVE and value.dtype.name in _NATIVE:
-            return f"(({d.c_type}){inner})"
-        return f"tc::cvt<{d.c_type}>({inner})"
+        if d.name in _NATIVE and value.dtype.name in _NATIVE or d.is_handle:
+            # A C cast binds tighter than any binary operator: (float)(a / b), not
+            # (float)a / b, which would divide in float.
+            inner = self.expr(value, 11)
+            return f"(({'void*' if d.is_handle else d.c_type}){inner})"
+        return f"tc::cvt<{d.c_type}>({self.expr(value)})"
 
     def call(self, e: Call) -> str:
         if e.name == "address_of":
