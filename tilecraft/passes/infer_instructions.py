@@ -31,14 +31,16 @@ from ..ir.tileop import Atomic, Copy, Gemm
 from ..ir.visitor import Mutator
 from ..pass_config import PassConfigKey
 from ..tileops.tma import tma_add_unfit_reason, tma_plan
+from ..tileops.atomic_support import atomic_unsupported
 from ..tileops.wgmma import wgmma_unfit_reason
 
 WGMMA_ARCHS = ("sm_90a",)
 
 
 class _Choose(Mutator):
-    def __init__(self, threads: int, wgmma: bool, tma_store: bool = False,
+    def __init__(self, arch: str, threads: int, wgmma: bool, tma_store: bool = False,
                  stmatrix: bool = False):
+        self.arch = arch
         self.threads = threads
         self.wgmma = wgmma
         self.tma_store = tma_store
@@ -60,6 +62,9 @@ class _Choose(Mutator):
         return dataclasses.replace(op, annotations={**op.annotations, "instruction": choice})
 
     def visit_Atomic(self, op: Atomic):
+        reason = atomic_unsupported(op.kind, op.dst.buffer.dtype.name, self.arch)
+        if reason is not None:
+            raise TileError(f"T.atomic_{op.kind} into {op.dst.buffer.name}: {reason}", op.span)
         if not op.annotations.get("use_tma") or "instruction" in op.annotations:
             return op
         reason = tma_add_unfit_reason(op, self.tma_store)
@@ -67,6 +72,14 @@ class _Choose(Mutator):
         return dataclasses.replace(op, annotations={**op.annotations, **notes})
 
     def visit_Gemm(self, op: Gemm):
+        b = op.B.buffer
+        if not is_shared(b.scope):
+            # mma.sync loads B by ldmatrix and wgmma reads it by descriptor: from shared
+            # memory only (A alone may come from registers).
+            held = "a fragment" if b.scope == FRAGMENT else f"in {b.scope} memory"
+            raise TileError(f"T.gemm: operand B ({b.name}) is {held}; on {self.arch} the "
+                            "tensor cores read B from shared memory: T.copy it into a "
+                            "T.alloc_shared tile first", op.span)
         reason = wgmma_unfit_reason(op, op.dims(), self.threads)
         if op.instruction == "wgmma" and reason is not None:
             raise TileError(f"T.gemm is pinned to wgmma but cannot use it: {reason}", op.span)
@@ -78,6 +91,7 @@ class _Choose(Mutator):
 
 def infer_instructions(func, arch: str | None = None, configs: dict | None = None):
     configs = configs or {}
+    arch = arch or "sm_80"
     hopper = arch in WGMMA_ARCHS
     wgmma = hopper and not configs.get(PassConfigKey.TL_DISABLE_WGMMA)
     tma_store = hopper and not configs.get(PassConfigKey.TL_DISABLE_TMA_LOWER) and \
@@ -85,7 +99,7 @@ def infer_instructions(func, arch: str | None = None, configs: dict | None = Non
 
     def rebuild(s):
         if isinstance(s, Kernel):
-            choose = _Choose(s.num_threads, wgmma, tma_store, stmatrix=hopper)
+            choose = _Choose(arch, s.num_threads, wgmma, tma_store, stmatrix=hopper)
             return dataclasses.replace(s, body=choose.visit(s.body))
         if isinstance(s, SeqStmt):
             return seq([rebuild(x) for x in s.stmts])

@@ -99,6 +99,12 @@ def lower_reduce(op, ctx):
                         "T.alloc_fragment tile first", op.span)
     s_layout, d_layout = ctx.layouts.buffer(src), ctx.layouts.buffer(dst)
     folds, lane_masks, warp_masks = reduce_plan(s_layout, d_layout, op.dim, ctx.num_threads)
+    if lane_masks and ctx.num_threads % 32:
+        # The shuffles name all 32 lanes of a warp; a warp that is only partly there leaves
+        # them undefined on the GPU.
+        raise TileError(f"T.reduce_{op.kind} of {src.name} combines the threads of a warp with "
+                        f"shuffles, which need whole warps, but the block has {ctx.num_threads} "
+                        "threads: use a multiple of 32", op.span)
     acc_t = dst.dtype
     s_reg, d_reg = ctx.register_array(src), ctx.register_array(dst)
     nd = len(folds)
