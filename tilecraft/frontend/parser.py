@@ -13,6 +13,7 @@ import inspect
 import textwrap
 
 from . import builder as bld
+from .access_bounds import check_access_bounds
 from .expressions import _BINOPS, ExpressionEvaluator, _Return
 from .frames import KernelFrame, LoopFrame
 from .scopes import AFTER_IF, AFTER_KERNEL, AFTER_LOOP, Scope
@@ -336,6 +337,7 @@ def parse_prim_func(func, param_values: dict):
         if not isinstance(s, (Kernel, Allocate)):
             raise TileError("device code must be inside a `with T.Kernel(...)` block",
                             getattr(s, "span", None))
+    check_access_bounds(body)
     return parser, body
 
 
