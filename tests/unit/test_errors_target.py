@@ -1,6 +1,6 @@
 """Malformed programs that no GPU target can run as written, refused when compiling for it
 instead of in nvcc (or, for partial warps, silently on the GPU): atomics on element types the
-atomic does not have (tileops/atomic_support.py), a gemm B operand outside shared memory, and
+atomic does not have (passes/infer_instructions.py), a gemm B operand outside shared memory, and
 reductions that shuffle inside a warp of a block that is not whole warps. The errors come
 from the passes every GPU target runs, so the emulators (the same passes, no nvcc) show them;
 the supported types are built with nvcc where it is installed."""
@@ -10,7 +10,7 @@ import pytest
 import tilecraft
 import tilecraft.language as T
 from tilecraft.runtime import has_nvcc
-from tilecraft.tileops.atomic_support import ATOMIC_DTYPES, atomic_unsupported
+from tilecraft.passes.infer_instructions import ATOMIC_DTYPES, atomic_unsupported
 
 from error_expect import expect
 
@@ -218,3 +218,4 @@ def test_reduction_with_whole_warps_runs():
     b = np.zeros(4, np.float32)
     reduction("sum", 64, "emulator")()(a, b)
     np.testing.assert_allclose(b, a.sum(axis=1), rtol=1e-5)
+
