@@ -219,3 +219,20 @@ def test_reduction_with_whole_warps_runs():
     reduction("sum", 64, "emulator")()(a, b)
     np.testing.assert_allclose(b, a.sum(axis=1), rtol=1e-5)
 
+
+
+@pytest.mark.parametrize("target", TARGETS + ["interp"])
+def test_reduction_of_a_row_into_one_element_runs(target):
+    # The lowering asked the one-element result's layout for a register with no index.
+    @T.prim_func
+    def main(A: T.Tensor((64,), "float32"), B: T.Tensor((1,), "float32")):
+        with T.Kernel(1, threads=64) as bx:
+            row = T.alloc_fragment((64,), "float32")
+            total = T.alloc_fragment((1,), "float32")
+            T.copy(A, row)
+            T.reduce_max(row, total, dim=0)
+            T.copy(total, B)
+    a = np.random.default_rng(1).standard_normal(64).astype(np.float32)
+    b = np.zeros(1, np.float32)
+    tilecraft.compile(main, target=target)(a, b)
+    assert b[0] == a.max()

@@ -64,6 +64,8 @@ def reduce_plan(src_layout, dst_layout, dim: int, threads: int):
     logical = [np.broadcast_to(evaluate_table(x, env), (threads, n))
                for x in src_layout.logical_of(t, l)[:src_layout.ndim]]
     kept = [x for d, x in enumerate(logical) if d != dim]
+    if len(kept) < dst_layout.ndim:  # the output keeps the reduced dim (of extent 1)
+        kept.insert(dim, np.zeros_like(logical[dim]))
     kvars = [Var(f"k{d}") for d in range(len(kept))]
     kenv = {id(v): arr for v, arr in zip(kvars, kept)}
     dst_local = np.broadcast_to(evaluate_table(dst_layout.local_of(kvars), kenv), (threads, n))
