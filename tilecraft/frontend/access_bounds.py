@@ -98,23 +98,26 @@ class _Bounds:
     def assuming(self, cond):
         """Inside: the variables' ranges narrowed by each conjunct of cond the bounds can
         follow (`v < c`, `a * v + c >= d`); the variables of the other conjuncts unknown."""
-        saved, unknown = dict(self.ranges), set(self.unknown)
+        saved, unknown = {}, self.unknown
         for part in _conjuncts(cond):
             narrowed = bounds_under(part, self.ranges)
             if narrowed:
+                for v in narrowed:
+                    saved.setdefault(v, self.ranges[v])
                 self.ranges.update(narrowed)
             else:
-                self.unknown |= _var_ids(part)
+                self.unknown = self.unknown | _var_ids(part)
         try:
             yield
         finally:
-            self.ranges, self.unknown = saved, unknown
+            self.ranges.update(saved)
+            self.unknown = unknown
 
     @contextmanager
     def opaque(self, cond):
         """Inside: where cond does not hold, which says nothing the bounds can use."""
-        unknown = set(self.unknown)
-        self.unknown |= _var_ids(cond)
+        unknown = self.unknown
+        self.unknown = unknown | _var_ids(cond)
         try:
             yield
         finally:
