@@ -7,6 +7,8 @@ import numpy as np
 
 from . import arrays, call_cache, target as targets
 from .errors import TileError, caller_span, raise_clean
+from .grid_limits import check_launch_grids, symbolic_extents
+from .ir import dtypes as dt
 from .ir.buffer import Buffer
 from .ir.expr import Const, Expr, Var
 from .ir.stmt import PrimFunc
@@ -39,6 +41,7 @@ class JITKernel:
             from .emulator import lower
             self.lowered = lower(func, self.arch, check_pass_configs(pass_configs))
         self.reports = []  # the emulator checker's findings of the last call
+        self._grid_extents = symbolic_extents(func)  # checked at each call
         self._calls = call_cache.CallCache()
 
     # --- calling --------------------------------------------------------------
@@ -72,6 +75,8 @@ class JITKernel:
                 scalars[id(p)] = _scalar(p, arg)
                 sizes[id(p)] = scalars[id(p)]
         shapes = [_output_shape(self.params[i], sizes) for i in self.out_idx]
+        if self._grid_extents:
+            check_launch_grids(self.func, self._grid_extents, sizes)
         if self.backend == "cuda":
             outputs, launch = self._run_cuda(tensors, scalars, sizes, shapes)
             if launch is not None:
@@ -248,9 +253,19 @@ def _scalar(p: Var, arg):
         if not isinstance(arg, (int, float)) or isinstance(arg, bool):
             raise TileError(f"argument {p.name} must be a number ({p.dtype}), got "
                             f"{type(arg).__name__}")
-        return np.dtype(p.dtype.numpy).type(arg)
+        with np.errstate(over="ignore"):
+            value = np.dtype(p.dtype.numpy).type(arg)
+        if np.isfinite(arg) and not np.isfinite(value):
+            raise TileError(f"argument {p.name} is {arg}, beyond the largest {p.dtype} "
+                            f"({float(dt.max_value(p.dtype)):g})")
+        return value
     if isinstance(arg, bool) or not isinstance(arg, int):
         raise TileError(f"argument {p.name} must be an int ({p.dtype}), got {type(arg).__name__}")
+    info = np.iinfo(p.dtype.numpy)
+    if not info.min <= arg <= info.max:
+        raise TileError(f"argument {p.name} is {arg}, out of the range of {p.dtype} "
+                        f"[{info.min}, {info.max}]; declare the parameter with a wider type "
+                        "(T.int64)")
     return np.dtype(p.dtype.numpy).type(arg)
 
 

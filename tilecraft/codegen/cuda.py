@@ -14,6 +14,7 @@ import math
 
 from ..arith.bounds import bound_of
 from ..errors import TileError
+from .reserved_names import c_identifier
 from ..ir.buffer import GLOBAL, LOCAL, LOCAL_VAR, Buffer, is_shared
 from ..ir.expr import Binary, BufferLoad, Call, Cast, Const, Select, Unary, Var
 from ..ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel,
@@ -102,9 +103,7 @@ class CudaEmitter:
     def name(self, obj) -> str:
         key = id(obj)
         if key not in self.names:
-            base = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in obj.name) or "v"
-            if base[0].isdigit():
-                base = "v" + base
+            base = c_identifier(obj.name)
             name, n = base, 0
             while name in self.taken:
                 n += 1
@@ -170,12 +169,12 @@ class CudaEmitter:
         return bound_of(e.a, self.var_bounds)[0] >= 0 and bound_of(e.b, self.var_bounds)[0] > 0
 
     def cast(self, value, d) -> str:
-        inner = self.expr(value)
-        if d.is_handle:
-            return f"((void*){inner})"
-        if d.name in _NATIVE and value.dtype.name in _NATIVE:
-            return f"(({d.c_type}){inner})"
-        return f"tc::cvt<{d.c_type}>({inner})"
+        if d.name in _NATIVE and value.dtype.name in _NATIVE or d.is_handle:
+            # A C cast binds tighter than any binary operator: (float)(a / b), not
+            # (float)a / b, which would divide in float.
+            inner = self.expr(value, 11)
+            return f"(({'void*' if d.is_handle else d.c_type}){inner})"
+        return f"tc::cvt<{d.c_type}>({self.expr(value)})"
 
     def call(self, e: Call) -> str:
         if e.name == "address_of":

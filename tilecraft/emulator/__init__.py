@@ -22,6 +22,7 @@ from ..errors import TileError
 from ..ir.buffer import Buffer
 from ..ir.expr import Var
 from .checker import Report, Reports, Site
+from .index_checks import check_indices_at_run
 from .machine import Emulator
 
 SMEM_LIMIT = {"sm_80": 163 * 1024, "sm_86": 99 * 1024, "sm_89": 99 * 1024,
@@ -55,7 +56,7 @@ def lower(func, arch: str = "sm_80", configs: dict | None = None):
     # memory) are not modelled: the kernel is checked as it runs without TMA multicast.
     configs = {k: v for k, v in (configs or {}).items()
                if k != PassConfigKey.TL_ENABLE_TMA_MULTICAST}
-    return cuda(func, arch, SMEM_LIMIT[arch], configs)
+    return cuda(check_indices_at_run(func), arch, SMEM_LIMIT[arch], configs)
 
 
 def run_lowered(lowered, arrays: dict, bindings: dict, check: bool = True) -> Reports:

@@ -21,6 +21,7 @@ from ..tileops.cache_hints import HINT_SUFFIX, unhinted
 from .checker import Site
 from .bulk_stores import stmatrix_x4
 from .hopper import make_smem_desc
+from .index_checks import checked_index
 from .memory import Bits, Pointer, as_bytes
 
 # The SMs of the GPU the emulator pretends to be: few enough that each block of a persistent
@@ -338,6 +339,8 @@ def call(m, name: str, args: list):
         name, args = unhinted(name, list(args))
     if name == "syncthreads":
         return syncthreads(m)
+    if name == "checked_index":
+        return checked_index(m, *args)
     if name == "cp_async_commit":
         return m.copies.commit(m.lanes)
     if name == "cp_async_wait_all":

@@ -3,17 +3,21 @@
 Python evaluates what is known at compile time; operators on device values build IR through
 the Expr overloads; `and` / `or` / `not` / conditional expressions on device values become IR
 (Python's own would ask the device value for a truth value). Every construct is evaluated with
-its source span current, so IR and errors point at the user's text.
+its source span current, so IR and errors point at the user's text. What the user's own Python
+raises (an IndexError of a list) is their error at that text; a call of Python's numeric
+functions on a device value (max, math.exp) names the T builtin to use instead.
 """
 from __future__ import annotations
 
 import ast
+import builtins
+import math
 import operator
 import os
 
 from ..errors import TileError, TileInternalError, span_scope
 from ..ir import expr as ex
-from ..ir.buffer import Buffer, LOCAL_VAR
+from ..ir.buffer import Buffer, BufferRegion, LOCAL_VAR
 from ..ir.expr import BufferLoad, Expr
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
@@ -43,6 +47,20 @@ class _Return(Exception):
 
 class ExpressionEvaluator:
     """Mixed into the Parser, which provides span(), scope and source."""
+
+    def python_op(self, fn, args, node):
+        """fn(*args) for an operator of the user's expression (a subscript, an arithmetic or
+        comparison operator): what it raises on plain Python values (an IndexError of a list,
+        a KeyError of a dict) is the user's mistake, reported at the expression."""
+        try:
+            return fn(*args)
+        except (TileError, _Return):
+            raise
+        except Exception as e:  # noqa: BLE001 - reported at the user's line
+            err = self.wrap(e, self.span(node))
+            if not isinstance(err, TileInternalError):
+                err.message += f" (in `{ast.unparse(node)}`)"
+            raise err from None
 
     def wrap(self, e: Exception, span) -> TileError:
         """A Python exception raised while evaluating user code, as a TileError."""
@@ -103,7 +121,7 @@ class ExpressionEvaluator:
         value = self.expr_raw(node.value)
         key = self.expr(node.slice)
         with span_scope(self.span(node)):
-            return value[key]
+            return self.python_op(operator.getitem, (value, key), node)
 
     def expr_Slice(self, node):
         part = lambda n: None if n is None else self.expr(n)  # noqa: E731
@@ -122,22 +140,21 @@ class ExpressionEvaluator:
         a, b = self.expr(node.left), self.expr(node.right)
         span = self.span(node)
         with span_scope(span):
-            if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)) and _is_int_zero(b) and \
-                    isinstance(a, Expr) and a.dtype.is_int:
-                raise TileError(f"integer division by zero in `{ast.unparse(node)}`", span)
-            try:
-                return _BINOPS[type(node.op)](a, b)
-            except ZeroDivisionError:
-                raise TileError(f"division by zero in `{ast.unparse(node)}` (the divisor is "
-                                "0 at compile time)", span) from None
+            if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)):
+                if _is_int_zero(b) and isinstance(a, Expr) and a.dtype.is_int:
+                    raise TileError(f"integer division by zero in `{ast.unparse(node)}`", span)
+                if ex.is_python_number(b) and b == 0 and not isinstance(a, Expr):
+                    raise TileError(f"division by zero in `{ast.unparse(node)}` (the divisor "
+                                    "is 0 at compile time)", span)
+            return self.python_op(_BINOPS[type(node.op)], (a, b), node)
 
     def expr_UnaryOp(self, node):
         v = self.expr(node.operand)
         with span_scope(self.span(node)):
             if isinstance(node.op, ast.Not):
                 return ex.unary("not", v) if isinstance(v, Expr) else not v
-            return {ast.USub: operator.neg, ast.UAdd: operator.pos,
-                    ast.Invert: operator.invert}[type(node.op)](v)
+            return self.python_op({ast.USub: operator.neg, ast.UAdd: operator.pos,
+                                   ast.Invert: operator.invert}[type(node.op)], (v,), node)
 
     def expr_BoolOp(self, node):
         op = "and" if isinstance(node.op, ast.And) else "or"
@@ -158,7 +175,7 @@ class ExpressionEvaluator:
         for op, right_node in zip(node.ops, node.comparators):
             right = self.expr(right_node)
             with span_scope(self.span(node)):
-                part = _CMPOPS[type(op)](left, right)
+                part = self.python_op(_CMPOPS[type(op)], (left, right), node)
                 if result is None:
                     result = part
                 elif isinstance(result, Expr) or isinstance(part, Expr):
@@ -197,8 +214,74 @@ class ExpressionEvaluator:
             try:
                 return func(*args, **kwargs)
             except TileError as e:
+                hint = python_function_on_device_values(func, args, kwargs)
+                if hint is not None:
+                    raise TileError(hint, span) from None
                 raise e.with_span(span)
             except _Return:
                 raise
             except Exception as e:  # noqa: BLE001
-                raise self.wrap(e, span) from None
+                hint = python_function_on_device_values(func, args, kwargs)
+                raise (TileError(hint, span) if hint is not None else self.wrap(e, span)) \
+                    from None
+
+
+# --- Python's own numeric functions on device values ------------------------------------
+# `max(x, 0.0)`, `math.exp(x)` or `numpy.sqrt(x)` on a buffer element runs in Python while the
+# kernel is compiled; Python then asks the device value for a truth value or a float, which it
+# does not have, and the error it gets says nothing about the function. When such a call fails
+# and one of its arguments is a device value, the message names the function and the builtin
+# of the language that computes it on the device.
+
+# Modules whose functions compute on Python numbers only.
+_NUMERIC_MODULES = ("builtins", "math", "cmath", "numpy", "operator")
+# (bool() is left out: the truth-value error of a device value says what to do instead.)
+_NUMERIC_BUILTINS = ("max", "min", "abs", "round", "pow", "float", "int", "sum", "divmod")
+# Python names whose language builtin has another name (or is written differently).
+_RENAMED = {"fabs": "T.abs", "maximum": "T.max", "minimum": "T.min", "fmax": "T.max",
+            "fmin": "T.min", "power": "T.pow", "where": "T.if_then_else", "clip": "T.clamp",
+            "float": 'T.cast(x, "float32")', "int": 'T.cast(x, "int32")',
+            "sum": "+ (or T.reduce_sum over a tile)",
+            "expm1": "T.exp(x) - 1", "hypot": "T.sqrt(x * x + y * y)"}
+
+
+def _home(func) -> str | None:
+    """'math', 'numpy', ... for a function of a numeric module, else None."""
+    module = getattr(func, "__module__", None)
+    if module is None and type(func).__name__ == "ufunc":
+        module = "numpy"
+    if module is None and getattr(builtins, getattr(func, "__name__", ""), None) is func:
+        module = "builtins"
+    if module is None:
+        return None
+    top = module.split(".")[0]
+    return top if top in _NUMERIC_MODULES else None
+
+
+def _device(value, depth: int = 0) -> bool:
+    if isinstance(value, (Expr, Buffer, BufferRegion)):
+        return True
+    if isinstance(value, (list, tuple)) and depth < 2:
+        return any(_device(v, depth + 1) for v in value)
+    return False
+
+
+def python_function_on_device_values(func, args, kwargs) -> str | None:
+    """The message for a failed call of a Python numeric function given device values; None
+    when func is not one, or no argument is a device value."""
+    home = _home(func)
+    name = getattr(func, "__name__", repr(func))
+    if home is None or (home == "builtins" and name not in _NUMERIC_BUILTINS) or \
+            not (_device(args) or _device(tuple(kwargs.values()))):
+        return None
+    written = f"Python's {name}()" if home == "builtins" else f"{home}.{name}()"
+    from .. import language as T
+    instead = _RENAMED.get(name)
+    if instead is None and callable(getattr(T, name, None)) and name not in ("Tensor",
+                                                                             "Buffer"):
+        instead = f"T.{name}"
+    if instead is None and home == "math" and hasattr(math, name):
+        instead = "the T.* math builtins (T.exp, T.log, T.sqrt, ...)"
+    advice = f"use {instead}" if instead else "compute it with the T.* builtins"
+    return (f"{written} computes on numbers while the kernel is compiled and cannot take a "
+            f"device value (a buffer element or an expression of one); {advice}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ..arith.linear import simplify
 from ..errors import Span, TileError
+from ..grid_limits import check_static_grid
 from ..ir import dtypes as dt
 from ..ir.expr import Const, Expr, Var, convert
 from ..ir.stmt import For, Kernel
@@ -32,6 +33,7 @@ class KernelFrame:
         for i, g in enumerate(self.grid):
             if isinstance(g, Const) and g.value < 1:
                 raise TileError(f"T.Kernel grid extent {i} must be at least 1, got {g.value}", span)
+        check_static_grid(self.grid, span)
         if isinstance(threads, (int,)) and not isinstance(threads, bool):
             threads = (threads,)
         if not isinstance(threads, (tuple, list)) or not 1 <= len(threads) <= 3 or not all(
@@ -77,6 +79,11 @@ class LoopFrame:
                                 f"{extent.value}", span)
             self.ranges.append((start, extent))
         self.vars: tuple = ()
+
+    @property
+    def title(self) -> str:
+        """How the user wrote the loop: T.Parallel, T.serial, ..."""
+        return f"T.{_public(self.kind)}"
 
     def bind(self, names: list[str]):
         if len(names) != len(self.ranges):

@@ -9,13 +9,14 @@ an IfThenElse, `x = expr` binds the expression, `buf[i] = v` a store.
 from __future__ import annotations
 
 import ast
-import builtins
 import inspect
 import textwrap
 
 from . import builder as bld
+from .access_bounds import check_access_bounds
 from .expressions import _BINOPS, ExpressionEvaluator, _Return
 from .frames import KernelFrame, LoopFrame
+from .scopes import AFTER_IF, AFTER_KERNEL, AFTER_LOOP, Scope
 from ..errors import Span, TileError, span_scope
 from ..ir import expr as ex
 from ..ir.buffer import Buffer, LOCAL_VAR
@@ -69,32 +70,6 @@ class Source:
         end_col = getattr(node, "end_col_offset", node.col_offset) or node.col_offset
         return Span(self.filename, line + self.first_line - 1, node.col_offset + self.indent + 1,
                     end_line + self.first_line - 1, end_col + self.indent + 1, text)
-
-
-class Scope:
-    """Name lookup: names bound in the body, then the function's closure and globals."""
-
-    def __init__(self, func, env: dict | None = None):
-        self.env = dict(env or {})
-        self.closure = {}
-        if func.__closure__:
-            for name, cell in zip(func.__code__.co_freevars, func.__closure__):
-                try:
-                    self.closure[name] = cell.cell_contents
-                except ValueError:
-                    pass
-        self.globals = func.__globals__
-
-    def lookup(self, name: str, span):
-        for table in (self.env, self.closure, self.globals):
-            if name in table:
-                return table[name]
-        if hasattr(builtins, name):
-            return getattr(builtins, name)
-        raise TileError(f"name '{name}' is not defined", span)
-
-    def namespace(self) -> dict:
-        return {**self.globals, **self.closure, **self.env}
 
 
 class Parser(ExpressionEvaluator):
@@ -154,7 +129,7 @@ class Parser(ExpressionEvaluator):
             if isinstance(current, Buffer) and current.scope == LOCAL_VAR:
                 self.store(current, (ex.convert(0),), op(current[0], self.expr(node.value)), node)
             else:
-                self.scope.env[target.id] = op(current, self.expr(node.value))
+                self.scope.bind(target.id, op(current, self.expr(node.value)))
             return
         if isinstance(target, ast.Subscript):
             load = self.expr(target)
@@ -175,7 +150,7 @@ class Parser(ExpressionEvaluator):
             else:
                 if isinstance(value, Buffer) and value.name.startswith("__unnamed"):
                     value.name = target.id
-                self.scope.env[target.id] = value
+                self.scope.bind(target.id, value)
             return
         if isinstance(target, (ast.Tuple, ast.List)):
             try:
@@ -221,15 +196,28 @@ class Parser(ExpressionEvaluator):
             self.body(node.body if cond else node.orelse)
             return
         b = bld.active("a device-side `if`")
-        b.open_block()
-        self.body(node.body)
-        then_body = b.close_block()
+        then_body = self.device_block(node.body, "the device-side `if`", node, AFTER_IF)
         else_body = None
         if node.orelse:
-            b.open_block()
-            self.body(node.orelse)
-            else_body = b.close_block()
+            else_body = self.device_block(node.orelse, "the `else` of the device-side `if`",
+                                          node, AFTER_IF)
         b.emit(IfThenElse(ex.to_bool(cond), then_body, else_body, self.span(node)))
+
+    def device_block(self, stmts, what: str, node, advice: str, variables=(), bindings=None):
+        """Parse stmts into a block of their own, with bindings (a loop's names) bound in it:
+        its variables and buffers go out of scope where it ends (scopes.py)."""
+        b = bld.active(what)
+        self.scope.open_block(what, self.span(node), advice)
+        for name, value in (bindings or {}).items():
+            self.scope.bind(name, value)
+        b.open_block()
+        try:
+            self.body(stmts)
+        finally:
+            body = b.close_block()
+            self.scope.close_block(variables, [s.buffer for s in stmts_of(body)
+                                               if isinstance(s, Allocate)])
+        return body
 
     def stmt_For(self, node):
         span = self.span(node)
@@ -244,15 +232,13 @@ class Parser(ExpressionEvaluator):
         names = self.target_names(node.target, span)
         b = bld.active(f"T.{iterable.kind} loop")
         value = iterable.bind(names)
-        for name, v in zip(names, value if len(names) > 1 else (value,)):
-            self.scope.env[name] = v
+        values = value if len(names) > 1 else (value,)
         b.loops.append(iterable)
-        b.open_block()
         try:
-            self.body(node.body)
+            body = self.device_block(node.body, f"the {iterable.title} loop", node, AFTER_LOOP,
+                                     iterable.vars, dict(zip(names, values)))
         finally:
             b.loops.pop()
-        body = b.close_block()
         if iterable.kind == "pipelined":
             self.check_pipeline_annotations(iterable, body, span)
         b.emit(iterable.build(body))
@@ -296,17 +282,21 @@ class Parser(ExpressionEvaluator):
         b = bld.active("T.Kernel", need_kernel=False)
         if b.kernel is not None:
             raise TileError("T.Kernel cannot be nested inside another T.Kernel", span)
-        names = self.target_names(item.optional_vars, span) if item.optional_vars else []
+        target = item.optional_vars
+        names = self.target_names(target, span) if target else []
         value = frame.bind(names)
-        if item.optional_vars is not None:
-            self.assign(item.optional_vars, value, node)
+        values = (value,) if isinstance(target, ast.Name) or not isinstance(value, tuple) \
+            else value
+        if target is not None and len(values) != len(names):
+            raise TileError(f"cannot unpack {len(values)} block indices into {len(names)} names",
+                            self.span(target))
         b.kernel = frame
-        b.open_block()
         try:
-            self.body(node.body)
+            body = self.device_block(node.body, "the T.Kernel", node, AFTER_KERNEL,
+                                     frame.block_vars, dict(zip(names, values)))
         finally:
             b.kernel = None
-        b.emit(frame.build(b.close_block()))
+        b.emit(frame.build(body))
 
     def stmt_Assert(self, node):
         cond = self.expr(node.test)
@@ -347,6 +337,7 @@ def parse_prim_func(func, param_values: dict):
         if not isinstance(s, (Kernel, Allocate)):
             raise TileError("device code must be inside a `with T.Kernel(...)` block",
                             getattr(s, "span", None))
+    check_access_bounds(body)
     return parser, body
 
 
@@ -360,7 +351,8 @@ def inline_macro(func, args, kwargs, source_cache: dict):
     try:
         bound = signature.bind(*args, **kwargs)
     except TypeError as e:
-        raise TileError(f"macro {func.__name__}: {e}") from None
+        raise TileError(f"macro {func.__name__}: {e}; it takes ({', '.join(signature.parameters)})"
+                        ) from None
     bound.apply_defaults()
     parser.scope.env.update(bound.arguments)
     saved = b.parser

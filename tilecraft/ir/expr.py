@@ -201,7 +201,12 @@ def convert(x, like: DType | None = None) -> Expr:
         if like is not None and like.is_float:
             return const(x, like)
         return const(x, dt.float32)
-    raise TileError(f"expected a number or a device expression, got {type(x).__name__} {x!r}")
+    kind = type(x).__name__
+    if kind in ("Buffer", "BufferRegion"):  # a tile where one value is needed
+        name = x.name if kind == "Buffer" else x.buffer.name
+        raise TileError(f"{'buffer' if kind == 'Buffer' else 'a slice of buffer'} {name} is a "
+                        f"tile, not a value: index it ({name}[i]) to use one element")
+    raise TileError(f"expected a number or a device expression, got {kind} {x!r}")
 
 
 def _operands(a, b):

@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..errors import TileError, current_span
 from ..frontend import builder as bld
 from ..ir import dtypes as dt
-from ..ir.buffer import FRAGMENT, GLOBAL, LOCAL, LOCAL_VAR, SHARED, Buffer
+from ..ir.buffer import FRAGMENT, GLOBAL, LOCAL, LOCAL_VAR, SHARED, Buffer, is_shared
 from ..ir.expr import Expr, cast, convert
 from ..ir.stmt import Allocate, BufferStore
 
@@ -46,6 +46,11 @@ def _alloc(what: str, shape, dtype, scope: str, allow_symbolic=False) -> Buffer:
     b = bld.active(what)
     if b.in_parallel:
         raise TileError(f"{what} cannot be used inside T.Parallel", current_span())
+    if is_shared(scope) and any(f.kind == "pipelined" for f in b.loops):
+        # The pipeline keeps num_stages versions of the tiles its copies fill, which it can
+        # only do for tiles that exist before the loop starts.
+        raise TileError(f"{what} inside a T.Pipelined loop: allocate the shared tile before "
+                        "the loop", current_span())
     buf = Buffer("__unnamed", _shape(what, shape, allow_symbolic), _dtype(what, dtype), scope,
                  current_span())
     b.emit(Allocate(buf, current_span()))

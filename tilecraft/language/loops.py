@@ -20,9 +20,18 @@ def Kernel(*blocks, threads=128, prelude=None, is_cpu=False):
 
 
 def _range(what, start, stop):
+    for bound in (start, stop):
+        _not_a_loop(what, bound)
     if stop is None:
         start, stop = 0, start
     return (start, stop)
+
+
+def _not_a_loop(what: str, value):
+    """A loop given a range or another loop where it takes a number (T.Pipelined(range(4)))."""
+    if isinstance(value, (range, LoopFrame)):
+        raise TileError(f"{what} takes the loop's extent, as in {what}(4) or {what}(start, stop), "
+                        f"not a range: write `for k in {what}(n)`", current_span())
 
 
 def _static_extent(what: str, value):
@@ -37,6 +46,7 @@ def Parallel(*extents, coalesced_width=None):
     if not extents:
         raise TileError("T.Parallel needs at least one extent", current_span())
     for e in extents:
+        _not_a_loop("T.Parallel", e)
         _static_extent("T.Parallel", e)
     annotations = {} if coalesced_width is None else {"coalesced_width": coalesced_width}
     return LoopFrame("parallel", [(0, e) for e in extents], annotations, current_span())
@@ -75,7 +85,7 @@ def _simple_loop(kind: str, start, stop, step):
                             current_span())
         if step == 1:
             step = None
-    return LoopFrame(kind, [_range(kind, start, stop)], None, current_span(), step=step)
+    return LoopFrame(kind, [_range(f"T.{kind}", start, stop)], None, current_span(), step=step)
 
 
 def serial(start, stop=None, step=None):

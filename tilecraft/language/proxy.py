@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import difflib
 import functools
 import inspect
 
@@ -121,8 +122,25 @@ def build_prim_func(func) -> PrimFunc:
     return PrimFunc(func.__name__, tuple(params), body, source.span(node))
 
 
-def prim_func(func=None, **_options):
+def _check_options(what: str, options: dict, accepted: dict):
+    """Decorator options: each must be known (accepted maps it to the values that change
+    nothing here), never silently ignored."""
+    for key, value in options.items():
+        if key not in accepted:
+            close = difflib.get_close_matches(key, list(accepted), n=1)
+            hint = f" (did you mean {close[0]}=?)" if close else ""
+            known = ", ".join(accepted) or "none"
+            raise_clean(TileError(f"{what}: unknown option {key}={value!r}{hint}; it takes "
+                                  f"{known}", current_span()))
+        if value not in accepted[key]:
+            raise_clean(TileError(f"{what}: {key}={value!r} is not supported", current_span()))
+
+
+def prim_func(func=None, **options):
     """Turn a Python function with T.Tensor annotations into a tile-IR PrimFunc."""
+    _check_options("T.prim_func", options, {"private": (True, False),
+                                             "check_well_formed": (True, False),
+                                             "eager_jit": (False,)})
     if func is None:
         return lambda f: prim_func(f)
     try:
@@ -144,7 +162,10 @@ class Macro:
         return inline_macro(self.func, args, kwargs, Macro._sources)
 
 
-def macro(func=None, **_options):
+def macro(func=None, **options):
+    """`@T.macro`: a helper expanded inline where it is called. Its names are looked up where
+    it is defined (hygienic=True, the only mode)."""
+    _check_options("T.macro", options, {"hygienic": (True,)})
     if func is None:
         return lambda f: Macro(f)
     return Macro(func)

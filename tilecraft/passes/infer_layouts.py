@@ -242,7 +242,11 @@ class _Inference:
             return self.propagate_loop(op)
         if isinstance(op, Reduce) and op.src.buffer.scope == FRAGMENT and m.has(op.src.buffer) \
                 and op.dst.buffer.scope == FRAGMENT and not m.has(op.dst.buffer):
-            return m.set(op.dst.buffer, lay.reduce_fragment(m.buffer(op.src.buffer), op.dim), op)
+            reduced = lay.reduce_fragment(m.buffer(op.src.buffer), op.dim)
+            shape = op.dst.buffer.static_shape()
+            if tuple(reduced.shape) != shape and np.prod(reduced.shape) == np.prod(shape):
+                reduced = reduced.reshape(shape)  # the result keeps the reduced dim, of 1
+            return m.set(op.dst.buffer, reduced, op)
         if isinstance(op, (Copy, CumSum)):
             s, d = op.src.buffer, op.dst.buffer
             if s.scope == FRAGMENT and d.scope == FRAGMENT and s.static_shape() == d.static_shape():

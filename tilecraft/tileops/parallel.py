@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import TileError
 from ..ir.buffer import FRAGMENT
-from ..ir.expr import BufferLoad, Const, Var, const, logical
+from ..ir.expr import BufferLoad, Call, Const, Var, const, logical
 from ..ir.stmt import BufferStore, For, IfThenElse, seq
 from ..ir.visitor import substitute, walk
 from .relayout import ROWS_ADVICE, Relayout, misowned, where_chosen
@@ -134,8 +134,9 @@ def _resolver(ctx: ThreadContext, l: Var, n: int, l_value, loop_layout=None, log
 
 def _per_local_values(e, ctx: ThreadContext, l: Var, n: int, buffer) -> np.ndarray:
     """The register index for each l, if it is the same in every thread; else None."""
-    free = {id(v) for v in walk(e) if isinstance(v, Var)} - {id(ctx.tx), id(l)}
-    if free:
+    inner = list(walk(e))
+    free = {id(v) for v in inner if isinstance(v, Var)} - {id(ctx.tx), id(l)}
+    if free or any(isinstance(v, (BufferLoad, Call)) for v in inner):  # known only at run time
         return None
     table = evaluate_table(e, {id(ctx.tx): np.arange(ctx.num_threads)[:, None],
                                id(l): np.arange(n)[None, :]})
@@ -154,9 +155,12 @@ def check_ownership(body, frag, ctx: ThreadContext, l: Var, loop: For, relayout:
     for node in walk(body):
         if not isinstance(node, (BufferLoad, BufferStore)) or node.buffer.scope != FRAGMENT:
             continue
-        free = {id(v) for i in node.indices for v in walk(i) if isinstance(v, Var)}
-        if not free <= set(env):
-            continue  # indices that depend on other variables are checked at run time only
+        inner = [v for i in node.indices for v in walk(i)]
+        free = {id(v) for v in inner if isinstance(v, Var)}
+        if not free <= set(env) or any(isinstance(v, (BufferLoad, Call)) for v in inner):
+            # Indices that depend on other variables or on loaded data (or the emulator's
+            # index checks, emulator/index_checks.py) are checked at run time only.
+            continue
         layout = ctx.layouts.buffer(node.buffer)
         idx = [np.broadcast_to(evaluate_table(i, env), (T, n)) for i in node.indices]
         # The layout's thread expression evaluated on the index tables: the numbers

@@ -64,6 +64,8 @@ def reduce_plan(src_layout, dst_layout, dim: int, threads: int):
     logical = [np.broadcast_to(evaluate_table(x, env), (threads, n))
                for x in src_layout.logical_of(t, l)[:src_layout.ndim]]
     kept = [x for d, x in enumerate(logical) if d != dim]
+    if len(kept) < dst_layout.ndim:  # the output keeps the reduced dim (of extent 1)
+        kept.insert(dim, np.zeros_like(logical[dim]))
     kvars = [Var(f"k{d}") for d in range(len(kept))]
     kenv = {id(v): arr for v, arr in zip(kvars, kept)}
     dst_local = np.broadcast_to(evaluate_table(dst_layout.local_of(kvars), kenv), (threads, n))
@@ -99,6 +101,12 @@ def lower_reduce(op, ctx):
                         "T.alloc_fragment tile first", op.span)
     s_layout, d_layout = ctx.layouts.buffer(src), ctx.layouts.buffer(dst)
     folds, lane_masks, warp_masks = reduce_plan(s_layout, d_layout, op.dim, ctx.num_threads)
+    if lane_masks and ctx.num_threads % 32:
+        # The shuffles name all 32 lanes of a warp; a warp that is only partly there leaves
+        # them undefined on the GPU.
+        raise TileError(f"T.reduce_{op.kind} of {src.name} combines the threads of a warp with "
+                        f"shuffles, which need whole warps, but the block has {ctx.num_threads} "
+                        "threads: use a multiple of 32", op.span)
     acc_t = dst.dtype
     s_reg, d_reg = ctx.register_array(src), ctx.register_array(dst)
     nd = len(folds)
