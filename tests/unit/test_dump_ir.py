@@ -130,7 +130,7 @@ def test_a_second_compilation_overwrites_the_dump(dump_dir):
 
 
 def test_passes_before_a_failing_one_are_dumped(dump_dir):
-    # A loop that reads the accumulator transposed is rejected while lowering; the IR up to
+    # A loop that writes the accumulator transposed is rejected while lowering; the IR up to
     # that pass is what one wants to look at, so it must be on disk.
     @T.prim_func
     def main(A: T.Tensor((64, 32), "float16"), B: T.Tensor((32, 64), "float16"),
@@ -143,7 +143,7 @@ def test_passes_before_a_failing_one_are_dumped(dump_dir):
             T.copy(B, B_s)
             T.gemm(A_s, B_s, acc, clear_accum=True)
             for i, j in T.Parallel(64, 64):
-                acc[i, j] = acc[i, j] + acc[j, i]
+                acc[j, i] = acc[i, j] + 1
             T.copy(acc, C)
     with pytest.raises(tilecraft.TileError):
         pipelines.cuda_sm80(main)

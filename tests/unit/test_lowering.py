@@ -1,11 +1,15 @@
 """lower_tile_ops (after insert_barriers): tile-level kernels become per-thread code. No
 T.Parallel loop and no tile op survives, fragments become register arrays of
-locals_per_thread elements, shared tiles flat arrays, and a loop that touches a fragment
-element another thread holds is rejected at its line."""
+locals_per_thread elements, shared tiles flat arrays; a loop that reads a fragment element
+another thread holds reads it from a shared copy, and one that writes such an element is
+rejected at its line."""
 import inspect
 import os
 
+import numpy as np
 import pytest
+
+import tilecraft
 
 import tilecraft.language as T
 from tilecraft.errors import TileError
@@ -230,21 +234,54 @@ def transposed_read():
             T.copy(B, B_s)
             T.gemm(A_s, B_s, acc, clear_accum=True)
             for i, j in T.Parallel(64, 64):
-                acc[i, j] = acc[i, j] * 0.5 + acc[j, i]  # <- here
+                acc[i, j] = acc[i, j] * 0.5 + acc[j, i]
             T.copy(acc, C)
     return main
 
 
-def test_transposed_fragment_read_is_rejected_at_its_line():
-    func = transposed_read()
+def transposed_write():
+    @T.prim_func
+    def main(A: T.Tensor((64, 32), "float16"), B: T.Tensor((32, 64), "float16"),
+             C: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            A_s = T.alloc_shared((64, 32), "float16")
+            B_s = T.alloc_shared((32, 64), "float16")
+            acc = T.alloc_fragment((64, 64), "float32")
+            T.copy(A, A_s)
+            T.copy(B, B_s)
+            T.gemm(A_s, B_s, acc, clear_accum=True)
+            for i, j in T.Parallel(64, 64):
+                acc[j, i] = acc[i, j] * 0.5  # <- here
+            T.copy(acc, C)
+    return main
+
+
+def test_transposed_fragment_read_goes_through_shared_memory():
+    """Each thread reads elements of the accumulator other threads hold: from a shared copy
+    made before the loop, so every read sees the values before the loop's writes, as on the
+    interpreter."""
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((64, 32)).astype(np.float16)
+    B = rng.standard_normal((32, 64)).astype(np.float16)
+    p = A.astype(np.float32) @ B.astype(np.float32)
+    with pytest.warns(UserWarning, match="reads fragment acc through shared memory"):
+        kernel = tilecraft.compile(transposed_read(), target="emulator")
+    C = np.full((64, 64), np.nan, np.float32)
+    kernel(A, B, C)
+    assert not kernel.reports
+    np.testing.assert_allclose(C, p * 0.5 + p.T, rtol=1e-5, atol=1e-4)
+
+
+def test_transposed_fragment_write_is_rejected_at_its_line():
+    func = transposed_write()
     with pytest.raises(TileError) as info:
         lower(func)
     err = info.value
-    assert "acc" in err.message and "T.Parallel" in err.message
-    line = marked_line(transposed_read)
+    assert "acc" in err.message and "T.Parallel" in err.message and "written" in err.message
+    line = marked_line(transposed_write)
     assert err.span is not None and err.span.line == line
     assert os.path.samefile(err.span.filename, __file__)
-    source = inspect.getsource(transposed_read).splitlines()
+    source = inspect.getsource(transposed_write).splitlines()
     marked = [t for t in source if t.rstrip().endswith("# <- here")][0]
     assert err.span.col == marked.index("acc[j, i]") + 1
     assert f"{os.path.basename(__file__)}:{line}:" in str(err)
