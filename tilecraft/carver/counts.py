@@ -113,12 +113,20 @@ def _vars_in(e) -> set:
     return {id(n) for n in walk(e) if isinstance(n, Var)}
 
 
+class _NoMemory(SimpleNamespace):
+    """What _Env evaluates in: block and loop indices, and no memory. A tile origin read from a
+    buffer (a block-sparse index) is known only once the kernel runs."""
+
+    def array_of(self, buffer):
+        raise TileError(f"the value of {buffer.name}[...] is known only when the kernel runs")
+
+
 class _Env:
     """Vectorized evaluation of integer expressions over all blocks of the grid."""
 
     def __init__(self, env: dict, n: int):
         self.env, self.n = env, n
-        self.ev = Evaluator(SimpleNamespace(env=env))
+        self.ev = Evaluator(_NoMemory(env=env))
 
     def eval(self, e) -> np.ndarray:
         v = np.asarray(self.ev.eval(e) if isinstance(e, Expr) else e).astype(np.int64)

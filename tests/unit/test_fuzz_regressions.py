@@ -1,0 +1,59 @@
+"""Programs the differential fuzzer (tests/fuzz) found wrong, shrunk, each against numpy on
+the targets where it failed. The programs are the fuzzer's renderings, pasted."""
+import numpy as np
+import pytest
+
+import tilecraft
+import tilecraft.language as T
+
+
+def rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def signed(r, shape, dtype=np.float32):
+    """Random values of magnitude 0.25 to 2, either sign (never zero)."""
+    return (r.uniform(0.25, 2.0, shape) * r.choice((-1.0, 1.0), shape)).astype(dtype)
+
+
+def run(func, target, *args):
+    """The kernel on target with args (written in place); the emulator's checker must be
+    silent."""
+    kernel = tilecraft.compile(func, target=target)
+    kernel(*args)
+    assert getattr(kernel, "reports", []) == []
+    return args
+
+
+# --- a pipelined copy whose origin is read from a buffer -----------------------------------
+def indexed_tiles():
+    M, L = 16, 8   # whole rows: each tile is one contiguous range, as the prefetch needs
+
+    @T.prim_func
+    def main(X: T.Tensor((M, L), "float32"), Idx: T.Tensor((5,), "int32"), count: T.int32,
+             Y: T.Tensor((M, L), "float32")):
+        with T.Kernel(T.ceildiv(M, 8), threads=32) as bx:
+            x_s = T.alloc_shared((8, 8), "float32")
+            acc = T.alloc_fragment((8, 8), "float32")
+            T.fill(acc, 0.25)
+            for k in T.Pipelined(count, num_stages=3):
+                T.copy(X[bx * 8, Idx[k] * 8], x_s)
+                for i, j in T.Parallel(8, 8):
+                    acc[i, j] = T.max(acc[i, j], x_s[i, j])
+            T.copy(acc, Y[bx * 8, 0])
+
+    return main
+
+
+@pytest.mark.parametrize("count", [0, 3])
+@pytest.mark.parametrize("target", ["interp", "emulator", "emulator:sm_90a"])
+def test_pipelined_copy_at_an_origin_read_from_a_buffer(target, count):
+    """The L2 prefetch of sm_90a's warp-specialized loop counted the blocks reading each tile
+    by evaluating the copy's origin Idx[k] * 8 with no memory: AttributeError. A tile whose
+    origin is data is now left without a prefetch."""
+    X = signed(rng(1), (16, 8))
+    Idx = np.zeros(5, np.int32)
+    Y = np.full((16, 8), np.nan, np.float32)
+    run(indexed_tiles(), target, X, Idx, count, Y)
+    want = np.maximum(X, 0.25) if count else np.full((16, 8), 0.25, np.float32)
+    np.testing.assert_array_equal(Y, want)
