@@ -57,3 +57,37 @@ def test_pipelined_copy_at_an_origin_read_from_a_buffer(target, count):
     run(indexed_tiles(), target, X, Idx, count, Y)
     want = np.maximum(X, 0.25) if count else np.full((16, 8), 0.25, np.float32)
     np.testing.assert_array_equal(Y, want)
+
+
+# --- a TMA store straight from a warp-specialized loop's stage -----------------------------
+def tiles_through_shared():
+    M, L = 16, 32
+
+    @T.prim_func
+    def main(X: T.Tensor((M, L), "float32"), Z: T.Tensor((M, L), "float32")):
+        with T.Kernel(T.ceildiv(M, 8), threads=32) as bx:
+            x_s = T.alloc_shared((8, 8), "float32")
+            for k in T.Pipelined(4, num_stages=2):
+                T.copy(X[bx * 8, k * 8], x_s)
+                T.copy(x_s, Z[bx * 8, k * 8])
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["interp", "emulator", "emulator:sm_90a"])
+def test_tma_store_from_a_pipeline_stage_is_read_before_the_stage_is_refilled(target):
+    """On sm_90a the consumers stored each stage by TMA and released it at once: the producer's
+    next TMA load could overwrite the stage while the store still read it (the emulator's
+    race report). The issuing thread now waits for its stores' reads before each release."""
+    X = signed(rng(2), (16, 32))
+    Z = np.full((16, 32), np.nan, np.float32)
+    run(tiles_through_shared(), target, X, Z)
+    np.testing.assert_array_equal(Z, X)
+
+
+def test_stage_release_waits_for_tma_store_reads_in_the_sm90a_source():
+    source = tilecraft.compile(tiles_through_shared(), target="emulator:sm_90a").get_kernel_source()
+    lines = [line.strip() for line in source.splitlines()]
+    release = next(i for i, line in enumerate(lines) if "mbarrier_arrive_warp" in line)
+    assert "tma_store_wait<0>" in lines[release - 1]
+    assert any("tma_store_2d" in line for line in lines[:release])
