@@ -91,3 +91,47 @@ def test_stage_release_waits_for_tma_store_reads_in_the_sm90a_source():
     release = next(i for i, line in enumerate(lines) if "mbarrier_arrive_warp" in line)
     assert "tma_store_wait<0>" in lines[release - 1]
     assert any("tma_store_2d" in line for line in lines[:release])
+
+
+# --- a gemm accumulating in float16 ----------------------------------------------------------
+def half_accumulator(a_in_registers, M=40, N=24, K=48):
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
+             C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, 8), T.ceildiv(M, 16), threads=32) as (bx, by):
+            A_s = T.alloc_shared((16, 16), "float16")
+            B_s = T.alloc_shared((16, 8), "float16")
+            A_f = T.alloc_fragment((16, 16), "float16")
+            C_f = T.alloc_fragment((16, 8), "float16")
+            T.clear(C_f)
+            for k in T.serial(T.ceildiv(K, 16)):
+                T.copy(A[by * 16, k * 16], A_s)
+                T.copy(B[k * 16, bx * 8], B_s)
+                if a_in_registers:
+                    T.copy(A_s, A_f)
+                    T.gemm(A_f, B_s, C_f, policy=T.GemmWarpPolicy.Square)
+                else:
+                    T.gemm(A_s, B_s, C_f, policy=T.GemmWarpPolicy.Square)
+            T.copy(C_f, C[by * 16, bx * 8])
+
+    return main
+
+
+@pytest.mark.parametrize("a_in_registers", [True, False], ids=["A-registers", "A-shared"])
+@pytest.mark.parametrize("target", ["interp", "emulator", "emulator:sm_90a"])
+def test_gemm_accumulating_in_half_precision(target, a_in_registers):
+    """A float16 accumulator had no tensor-core path: the scalar fallback refused A in
+    registers ("register operands need float16 or bfloat16 tensor-core operands (got
+    float16)"). It now runs on mma.sync's f16-accumulating instruction."""
+    r = rng(3)
+    A, B = signed(r, (40, 48), np.float16), signed(r, (48, 24), np.float16)
+    C = np.full((40, 24), np.nan, np.float32)
+    run(half_accumulator(a_in_registers), target, A, B, C)
+    exact = A.astype(np.float64) @ B.astype(np.float64)
+    bound = (np.abs(A).astype(np.float64) @ np.abs(B)) * 2.0 ** -10 * 4  # a few half ulps
+    assert np.all(np.abs(C - exact) <= bound)
+
+
+def test_gemm_accumulating_in_half_precision_uses_the_f16_mma():
+    source = tilecraft.compile(half_accumulator(True), target="emulator").get_kernel_source()
+    assert "mma_m16n8k16_f16_f16" in source
