@@ -135,3 +135,64 @@ def test_gemm_accumulating_in_half_precision(target, a_in_registers):
 def test_gemm_accumulating_in_half_precision_uses_the_f16_mma():
     source = tilecraft.compile(half_accumulator(True), target="emulator").get_kernel_source()
     assert "mma_m16n8k16_f16_f16" in source
+
+
+# --- an attention step whose two accumulators are laid out over the warps differently -------
+def attention_step(bm=32, d=16, dv=16, N=20, threads=64, policy_pv="FullCol"):
+    M = bm
+
+    @T.prim_func
+    def main(Q: T.Tensor((M, d), "float16"), K: T.Tensor((N, d), "float16"),
+             V: T.Tensor((N, dv), "float16"), O: T.Tensor((M, dv), "float16")):
+        with T.Kernel(T.ceildiv(M, bm), threads=threads) as bx:
+            q = T.alloc_shared((bm, d), "float16")
+            k_s = T.alloc_shared((32, d), "float16")
+            v_s = T.alloc_shared((32, dv), "float16")
+            s = T.alloc_fragment((bm, 32), "float32")
+            p = T.alloc_shared((bm, 32), "float16")
+            o = T.alloc_fragment((bm, dv), "float32")
+            m = T.alloc_fragment((bm,), "float32")
+            total = T.alloc_fragment((bm,), "float32")
+            T.copy(Q[bx * bm, 0], q)
+            T.copy(K[0, 0], k_s)
+            T.copy(V[0, 0], v_s)
+            T.clear(s)
+            T.clear(o)
+            T.gemm(q, k_s, s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+            for i, j in T.Parallel(bm, 32):
+                s[i, j] = T.if_then_else(j < N, s[i, j] * 0.25, -T.infinity("float32"))
+            T.reduce_max(s, m, dim=1)
+            for i, j in T.Parallel(bm, 32):
+                s[i, j] = T.exp(s[i, j] - m[i])
+            T.reduce_sum(s, total, dim=1)
+            T.copy(s, p)
+            T.gemm(p, v_s, o, policy=getattr(T.GemmWarpPolicy, policy_pv))
+            for i, j in T.Parallel(bm, dv):
+                o[i, j] /= total[i]
+            T.copy(o, O[bx * bm, 0])
+
+    return main
+
+
+def _softmax_attention(Q, K, V, scale):
+    s = Q.astype(np.float64) @ K.astype(np.float64).T * scale
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    return p @ V.astype(np.float64) / p.sum(axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("target, policy_pv", [
+    ("interp", "FullCol"), ("emulator", "FullRow"), ("emulator:sm_90a", "FullRow"),
+    pytest.param("emulator", "FullCol", marks=pytest.mark.xfail(strict=False, reason=(
+        "layout inference gives the row sums one layout, that of the scores' FullRow "
+        "accumulator (rows 0-15 in warp 0, 16-31 in warp 1); the division over the FullCol "
+        "output needs every row in both warps. There is no conversion between fragment "
+        "layouts, so the nest is refused: 'element (16,) of fragment total is used by "
+        "thread 0'"))),
+])
+def test_attention_step_over_accumulators_of_different_warp_layouts(target, policy_pv):
+    r = rng(4)
+    Q, K, V = (signed(r, shape, np.float16) for shape in ((32, 16), (20, 16), (20, 16)))
+    O = np.full((32, 16), np.nan, np.float16)
+    run(attention_step(policy_pv=policy_pv), target, Q, K, V, O)
+    np.testing.assert_allclose(O.astype(np.float64), _softmax_attention(Q, K, V, 0.25),
+                               rtol=1e-2, atol=1e-2)
