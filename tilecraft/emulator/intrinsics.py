@@ -171,13 +171,16 @@ def ldmatrix(m, num: int, trans: bool, regs: Pointer, row: Pointer):
     _write_regs(m, regs, words.transpose(0, 2, 1).reshape(m.T, num), m.lanes)
 
 
-def mma_m16n8k16(m, in_dtype, d: Pointer, a: Pointer, b: Pointer, c: Pointer):
+def mma_m16n8k16(m, in_dtype, d: Pointer, a: Pointer, b: Pointer, c: Pointer,
+                 acc=np.float32):
+    """D = A B + C of each warp; C and D hold four `acc` elements per thread (float32, or
+    float16 for the half-accumulating instruction, rounded once at the end)."""
     _whole_warps(m, "mma.sync")
     W = m.T // WARP
     elem = dt.dtype(in_dtype).numpy
     av = _read_regs(m, a, 4, np.uint32).view(np.uint16).view(elem).reshape(W, WARP, 8)
     bv = _read_regs(m, b, 2, np.uint32).view(np.uint16).view(elem).reshape(W, WARP, 4)
-    cv = _read_regs(m, c, 4, np.float32).reshape(W, WARP, 4)
+    cv = _read_regs(m, c, 4, acc).astype(np.float32).reshape(W, WARP, 4)
     A = np.zeros((W, 16, 16), np.float32)
     B = np.zeros((W, 16, 8), np.float32)
     C = np.zeros((W, 16, 8), np.float32)
@@ -185,7 +188,7 @@ def mma_m16n8k16(m, in_dtype, d: Pointer, a: Pointer, b: Pointer, c: Pointer):
     B[:, _B_POS[0], _B_POS[1]] = bv.astype(np.float32)
     C[:, _C_POS[0], _C_POS[1]] = cv
     with np.errstate(all="ignore"):
-        D = (np.matmul(A.astype(np.float64), B.astype(np.float64)) + C).astype(np.float32)
+        D = (np.matmul(A.astype(np.float64), B.astype(np.float64)) + C).astype(acc)
     _write_regs(m, d, D[:, _C_POS[0], _C_POS[1]].reshape(m.T, 4), m.lanes)
 
 
@@ -224,7 +227,9 @@ _VECTOR = re.compile(r"^(ld|st)_(global|shared)_(16|32|64|128)(_pred)?$")
 _LDMATRIX = re.compile(r"^ldmatrix_x([124])(_trans)?$")
 _CP_ASYNC = re.compile(r"^cp_async_(cg|ca)_(16|8|4)$")
 _WAIT = re.compile(r"^cp_async_wait<(\d+)>$")
-_MMA = {"mma_m16n8k16_f16_f32": "float16", "mma_m16n8k16_bf16_f32": "bfloat16"}
+_MMA = {"mma_m16n8k16_f16_f32": ("float16", np.float32),
+        "mma_m16n8k16_bf16_f32": ("bfloat16", np.float32),
+        "mma_m16n8k16_f16_f16": ("float16", np.float16)}
 
 
 # --- sm_90a ---------------------------------------------------------------------------------
@@ -359,7 +364,8 @@ def call(m, name: str, args: list):
     if hit:
         return ldmatrix(m, int(hit.group(1)), bool(hit.group(2)), *args)
     if name in _MMA:
-        return mma_m16n8k16(m, _MMA[name], *args)
+        in_dtype, acc = _MMA[name]
+        return mma_m16n8k16(m, in_dtype, *args, acc=acc)
     if name == "shfl_xor":
         return shfl_xor(m, *args)
     if name in ("pack_half2", "pack_bf162"):

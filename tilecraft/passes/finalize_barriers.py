@@ -9,7 +9,9 @@
   on reading after the issuing thread moves on: that thread waits until its stores have read
   their tiles (cp.async.bulk.wait_group.read 0, a no-op in threads that issued none) before
   each barrier, and at the end of the kernel, so no barrier lets a thread overwrite a tile a
-  store still reads and no block leaves while one does.
+  store still reads and no block leaves while one does. Where a store reads a stage of a
+  warp-specialized loop (a loop copying tiles through shared memory), the wait also precedes
+  each release of a stage, the mbarrier arrive after which the producer refills it.
 - In a warp-specialized kernel (warp_specialize) the producer warpgroup never reaches the
   consumers' barriers, so those synchronize the T consumer threads only: named barrier 1 over
   T threads (barrier 0 stays __syncthreads, used once after the mbarriers are initialized).
@@ -40,6 +42,8 @@ def _issues(kernel: Kernel, prefix: str) -> bool:
 
 
 STORE_READ_WAIT = "tc::tma_store_wait<0>"
+# The consumers' release of a pipeline stage (warp_specialize, overlap_wgmma, seesaw_warpgroups).
+STAGE_RELEASE = "tc::mbarrier_arrive_warp"
 
 
 # Calls that read (or only order) the shared memory whose address they take; any other call
@@ -52,6 +56,17 @@ def _shared_addresses(call: Call) -> set:
     return {id(a.args[0].buffer) for a in walk(call) if isinstance(a, Call) and
             a.name == "address_of" and isinstance(a.args[0], BufferLoad) and
             is_shared(a.args[0].buffer.scope)}
+
+
+def _stores_from_stages(kernel: Kernel) -> bool:
+    """Whether a TMA store reads a tile that TMA loads fill (a stage of a pipelined loop)."""
+    loaded, stored = set(), set()
+    for n in walk(kernel):
+        if isinstance(n, Call) and n.name.startswith("tc::tma_load_"):
+            loaded |= _shared_addresses(n)
+        elif isinstance(n, Call) and n.name.startswith("tc::tma_store_"):
+            stored |= _shared_addresses(n)
+    return bool(loaded & stored)
 
 
 def _async_read(kernel: Kernel) -> set:
@@ -77,11 +92,13 @@ def _generic_writes(stmts) -> set:
 
 
 class _Barriers(Mutator):
-    def __init__(self, fence: bool, consumers: int | None, stores: bool, async_read: set):
+    def __init__(self, fence: bool, consumers: int | None, stores: bool, async_read: set,
+                 stage_stores: bool):
         self.fence = fence
         self.consumers = consumers
         self.stores = stores
         self.async_read = async_read
+        self.stage_stores = stage_stores
 
     def visit_SeqStmt(self, s: SeqStmt):
         out, since = [], None  # the statements since this list's last barrier
@@ -96,7 +113,12 @@ class _Barriers(Mutator):
         return seq(out, s.span)
 
     def visit_Evaluate(self, s: Evaluate):
-        return self.barrier(s, None) if is_sync(s) else s
+        if is_sync(s):
+            return self.barrier(s, None)
+        if self.stage_stores and isinstance(s.value, Call) and \
+                s.value.name.startswith(STAGE_RELEASE):
+            return seq([call_stmt(STORE_READ_WAIT, span=s.span), s])
+        return s
 
     def barrier(self, s: Evaluate, since):
         """What the barrier s becomes; since: the statements between it and the previous
@@ -120,7 +142,8 @@ def finalize_barriers(func):
             fence = stores or _issues(s, "tc::wgmma_m64")
             if consumers is None and not fence:
                 return s
-            kernel = _Barriers(fence, consumers, stores, _async_read(s)).visit(s)
+            kernel = _Barriers(fence, consumers, stores, _async_read(s),
+                               stores and _stores_from_stages(s)).visit(s)
             if stores:
                 kernel = dataclasses.replace(kernel, body=seq(
                     [kernel.body, call_stmt(STORE_READ_WAIT, span=kernel.span)]))

@@ -7,7 +7,10 @@ atoms with ldmatrix.x4 (transposed when A is stored K x M) and its B atoms two a
 ldmatrix.x4 (transposed when B is stored K x N), then issues MI x NI mma instructions. A held in
 registers (gemm_rs) uses layout.gemm_a_fragment, whose registers for (mi, k step) are exactly
 the eight halves of mma's A operand, so they are packed into four words in place.
-Float32 / float64 operands, which have no such path here, multiply with scalar FMAs.
+float16 operands accumulate in float32 or float16 (the half-accumulating mma, whose four
+accumulator halves per atom sit where the float32 ones do), bfloat16 ones in float32. Other
+operands (float32, float64, fp8, 8-bit integers), which have no such path here, multiply with
+scalar FMAs; those read A from shared memory only.
 """
 from __future__ import annotations
 
@@ -21,7 +24,8 @@ from ..passes.rotate_mma_loop import FRAGMENT_LOOP
 from .lowering import hoistable_offset, packed_pair
 
 _MMA = {("float16", "float32"): ("tc::mma_m16n8k16_f16_f32", 16),
-        ("bfloat16", "float32"): ("tc::mma_m16n8k16_bf16_f32", 16)}
+        ("bfloat16", "float32"): ("tc::mma_m16n8k16_bf16_f32", 16),
+        ("float16", "float16"): ("tc::mma_m16n8k16_f16_f16", 16)}
 
 
 def warp_partition(op: Gemm, m: int, n: int, threads: int) -> tuple[int, int]:

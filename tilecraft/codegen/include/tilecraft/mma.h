@@ -161,6 +161,12 @@ TC_DEVICE void mma_m16n8k16_f16_f16(uint32_t* d, const uint32_t* a, const uint32
       : "=r"(d[0]), "=r"(d[1])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(c[0]), "r"(c[1]));
 }
+// The same on an accumulator fragment of halves (four per atom, as c[0..1] hold them).
+TC_DEVICE void mma_m16n8k16_f16_f16(half_t* d, const uint32_t* a, const uint32_t* b,
+                                    const half_t* c) {
+  mma_m16n8k16_f16_f16(reinterpret_cast<uint32_t*>(d), a, b,
+                       reinterpret_cast<const uint32_t*>(c));
+}
 
 // ---------------------------------------------------------------- mma.sync, 8-bit integers
 TC_DEVICE void mma_m16n8k32_s8_s32(int* d, const uint32_t* a, const uint32_t* b, const int* c) {
