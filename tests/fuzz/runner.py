@@ -33,17 +33,7 @@ TARGETS = RUN_TARGETS + COMPILE_TARGETS
 # Failures whose cause is known: (kind, targets, what the failure says (a regex; None: any),
 # the cause). Such a program failing there is an expected failure; passing there, an
 # unexpected pass (not an error), so an entry can go once its fix lands.
-EMULATORS = ("emulator", "emulator:sm_90a")
-KNOWN_FAILURES = (
-    ("element_access", EMULATORS, None,
-     "a fragment element read or written outside T.Parallel is lowered as if the row index "
-     "were the register index (every thread writes the whole row, and reads another element)"),
-    ("attention", TARGETS[1:], r"of fragment \w+ is used by thread",
-     "a row vector (the softmax's rescale, max or sum) that T.Parallel nests over two "
-     "accumulators of different warp layouts both read takes one layout, which holds some of "
-     "the rows the other nest needs in other threads; layout inference has no conversion "
-     "between fragment layouts"),
-)
+KNOWN_FAILURES: tuple = ()   # none known now
 
 
 def known_cause(spec, outcome) -> str | None:
