@@ -15,6 +15,7 @@ needs_nvcc = pytest.mark.skipif(not has_nvcc(), reason="nvcc is not installed")
 
 
 from test_lowering import gemm_epilogue as gemm_relu  # noqa: E402  (one GEMM + ReLU kernel)
+from test_lowering import transposed  # noqa: E402
 
 
 @pytest.fixture
@@ -132,19 +133,7 @@ def test_a_second_compilation_overwrites_the_dump(dump_dir):
 def test_passes_before_a_failing_one_are_dumped(dump_dir):
     # A loop that writes the accumulator transposed is rejected while lowering; the IR up to
     # that pass is what one wants to look at, so it must be on disk.
-    @T.prim_func
-    def main(A: T.Tensor((64, 32), "float16"), B: T.Tensor((32, 64), "float16"),
-             C: T.Tensor((64, 64), "float32")):
-        with T.Kernel(1, threads=128) as bx:
-            A_s = T.alloc_shared((64, 32), "float16")
-            B_s = T.alloc_shared((32, 64), "float16")
-            acc = T.alloc_fragment((64, 64), "float32")
-            T.copy(A, A_s)
-            T.copy(B, B_s)
-            T.gemm(A_s, B_s, acc, clear_accum=True)
-            for i, j in T.Parallel(64, 64):
-                acc[j, i] = acc[i, j] + 1
-            T.copy(acc, C)
+    main = transposed(write=True)
     with pytest.raises(tilecraft.TileError):
         pipelines.cuda_sm80(main)
     files = dumped(dump_dir)

@@ -222,7 +222,8 @@ def marked_line(fn, marker="# <- here") -> int:
     return hits[0]
 
 
-def transposed_read():
+def transposed(write=False):
+    """An accumulator read (or, with write, written) transposed in a T.Parallel loop."""
     @T.prim_func
     def main(A: T.Tensor((64, 32), "float16"), B: T.Tensor((32, 64), "float16"),
              C: T.Tensor((64, 64), "float32")):
@@ -234,24 +235,10 @@ def transposed_read():
             T.copy(B, B_s)
             T.gemm(A_s, B_s, acc, clear_accum=True)
             for i, j in T.Parallel(64, 64):
-                acc[i, j] = acc[i, j] * 0.5 + acc[j, i]
-            T.copy(acc, C)
-    return main
-
-
-def transposed_write():
-    @T.prim_func
-    def main(A: T.Tensor((64, 32), "float16"), B: T.Tensor((32, 64), "float16"),
-             C: T.Tensor((64, 64), "float32")):
-        with T.Kernel(1, threads=128) as bx:
-            A_s = T.alloc_shared((64, 32), "float16")
-            B_s = T.alloc_shared((32, 64), "float16")
-            acc = T.alloc_fragment((64, 64), "float32")
-            T.copy(A, A_s)
-            T.copy(B, B_s)
-            T.gemm(A_s, B_s, acc, clear_accum=True)
-            for i, j in T.Parallel(64, 64):
-                acc[j, i] = acc[i, j] * 0.5  # <- here
+                if write:
+                    acc[j, i] = acc[i, j] * 0.5  # <- here
+                else:
+                    acc[i, j] = acc[i, j] * 0.5 + acc[j, i]
             T.copy(acc, C)
     return main
 
@@ -265,7 +252,7 @@ def test_transposed_fragment_read_goes_through_shared_memory():
     B = rng.standard_normal((32, 64)).astype(np.float16)
     p = A.astype(np.float32) @ B.astype(np.float32)
     with pytest.warns(UserWarning, match="reads fragment acc through shared memory"):
-        kernel = tilecraft.compile(transposed_read(), target="emulator")
+        kernel = tilecraft.compile(transposed(), target="emulator")
     C = np.full((64, 64), np.nan, np.float32)
     kernel(A, B, C)
     assert not kernel.reports
@@ -273,15 +260,15 @@ def test_transposed_fragment_read_goes_through_shared_memory():
 
 
 def test_transposed_fragment_write_is_rejected_at_its_line():
-    func = transposed_write()
+    func = transposed(write=True)
     with pytest.raises(TileError) as info:
         lower(func)
     err = info.value
     assert "acc" in err.message and "T.Parallel" in err.message and "written" in err.message
-    line = marked_line(transposed_write)
+    line = marked_line(transposed)
     assert err.span is not None and err.span.line == line
     assert os.path.samefile(err.span.filename, __file__)
-    source = inspect.getsource(transposed_write).splitlines()
+    source = inspect.getsource(transposed).splitlines()
     marked = [t for t in source if t.rstrip().endswith("# <- here")][0]
     assert err.span.col == marked.index("acc[j, i]") + 1
     assert f"{os.path.basename(__file__)}:{line}:" in str(err)
