@@ -75,7 +75,8 @@ def render(spec) -> str:
         params.insert(1, "count: T.int32")
     body = Lines()
     KERNELS[spec.kind](spec, body)
-    return "\n".join(["import tilecraft.language as T", "", "", "def program():",
+    configs = [f"PASS_CONFIGS = {dict(spec.configs)!r}", ""] if spec.configs else []
+    return "\n".join(["import tilecraft.language as T", "", *configs, "", "def program():",
                       f"    {head}", "", "    @T.prim_func",
                       f"    def main({', '.join(params)}):", *body.lines,
                       "", "    return main", ""])
@@ -85,15 +86,15 @@ _built = itertools.count()
 
 
 def build(source: str):
-    """Execute rendered source and return its prim_func (the frontend reads the text back
-    through linecache, as it would a file)."""
+    """Execute rendered source: (its prim_func, the pass configs it compiles with). The
+    frontend reads the text back through linecache, as it would a file."""
     filename = f"<fuzz program {next(_built)}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     namespace: dict = {}
     # dont_inherit: this module's `from __future__ import annotations` would turn the
     # program's T.Tensor annotations into strings
     exec(compile(source, filename, "exec", dont_inherit=True), namespace)  # noqa: S102
-    return namespace["program"]()
+    return namespace["program"](), namespace.get("PASS_CONFIGS")
 
 
 def _grid2(out: Lines, spec, m="M", n="N"):
