@@ -121,9 +121,10 @@ def elementwise(r, symbolic=False):
         w_dtype = "float32"
     steps = _steps(r, r.randint(1, 5), start, w_dtype, store)
     w_scope = r.choice(("", "", "shared", "fragment")) if staging != "global" else ""
+    relaunch = _tile(r) if r.random() < 0.2 else ()
     return Elementwise(_sizes(r, (bm, bn), symbolic), bm, bn, threads, x_dtype, w_dtype, work,
                        r.choice(FLOATS + ("int32",)), staging, r.random() < 0.3, steps, symbolic,
-                       w_scope)
+                       w_scope, relaunch)
 
 
 def reduce(r, symbolic=False):
@@ -224,7 +225,8 @@ def gemm(r, symbolic=False):
                                                                              "serial")),
                 r.choice((1, 2, 3) if wgmma_like else (0, 1, 2, 3)), r.random() < 0.15,
                 r.choice((1, 1, -2, 3) if integer else (1.0, 1.0, 0.5, -2.0)),
-                r.random() < 0.25, symbolic)
+                r.random() < 0.25, symbolic,
+                (r.choice((1, 2, 4)), r.choice(("row", "column"))) if r.random() < 0.25 else ())
 
 
 def attention(r, symbolic=False):

@@ -48,6 +48,9 @@ class Elementwise(Tiled):
     steps: tuple = ()
     symbolic: bool = simpler(False)
     w_scope: str = simpler("")                     # W's tile when not the staging's scope
+    # (bm, bn, threads) of a second launch: the first stores into a workspace (T.alloc_global)
+    # that the second copies to Y with these tiles
+    relaunch: tuple = simpler(())
     configs: tuple = ()                # ((pass config, value), ...) to compile with
     kind = "elementwise"
 
@@ -127,6 +130,7 @@ class Gemm:
     scale: float = simpler(1.0, default=1.0)
     store_via_shared: bool = simpler(False)
     symbolic: bool = simpler(False)
+    swizzle: tuple = simpler(())         # T.use_swizzle(panel_size, order)
     configs: tuple = ()                # ((pass config, value), ...) to compile with
     kind = "gemm"
 
