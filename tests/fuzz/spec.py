@@ -17,7 +17,7 @@ def simpler(*values, default=None):
 
 @dataclass(frozen=True)
 class Step:
-    """One element-wise update `v = op(v, w)` of the working tile (reference.STEPS and
+    """One element-wise update `v = op(v, w)` of the working tile (numerics.STEPS and
     render.STEP_SOURCE name the same ops); `new_loop` starts another T.Parallel nest."""
     op: str
     const: float = 1.0
