@@ -16,6 +16,7 @@ import sys
 import time
 
 from .generator import KIND_NAMES, generate
+from .render import render
 from .runner import TARGETS, describe, run_program
 from .shrink import shrink
 from .spec import label
@@ -42,7 +43,29 @@ def _table(counts: dict, kinds, targets) -> str:
     return "\n".join(lines) + "\n(p pass, f fail, x expected failure, X unexpected pass, s skip)"
 
 
-def main(argv=None) -> int:
+class Tally:
+    """What a run found: statuses per (kind, target), seconds per kind, expected failures per
+    (target, cause), and the failures with their kind and seed."""
+
+    def __init__(self):
+        self.counts = collections.defaultdict(collections.Counter)
+        self.seconds = collections.Counter()
+        self.known = collections.Counter()
+        self.failures = []
+
+    def add(self, kind, seed, outcomes, seconds):
+        self.seconds[kind] += seconds
+        for o in outcomes:
+            self.counts[(kind, o.target)][o.status] += 1
+            if o.status == "xfail":
+                self.known[(o.target, o.cause)] += 1
+            if o.status == "fail":
+                self.failures.append((kind, seed, o))
+                print(f"FAIL {kind} seed {seed} on {o.target}: {o.category}: {o.detail[:200]}",
+                      flush=True)
+
+
+def _arguments(argv):
     parser = argparse.ArgumentParser(prog="python3 -m tests.fuzz", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=100, help="how many programs")
@@ -55,51 +78,47 @@ def main(argv=None) -> int:
     parser.add_argument("--no-shrink", action="store_true", help="print failures as generated")
     parser.add_argument("--show", action="store_true", help="print each program's source")
     args = parser.parse_args(argv)
-    kinds = [k for k in args.kinds.split(",") if k]
-    targets = tuple(t for t in args.targets.split(",") if t)
-    unknown = [k for k in kinds if k not in KIND_NAMES] + [t for t in targets if t not in TARGETS]
+    args.kinds = [k for k in args.kinds.split(",") if k]
+    args.targets = tuple(t for t in args.targets.split(",") if t)
+    unknown = [k for k in args.kinds if k not in KIND_NAMES] + \
+        [t for t in args.targets if t not in TARGETS]
     if unknown:
         parser.error(f"unknown kind or target: {', '.join(unknown)}")
+    return args
+
+
+def main(argv=None) -> int:
+    args = _arguments(argv)
+    kinds, targets = args.kinds, args.targets
     jobs = [(kinds[i % len(kinds)], args.seed + i // len(kinds), targets) for i in range(args.n)]
     start = time.perf_counter()
-    counts = collections.defaultdict(collections.Counter)
-    seconds_by_kind = collections.Counter()
-    failures = []
+    tally = Tally()
     pool = multiprocessing.Pool(args.j) if args.j > 1 else None
     results = pool.imap_unordered(_job, jobs) if pool else map(_job, jobs)
     for done, (kind, seed, outcomes, seconds) in enumerate(results, 1):
-        seconds_by_kind[kind] += seconds
-        for o in outcomes:
-            counts[(kind, o.target)][o.status] += 1
-            if o.status == "fail":
-                failures.append((kind, seed, o))
-                print(f"FAIL {kind} seed {seed} on {o.target}: {o.category}: {o.detail[:200]}",
-                      flush=True)
+        tally.add(kind, seed, outcomes, seconds)
         if args.show:
-            print(f"# {kind} seed {seed} ({seconds:.1f} s)\n{describe_source(kind, seed)}")
+            print(f"# {kind} seed {seed} ({seconds:.1f} s)\n{render(generate(kind, seed))}")
         if done % 100 == 0:
             print(f"... {done} programs, {time.perf_counter() - start:.0f} s", flush=True)
     if pool:
         pool.close()
     elapsed = time.perf_counter() - start
-    print(_table(counts, kinds, targets))
+    print(_table(tally.counts, kinds, targets))
     print("seconds per kind (summed over workers): " +
-          ", ".join(f"{k} {seconds_by_kind[k]:.0f}" for k in kinds))
-    for kind, seed, o in failures:
+          ", ".join(f"{k} {tally.seconds[k]:.0f}" for k in kinds))
+    for (target, cause), n in sorted(tally.known.items()):
+        print(f"expected failures on {target}: {n}: {cause}")
+    for kind, seed, o in tally.failures:
         spec = generate(kind, seed)
         if not args.no_shrink:
             spec = shrink(spec, o)
-            o = next(s for s in run_program(spec, (o.target,)))
+            o = run_program(spec, (o.target,))[0]
         print(f"\n--- {label(spec)} seed {seed} (--kinds {kind} --seed {seed} --n 1)")
         print(describe(spec, o))
-    print(f"{args.n} programs, {len(failures)} failure(s), {elapsed:.0f} s on "
+    print(f"{args.n} programs, {len(tally.failures)} failure(s), {elapsed:.0f} s on "
           f"{', '.join(targets)} with {args.j} worker(s)")
-    return 1 if failures else 0
-
-
-def describe_source(kind, seed) -> str:
-    from .render import render
-    return render(generate(kind, seed))
+    return 1 if tally.failures else 0
 
 
 if __name__ == "__main__":

@@ -17,11 +17,14 @@ valid on CUDA, or outside the language's defined behaviour:
 - a gemm's B operand in registers, and atomic_max / atomic_min on float16 / bfloat16: the
   mma.sync path reads B from shared memory and CUDA has no such atomics (today nvcc is what
   rejects both; they belong with the user mistakes the compiler should refuse itself).
+- tl.enable_persistent_tiles with tl.enable_producer_preload: "cannot be combined: a
+  persistent kernel's consumers load their own query tiles".
 - float16 and bfloat16 in one operation without a cast: the result takes the left operand's
   type, an order-dependent rule no program should lean on (the generator casts instead).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -118,9 +121,10 @@ def elementwise(r, symbolic=False):
         w_dtype = "float32"
     steps = _steps(r, r.randint(1, 5), start, w_dtype, store)
     w_scope = r.choice(("", "", "shared", "fragment")) if staging != "global" else ""
+    relaunch = _tile(r) if r.random() < 0.2 else ()
     return Elementwise(_sizes(r, (bm, bn), symbolic), bm, bn, threads, x_dtype, w_dtype, work,
                        r.choice(FLOATS + ("int32",)), staging, r.random() < 0.3, steps, symbolic,
-                       w_scope)
+                       w_scope, relaunch)
 
 
 def reduce(r, symbolic=False):
@@ -221,7 +225,8 @@ def gemm(r, symbolic=False):
                                                                              "serial")),
                 r.choice((1, 2, 3) if wgmma_like else (0, 1, 2, 3)), r.random() < 0.15,
                 r.choice((1, 1, -2, 3) if integer else (1.0, 1.0, 0.5, -2.0)),
-                r.random() < 0.25, symbolic)
+                r.random() < 0.25, symbolic,
+                (r.choice((1, 2, 4)), r.choice(("row", "column"))) if r.random() < 0.25 else ())
 
 
 def attention(r, symbolic=False):
@@ -291,10 +296,40 @@ SYMBOLIC_BASES = ("elementwise", "reduce", "cumsum", "copy", "gemm", "attention"
 KIND_NAMES = tuple(GENERATORS) + ("symbolic",)
 
 
+# Compiler choices a program may turn (pass configs): each switches a pass on or off, so the
+# same program takes another path through the compiler (persistent blocks looping over tiles,
+# TMA multicast in clusters, cp.async instead of warp specialization, mma.sync instead of
+# wgmma, stores without TMA, masks evaluated per element, ...).
+CONFIGS = (("tl.enable_persistent_tiles", 2), ("tl.enable_persistent_tiles", True),
+           ("tl.enable_tma_multicast", True), ("tl.enable_producer_preload", True),
+           ("tl.disable_warp_specialized", True), ("tl.disable_tma_lower", True),
+           ("tl.disable_wgmma", True), ("tl.disable_tma_store", True),
+           ("tl.disable_uniform_masks", True), ("tl.disable_mma_rotation", True),
+           ("tl.disable_wgmma_rotation", True), ("tl.disable_epilogue_staging", True),
+           ("tl.disable_l2_prefetch", True), ("tl.disable_k_alternation", True),
+           ("tl.disable_wgmma_batch_merge", True), ("tl.disable_warpgroup_pingpong", True))
+
+
+def _configs(r: random.Random) -> tuple:
+    """Most programs compile with the defaults; a third turn one or two passes."""
+    if r.random() < 0.67:
+        return ()
+    chosen = {}
+    for key, value in r.sample(CONFIGS, r.choice((1, 2))):
+        chosen.setdefault(key, value)
+    if "tl.enable_persistent_tiles" in chosen:  # refused together with the preload
+        chosen.pop("tl.enable_producer_preload", None)
+    return tuple(chosen.items())
+
+
 def generate(kind: str, seed: int):
     """The program of `kind` that `seed` names ("symbolic": one of SYMBOLIC_BASES with
     symbolic sizes, launched with two or three sizes)."""
     r = random.Random(f"{kind}:{seed}")
     if kind == "symbolic":
-        return GENERATORS[r.choice(SYMBOLIC_BASES)](r, symbolic=True)
-    return GENERATORS[kind](r)
+        spec = GENERATORS[r.choice(SYMBOLIC_BASES)](r, symbolic=True)
+    else:
+        spec = GENERATORS[kind](r)
+    if kind == "element_access":
+        return spec
+    return dataclasses.replace(spec, configs=_configs(r))

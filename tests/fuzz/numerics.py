@@ -136,6 +136,7 @@ STEPS.update({
     "mask_edge": ("index", lambda v, at, c: np.where(at.cols + c < at.n_cols, v, -v), None),
 })
 CASTS = ("float16", "bfloat16", "float32", "int32")
+STEPS.update({f"cast_{d}": ("cast", None, None) for d in CASTS})
 # How a step rounds. Exact steps give a value of their dtype unrounded. An add rounds once,
 # alike everywhere when its operands are exact; a multiply's rounding may be skipped when a
 # compiler contracts it with the next add into one fma. Division and the math functions may be
@@ -145,7 +146,6 @@ EXACT_STEPS = ("abs", "neg", "max_c", "min_c", "clamp", "max_w", "select", "floo
                "truncdiv", "floor")
 ADD_STEPS = ("shift", "add_w", "sub_w")
 MULTIPLY_STEPS = ("scale", "mul_w")
-STEPS.update({f"cast_{d}": ("cast", None, None) for d in CASTS})
 
 
 def step_dtype(op: str, v_dtype: str, w_dtype: str) -> str:
@@ -209,8 +209,8 @@ def apply_step(x: Value, op: str, const: float, w: Value | None, at: Index | Non
 # --- comparing ---------------------------------------------------------------------------
 @dataclass
 class Expect:
-    """An output's expected values (NaN where the program must not write), the tolerance per
-    element, and the elements too close to a discontinuity to judge."""
+    """An output's expected values (the poison where the program must not write), the
+    tolerance per element, and the elements too close to a discontinuity to judge."""
     values: np.ndarray
     tol: np.ndarray
     skip: np.ndarray
@@ -246,10 +246,6 @@ def tiles_of(array: np.ndarray, block: tuple) -> np.ndarray:
     """array padded with zeros to whole tiles (what a tile copy reads past the edge)."""
     pads = [(0, -n % b) for n, b in zip(array.shape, block)]
     return np.pad(array, pads)
-
-
-def ceildiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def log2_ceil(n: int) -> int:

@@ -75,7 +75,8 @@ def render(spec) -> str:
         params.insert(1, "count: T.int32")
     body = Lines()
     KERNELS[spec.kind](spec, body)
-    return "\n".join(["import tilecraft.language as T", "", "", "def program():",
+    configs = [f"PASS_CONFIGS = {dict(spec.configs)!r}", ""] if spec.configs else []
+    return "\n".join(["import tilecraft.language as T", "", *configs, "", "def program():",
                       f"    {head}", "", "    @T.prim_func",
                       f"    def main({', '.join(params)}):", *body.lines,
                       "", "    return main", ""])
@@ -85,15 +86,15 @@ _built = itertools.count()
 
 
 def build(source: str):
-    """Execute rendered source and return its prim_func (the frontend reads the text back
-    through linecache, as it would a file)."""
+    """Execute rendered source: (its prim_func, the pass configs it compiles with). The
+    frontend reads the text back through linecache, as it would a file."""
     filename = f"<fuzz program {next(_built)}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     namespace: dict = {}
     # dont_inherit: this module's `from __future__ import annotations` would turn the
     # program's T.Tensor annotations into strings
     exec(compile(source, filename, "exec", dont_inherit=True), namespace)  # noqa: S102
-    return namespace["program"]()
+    return namespace["program"](), namespace.get("PASS_CONFIGS")
 
 
 def _grid2(out: Lines, spec, m="M", n="N"):
@@ -118,14 +119,29 @@ def elementwise(spec, out: Lines):
     _grid2(out, spec)
     tile = f"({spec.bm}, {spec.bn})"
     has_w = uses_w(spec.steps)
+    y = "Y"
+    if spec.relaunch:
+        y = "Ws"
+        out(f'Ws = T.alloc_global((M, N), "{spec.y_dtype}")', 1)
     if spec.staging == "global":
         at = f"by * {spec.bm} + i, bx * {spec.bn} + j"
         v, atom = f"X[{at}]", True
         for step in spec.steps:
             v, atom = step_text(step, v, f"W[{at}]", spec, atom), is_atom(step)
         out(f"for i, j in T.Parallel({spec.bm}, {spec.bn}):", 1)
-        out(f"Y[{at}] = {v}", 2)
-        return
+        out(f"{y}[{at}] = {v}", 2)
+    else:
+        _staged_steps(spec, out, tile, has_w, y)
+    if spec.relaunch:
+        bm, bn, threads = spec.relaunch
+        out(f"with T.Kernel(T.ceildiv(N, {bn}), T.ceildiv(M, {bm}), threads={threads}) as "
+            "(bx, by):")
+        out(f'y = T.alloc_fragment(({bm}, {bn}), "{spec.y_dtype}")', 1)
+        out(f"T.copy(Ws[by * {bm}, bx * {bn}], y)", 1)
+        out(f"T.copy(y, Y[by * {bm}, bx * {bn}])", 1)
+
+
+def _staged_steps(spec, out: Lines, tile: str, has_w: bool, y: str):
     alloc = {"shared": "T.alloc_shared", "fragment": "T.alloc_fragment"}
     w_scope = spec.w_scope or spec.staging
     out(f'x = {alloc[spec.staging]}({tile}, "{spec.work_dtype}")', 1)
@@ -142,7 +158,7 @@ def elementwise(spec, out: Lines):
         else:
             out(f"T.copy({tensor}[{_origin(spec)}], {name})", 1)
     _parallel_steps(out, spec, spec.steps, "x", "w")
-    out(f"T.copy(x, Y[{_origin(spec)}])", 1)
+    out(f"T.copy(x, {y}[{_origin(spec)}])", 1)
 
 
 def reduce(spec, out: Lines):
@@ -222,6 +238,9 @@ def copy(spec, out: Lines):
 def gemm(spec, out: Lines):
     bm, bn, bk = spec.bm, spec.bn, spec.bk
     _grid2(out, spec)
+    if spec.swizzle:
+        panel, order = spec.swizzle
+        out(f'T.use_swizzle(panel_size={panel}, order="{order}")', 1)
     a_tile = f"({bk}, {bm})" if spec.trans_A else f"({bm}, {bk})"
     b_tile = f"({bn}, {bk})" if spec.trans_B else f"({bk}, {bn})"
     out(f'A_s = T.alloc_shared({a_tile}, "{spec.a_dtype}")', 1)

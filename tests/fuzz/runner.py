@@ -129,22 +129,24 @@ def _error_outcome(target: str, e: BaseException) -> Outcome:
     return Outcome(target, "fail", "refused", first)
 
 
-def _run_on(target: str, spec, func, launches, expectations) -> Outcome:
+def _run_on(target: str, spec, program, launches, expectations) -> Outcome:
     with warnings.catch_warnings():
-        # the compiler's notes on copies that cannot carry an L2 hint are not findings
+        # the compiler's notes (a copy that cannot carry its L2 hint, a TMA add that runs as
+        # element-wise atomics) are not findings
         warnings.simplefilter("ignore", UserWarning)
-        return _judge_run(target, spec, func, launches, expectations)
+        return _judge_run(target, spec, program, launches, expectations)
 
 
-def _judge_run(target: str, spec, func, launches, expectations) -> Outcome:
+def _judge_run(target: str, spec, program, launches, expectations) -> Outcome:
+    func, configs = program
     try:
         if target in COMPILE_TARGETS:
             if not has_nvcc():
                 return Outcome(target, "skip", detail="nvcc is not installed")
             with _no_disk_cache():
-                tilecraft.compile(func, target=target)
+                tilecraft.compile(func, target=target, pass_configs=configs)
             return Outcome(target, "pass")
-        kernel = tilecraft.compile(func, target=target)
+        kernel = tilecraft.compile(func, target=target, pass_configs=configs)
         for sizes, inputs, expect in zip(launch_sizes(spec), launches, expectations):
             args, written = arguments(spec, sizes, inputs)
             kernel(*args)  # the emulator raises EmulatorError when its checker reports
@@ -178,13 +180,14 @@ def run_source(spec, source: str, targets=TARGETS) -> list[Outcome]:
     """`source` run and judged as the program `spec` describes (run_program renders it; a
     test may hand in an altered text to see the judgement catch it)."""
     try:
-        func = build(source)
+        func, configs = build(source)
     except Exception as e:  # noqa: BLE001
         failed = _error_outcome("build", e)
         return [Outcome(t, "fail", failed.category, failed.detail) for t in targets]
     launches = launch_inputs(spec, source)
     expectations = [expected(spec, inputs) for inputs in launches]
-    return [_judged(spec, _run_on(t, spec, func, launches, expectations)) for t in targets]
+    return [_judged(spec, _run_on(t, spec, (func, configs), launches, expectations))
+            for t in targets]
 
 
 def describe(spec, outcome: Outcome, seed=None) -> str:

@@ -17,7 +17,7 @@ def simpler(*values, default=None):
 
 @dataclass(frozen=True)
 class Step:
-    """One element-wise update `v = op(v, w)` of the working tile (reference.STEPS and
+    """One element-wise update `v = op(v, w)` of the working tile (numerics.STEPS and
     render.STEP_SOURCE name the same ops); `new_loop` starts another T.Parallel nest."""
     op: str
     const: float = 1.0
@@ -48,6 +48,10 @@ class Elementwise(Tiled):
     steps: tuple = ()
     symbolic: bool = simpler(False)
     w_scope: str = simpler("")                     # W's tile when not the staging's scope
+    # (bm, bn, threads) of a second launch: the first stores into a workspace (T.alloc_global)
+    # that the second copies to Y with these tiles
+    relaunch: tuple = simpler(())
+    configs: tuple = ()                # ((pass config, value), ...) to compile with
     kind = "elementwise"
 
 
@@ -72,6 +76,7 @@ class Reduce(Tiled):
     pre_steps: tuple = ()
     reductions: tuple = ()
     symbolic: bool = simpler(False)
+    configs: tuple = ()                # ((pass config, value), ...) to compile with
     kind = "reduce"
 
 
@@ -84,6 +89,7 @@ class CumSum(Tiled):
     reverse: bool = simpler(False)
     separate_dst: bool = simpler(False)
     symbolic: bool = simpler(False)
+    configs: tuple = ()                # ((pass config, value), ...) to compile with
     kind = "cumsum"
 
 
@@ -98,6 +104,7 @@ class Copy(Tiled):
     option: str = simpler("")          # keyword text of the copies in and out of global
     symbolic: bool = simpler(False)
     batch: int = simpler(0)            # > 0: 3-d tensors (batch, M, N), one grid z per batch
+    configs: tuple = ()                # ((pass config, value), ...) to compile with
     kind = "copy"
 
 
@@ -123,6 +130,8 @@ class Gemm:
     scale: float = simpler(1.0, default=1.0)
     store_via_shared: bool = simpler(False)
     symbolic: bool = simpler(False)
+    swizzle: tuple = simpler(())         # T.use_swizzle(panel_size, order)
+    configs: tuple = ()                # ((pass config, value), ...) to compile with
     kind = "gemm"
 
 
@@ -144,6 +153,7 @@ class Attention:
     scale: float = 0.5
     causal: bool = simpler(False)
     symbolic: bool = simpler(False)
+    configs: tuple = ()                # ((pass config, value), ...) to compile with
     kind = "attention"
 
 
@@ -159,6 +169,7 @@ class Pipelined(Tiled):
     body: tuple = ()                   # of "acc_add", "acc_max", "row_sum", "store"
     acc_init: float = 0.25
     indexed: bool = simpler(False)     # tile k is column tile Idx[k], not k
+    configs: tuple = ()                # ((pass config, value), ...) to compile with
     kind = "pipelined"
     symbolic = False
 
@@ -179,6 +190,7 @@ class Atomic(Tiled):
     dtype: str = simpler("float32")
     source_scope: str = simpler("fragment")   # or "shared"
     update: AtomicUpdate = None
+    configs: tuple = ()                # ((pass config, value), ...) to compile with
     kind = "atomic"
     symbolic = False
 
@@ -193,6 +205,7 @@ class ElementAccess:
     accesses: tuple = ()               # (("write", i, j, value) | ("read", i, j, k), ...)
     kind = "element_access"
     symbolic = False
+    configs = ()
 
 
 KINDS = (Elementwise, Reduce, CumSum, Copy, Gemm, Attention, Pipelined, Atomic, ElementAccess)
