@@ -20,7 +20,7 @@ from tilecraft.ir.tileop import TileOp
 from tilecraft.ir.visitor import walk
 from tilecraft.passes.infer_layouts import infer_layouts
 from tilecraft.passes.insert_barriers import insert_barriers
-from tilecraft.passes.lower_tile_ops import lower_tile_ops
+from tilecraft.backends.cuda.lower_tile_ops import lower_tile_ops
 
 
 def gemm_epilogue():
