@@ -7,13 +7,15 @@ autotuner (through jit) and the cost model, which asks for a named prefix of the
 the compiled kernel gets, not those of a copy of the pass list.
 
 A backend is a package under backends/ whose `pipeline` module has `steps(target, configs,
-smem_limit)`: the passes of that target, in order, as (name, function) pairs. Today there is
+smem_limit)`: the passes of that target, in order, as (name, function) pairs, and `lower`,
+which runs them (the backend's own runtime and emulator call it directly, so that a backend
+never imports the compiler above it). Today there is
 one, CUDA (every target is an NVIDIA arch). `target` is a Target value (the runtime's, with
 the device's SM count and L2 size) or an arch name (the table's GPU for that arch).
 """
 from __future__ import annotations
 
-from .target import arch_of, parse_arch, smem_limit
+from .target import arch_of, parse_arch
 
 
 def backend_of(target):
@@ -34,7 +36,5 @@ def lower(func, target="sm_80", configs: dict | None = None, *, smem_bytes: int 
     block may use (default: the arch's limit). `stop_after`: the name of the last pass to run.
     `keep`: names of passes whose output to return as well: then the result is a dict
     {name: PrimFunc} with the last output under "result"."""
-    pipeline = backend_of(target)
-    limit = smem_bytes if smem_bytes is not None else smem_limit(arch_of(target))
-    return pipeline.run(func, pipeline.steps(target, configs, limit), stop_after=stop_after,
-                        keep=keep)
+    return backend_of(target).lower(func, target, configs, smem_bytes=smem_bytes,
+                                    stop_after=stop_after, keep=keep)

@@ -5,7 +5,7 @@ import functools
 
 import numpy as np
 
-from . import arrays, call_cache, target as targets
+from . import arrays, call_cache, placement
 from .errors import TileError, caller_span, raise_clean
 from .grid_limits import check_launch_grids, symbolic_extents
 from .ir import dtypes as dt
@@ -29,7 +29,7 @@ class JITKernel:
         self.out_idx = _normalize_out_idx(out_idx, func, out_idx_span)
         self.inputs = [i for i in range(len(self.params)) if i not in self.out_idx]
         check_pass_configs(pass_configs)
-        self.backend, self.arch = targets.resolve(target)
+        self.backend, self.arch = placement.resolve(target)
         self.program = None
         self._arch_checked: set = set()  # devices whose architecture matches self.arch
         if self.backend == "cuda":

@@ -10,7 +10,7 @@ Every number is data, with where it comes from beside it:
   sparsity-doubled figures are never used);
 - "programming guide": the CUDA C++ Programming Guide's tables (compute-capability limits and
   per-SM instruction throughputs);
-- "measured": measured on the lent H100 80GB HBM3 (shared/ANCHORS.md);
+- "measured": measured on an H100 80GB HBM3 (SXM5) beside cuBLAS and a device copy;
 - "estimate": not published by the vendor; an order-of-magnitude value for the model, stated as
   such (L2 bandwidth, latencies, launch overhead).
 
@@ -26,7 +26,6 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 
-from . import knobs
 from .errors import TileError
 
 KB = 1024
@@ -106,7 +105,7 @@ def _per_chip(num_sms: int, per_sm_per_clock: float, clock_hz: float) -> float:
 # TF32 494.7 dense, FP32 67 TFLOPS, FP64 34 TFLOPS.
 # programming guide (cc 9.0): 228 KB shared per SM, 227 KB per block, 1 KB reserved per block,
 # 64K registers per SM, 255 per thread, 2048 threads and 32 blocks per SM.
-# measured (ANCHORS.md): device copy 3.0 TB/s read + write; best dense fp16 GEMM 783 TFLOP/s.
+# measured: device copy 3.0 TB/s read + write; best dense fp16 GEMM 783 TFLOP/s.
 # The other tensor dtypes are the datasheet rates scaled by the same measured fraction
 # (783 / 989.4), since nothing better is known.
 _H100_CLOCK = 1.98e9
@@ -143,7 +142,7 @@ H100 = Target(
     # every shape (the calibration and the search since: bench/carver_search.md).
     dram_latency_s=1.5e-6, l2_latency_s=1.0e-6,
     mma_sync_fraction=_HOPPER_MMA_SYNC,
-    launch_s=3e-6,  # ANCHORS.md: empty-kernel launch 2.8-5.6 us (tritonbench, TileLang)
+    launch_s=3e-6,  # measured: empty-kernel launch 2.8-5.6 us (tritonbench, TileLang)
     notes=("L2 bandwidth is not published; modelled as 64 B/clk/SM at boost clock "
            "(16.7 TB/s, about 5.6x the measured HBM copy rate)",),
 )
@@ -262,57 +261,3 @@ def with_device(target: Target, sm_count: int, l2_bytes: int) -> Target:
     what the L2 keeps between blocks depend on them (an H100 PCIe has 114 SMs, an H20 78,
     against the table's 132)."""
     return dataclasses.replace(target, num_sms=sm_count, l2_bytes=l2_bytes)
-
-
-# ---- the names a kernel is asked to run on ------------------------------------------------
-
-_RUNNABLE = re.compile(r"^sm_(80|86|87|89|90a?)$")
-
-
-def _gpu_available() -> bool:
-    from .backends.cuda.runtime.device import has_cuda_device
-    if not has_cuda_device():
-        return False
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
-def resolve(target) -> tuple[str, str | None]:
-    """(backend, arch) for a target name: "auto", "interp", "emulator", "cuda" or an arch like
-    "sm_90a". "emulator" compiles for sm_80 and runs the lowered kernel on the CPU emulator;
-    "emulator:sm_90a" does the same with the Hopper pipeline (wgmma, TMA, warp specialization).
-
-    "auto" is the current GPU when there is one (with torch to hand tensors over), else the
-    interpreter; an arch compiles for that GPU without needing one (calling it does)."""
-    name = target if target is not None else knobs.target()
-    if not isinstance(name, str):
-        raise TileError(f"target must be a string such as 'auto', 'cuda', 'sm_90a' or 'interp', "
-                        f"got {name!r}")
-    name = name.strip().lower()
-    if name == "interp":
-        return "interp", None
-    if name == "emulator":
-        return "emulator", "sm_80"
-    if name.startswith("emulator:"):  # the compile pipeline of that GPU, run on the CPU
-        arch = name.split(":", 1)[1]
-        if arch not in ("sm_80", "sm_90a"):
-            raise TileError(f"target '{target}': the emulator runs the sm_80 and sm_90a "
-                            "pipelines ('emulator:sm_80', 'emulator:sm_90a')")
-        return "emulator", arch
-    if name in ("auto", "cuda"):
-        if _gpu_available():
-            from .backends.cuda.runtime.device import current_arch
-            return "cuda", current_arch()
-        if name == "cuda":
-            raise TileError("target 'cuda': no CUDA GPU is usable here (a driver, a device and "
-                            "torch with CUDA are needed); use target='interp' or an "
-                            "architecture such as 'sm_90a' to only compile")
-        return "interp", None
-    if _RUNNABLE.match(name):
-        return "cuda", name
-    raise TileError(f"unknown target '{target}'; expected 'auto', 'interp', 'emulator', 'cuda' "
-                    "or an architecture: sm_80, sm_86, sm_89, sm_90a")
-

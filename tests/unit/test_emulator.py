@@ -9,7 +9,7 @@ import pytest
 import tilecraft
 import tilecraft.backends.cuda.emulator as E
 import tilecraft.language as T
-from tilecraft.target import resolve
+from tilecraft.placement import resolve
 
 
 def elementwise(M, N, block=32):

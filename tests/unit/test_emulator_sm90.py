@@ -352,7 +352,7 @@ def test_mbarriers_used_before_they_are_published_or_initialized(example):
 
 def test_target_names_pick_the_emulated_pipeline():
     from tilecraft.errors import TileError
-    from tilecraft.target import resolve
+    from tilecraft.placement import resolve
     assert resolve("emulator") == ("emulator", "sm_80")
     assert resolve("emulator:sm_90a") == ("emulator", "sm_90a")
     with pytest.raises(TileError, match="emulator runs the sm_80 and sm_90a pipelines"):

@@ -15,7 +15,7 @@ from tilecraft.ir.stmt import For, Kernel
 from tilecraft.ir.visitor import walk
 from tilecraft.backends.cuda import pipeline as pipelines
 from tilecraft.ir.annotations import WARPGROUP_FRAGMENTS, is_warpgroup_branch
-                                                seesaw_warpgroups)
+from tilecraft.backends.cuda.transforms.seesaw_warpgroups import seesaw_warpgroups
 from tilecraft.backends.cuda.schedule.warp_specialize import warp_specialize
 from tilecraft.backends.cuda.schedule.infer_instructions import infer_instructions
 from tilecraft.passes.infer_pipeline import infer_pipeline

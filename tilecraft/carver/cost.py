@@ -39,7 +39,7 @@ from ..ir.stmt import Kernel, PrimFunc
 from ..ir.tileop import Copy, Gemm
 from ..ir.visitor import walk
 from ..passes.parallel_nests import allocated
-from .counts import MMA_DTYPES, LaunchCounts, _stages, tile_counts, with_hbm_reads
+from ..analysis.counts import MMA_DTYPES, LaunchCounts, _stages, tile_counts, with_hbm_reads
 from ..target import Target, get_target
 
 REG_OVERHEAD = 32      # addresses, loop counters, indices, predicates (estimate)
@@ -306,14 +306,15 @@ def _tensor_dtype(kernel: Kernel) -> str:
 WGMMA_ARCHS = ("sm_90a",)
 
 
-def plan(func: PrimFunc, target="h100") -> list:
+def plan(func: PrimFunc, target="h100", configs: dict | None = None) -> list:
     """(tile kernel, LayoutMap, planned shared bytes, producer threads) per launch, as the
     compiler builds it for the target: the compiler's own pipeline run up to the shared-memory
     plan (instructions, epilogue staging and warp specialization on sm_90a, software
     pipelines, layouts, the shared arena). The tile kernels (after instruction selection)
-    carry the chosen instructions. Raises TileError when the configuration does not build."""
+    carry the chosen instructions. `configs`: pass configs, as the kernel is compiled with.
+    Raises TileError when the configuration does not build."""
     from ..compiler import lower
-    stages = lower(func, get_target(target), stop_after="plan_shared_memory",
+    stages = lower(func, get_target(target), configs, stop_after="plan_shared_memory",
                    keep=("infer_instructions",))
     tile, planned = stages["infer_instructions"], stages["result"]
     # Fragments keep their identity through these passes, so the planned program's layout
@@ -323,12 +324,13 @@ def plan(func: PrimFunc, target="h100") -> list:
             for k, p in zip(tile.kernels(), planned.kernels())]
 
 
-def estimate(func, target="h100", planned: list | None = None) -> Cost:
+def estimate(func, target="h100", planned: list | None = None,
+             configs: dict | None = None) -> Cost:
     """The model's prediction for a specialized PrimFunc (its launches run one after another)
     or a single Kernel (layouts then estimated as elements / threads per fragment)."""
     if isinstance(func, Kernel):
         return estimate_launch(func, target)
-    planned = plan(func, target) if planned is None else planned
+    planned = plan(func, target, configs) if planned is None else planned
     costs = [estimate_launch(k, target, lm, smem, producer) for k, lm, smem, producer in planned]
     return costs[0] if len(costs) == 1 else _combine(costs)
 

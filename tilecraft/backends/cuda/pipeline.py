@@ -15,7 +15,7 @@ import os
 
 from ... import knobs
 from ...ir.verify import verify
-from ...target import arch_of
+from ...target import arch_of, smem_limit
 from .rules import CUDA_RULES
 from .transforms.alternate_k_direction import alternate_k_direction
 from .schedule.choose_rasterization import choose_rasterization
@@ -116,6 +116,14 @@ def run(func, steps: list, *, stop_after: str | None = None, keep: tuple = ()):
         kept["result"] = func
         return kept
     return func
+
+
+def lower(func, target="sm_80", configs: dict | None = None, *, smem_bytes: int | None = None,
+          stop_after: str | None = None, keep: tuple = ()):
+    """func lowered for target (compiler.lower's backend half; the runtime and the emulator of
+    this backend call it directly). `smem_bytes` defaults to the arch's limit."""
+    limit = smem_bytes if smem_bytes is not None else smem_limit(arch_of(target))
+    return run(func, steps(target, configs, limit), stop_after=stop_after, keep=keep)
 
 
 def cuda(func, target="sm_80", smem_limit: int | None = None, configs: dict | None = None):

@@ -46,7 +46,7 @@ def lower(func, arch="sm_80", configs: dict | None = None):
     """The thread-level PrimFunc the CUDA backend would print, for this architecture (sm_80,
     sm_86, sm_89: the mma.sync path; sm_90a: wgmma, TMA and warp specialization, which the
     pass configs may turn off)."""
-    from ....compiler import lower as compile_lower
+    from ..pipeline import lower as compile_lower
     from ....pass_config import PassConfigKey
     from ....target import arch_of, smem_limit
     target, arch = arch, arch_of(arch)   # an arch name, or a Target (a model of one GPU)

@@ -2,7 +2,7 @@
 
 nvcc costs about half a second per kernel; a program that builds the same kernel again (in the
 same process or the next run) should not pay it twice. The key is the SHA-256 of everything the
-cubin depends on (DESIGN.md decision 8): the CUDA source, the arch, the nvcc flags, tilecraft's
+cubin depends on (docs/design.md decision 8): the CUDA source, the arch, the nvcc flags, tilecraft's
 version, the contents of the header library it includes, nvcc's version, and whatever the caller adds in `extra` (the kernel IR text and its
 config), so a change in any of them is a miss, never a stale hit.
 

@@ -2,7 +2,7 @@
 
 tilecraft needs a handful of driver calls (load a cubin, find a function, set its shared-memory
 limit, launch it on a stream), and binding them with ctypes keeps the package pure Python with
-no CUDA Python bindings to install (DESIGN.md decision 2). The library is opened on first use,
+no CUDA Python bindings to install (docs/design.md decision 2). The library is opened on first use,
 so importing tilecraft never needs a driver.
 
 Every entry point is declared once in `_PROTOTYPES` with its C argument types: ctypes then

@@ -123,11 +123,10 @@ class CudaProgram:
         # programs never pays for importing it.
         from ..codegen.cuda import emit_cuda, kernel_signature, launch_threads
         from .. import pipeline as pipelines
-        from ....compiler import lower
         from .device import device_target
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            lowered = lower(func, device_target(arch), configs)
+            lowered = pipelines.lower(func, device_target(arch), configs)
         limit = smem_limit(arch)
         for k in lowered.kernels():
             if limit is not None and k.attrs["smem_bytes"] > limit:

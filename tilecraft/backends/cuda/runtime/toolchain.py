@@ -1,6 +1,6 @@
 """The system nvcc, driven by subprocess: CUDA C++ text in, cubin bytes and ptxas facts out.
 
-Device code is built with `nvcc -cubin` and no host code at all (DESIGN.md decision 2): that is
+Device code is built with `nvcc -cubin` and no host code at all (docs/design.md decision 2): that is
 about three times faster than building a shared library, and the cubin is loaded with the
 driver API by `launcher.py`. `-Xptxas -v` makes ptxas report registers, static shared memory,
 spills and stack frame per kernel; those numbers are parsed here so tests and the autotuner can

@@ -9,7 +9,7 @@ shape without a raster and level with it with the one this pass picks (bench/gem
 
 For a kernel with no T.use_swizzle (not even a disabled one), a static grid of two dimensions
 or more and more blocks than the target has SMs, this pass asks the carver's L2 model
-(carver/counts.py, l2model.py) for the HBM bytes read with no raster and with panels of 4, 8
+(analysis/counts.py, l2model.py) for the HBM bytes read with no raster and with panels of 4, 8
 and 16 rows or columns, and adds the best panel when it reads at most four fifths of what no
 raster reads. Panels of rows win unless a panel of columns reads less than COLUMN_MARGIN of the
 best row panel: the model counts the two alike, but on the H100 the 128x256 GEMM's column panels
@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 
 from ....arith.linear import constant_value
-from ....carver.counts import tile_counts, with_hbm_reads
+from ....analysis.counts import tile_counts, with_hbm_reads
 from ....target import model_of
 from ....ir.ftg import FTG
 from ....ir.stmt import Kernel, seq, stmts_of

@@ -23,8 +23,8 @@ from __future__ import annotations
 import math
 
 from ....arith.linear import constant_value
-from ....carver.counts import block_env
-from ....carver.l2model import distinct_groups
+from ....analysis.counts import block_env
+from ....analysis.l2model import distinct_groups
 from ....errors import TileError
 from ....ir.expr import address_of, const, logical
 from ....ir.stmt import IfThenElse, call_stmt

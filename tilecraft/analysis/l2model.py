@@ -14,7 +14,7 @@ import numpy as np
 
 
 def rasterize(panel: int, order: str, gx: int, gy: int, bx, by):
-    """T.use_swizzle's block -> tile map (tilecraft/codegen/include/tilecraft/raster.h)."""
+    """T.use_swizzle's block -> tile map (backends/cuda/codegen/include/tilecraft/raster.h)."""
     lin = by * gx + bx
     if order == "row":
         p, o = np.divmod(lin, panel * gx)
