@@ -10,10 +10,11 @@ from tilecraft.passes.infer_layouts import infer_layouts
 from tilecraft.passes.insert_barriers import insert_barriers
 from tilecraft.ir.annotations import is_sync
 from tilecraft.passes.plan_shared_memory import plan_shared_memory
+from tilecraft.backends.cuda.rules import CUDA_RULES
 
 
 def planned(func):
-    func = plan_shared_memory(infer_layouts(func))
+    func = plan_shared_memory(infer_layouts(func, CUDA_RULES), CUDA_RULES)
     shared = {n.buffer.name: n.buffer for n in walk(func.body)
               if isinstance(n, Allocate) and is_shared(n.buffer.scope)}
     offsets = {name: func.attrs["smem_offsets"][id(b)] for name, b in shared.items()}
@@ -95,12 +96,13 @@ def test_a_tile_each_iteration_overwrites_first_is_live_from_that_write_on():
                 T.copy(out, Y[k, :, :])
     func, off = planned(main)
     assert overlap(off["q"], off["out"])
-    loop = next(s for s in kernel_body(insert_barriers(func)) if isinstance(s, For))
+    loop = next(s for s in kernel_body(insert_barriers(func, CUDA_RULES)) if isinstance(s, For))
     assert is_sync(stmts_of(loop.body)[0])
 
 
 def barriers(func):
-    func = insert_barriers(plan_shared_memory(infer_layouts(func)))
+    func = insert_barriers(plan_shared_memory(infer_layouts(func, CUDA_RULES), CUDA_RULES),
+                           CUDA_RULES)
     return kernel_body(func)
 
 
