@@ -328,7 +328,7 @@ def main(argv=None):
         arch, torch = "sm_90a", None
     else:
         import torch
-        from tilecraft.runtime.device import current_arch
+        from tilecraft.backends.cuda.runtime.device import current_arch
         arch = current_arch()
     print(f"{len(shapes)} shapes x {len(configs)} configs for {arch}, {args.workers} workers",
           flush=True)

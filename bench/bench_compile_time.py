@@ -19,10 +19,10 @@ from gemm import matmul  # noqa: E402
 from mla_decode import flash_mla_decode  # noqa: E402
 import tilecraft  # noqa: E402
 from tilecraft.carver.recommend import underlying  # noqa: E402
-from tilecraft.codegen.cuda import emit_cuda  # noqa: E402
-from tilecraft.passes import pipelines  # noqa: E402
-from tilecraft.runtime.program import _SMEM_LIMIT  # noqa: E402  (the limit compile plans for)
-from tilecraft.runtime.toolchain import nvcc_version  # noqa: E402
+from tilecraft.backends.cuda.codegen.cuda import emit_cuda  # noqa: E402
+from tilecraft.backends.cuda import pipeline as pipelines  # noqa: E402
+from tilecraft.target import smem_limit  # noqa: E402  (the limit compile plans for)
+from tilecraft.backends.cuda.runtime.toolchain import nvcc_version  # noqa: E402
 
 FAST = {"tl.enable_fast_math": True}
 KERNELS = {  # the benches' shapes and tile configurations
@@ -57,7 +57,7 @@ def main():
         total = best_of(args.runs, lambda: tilecraft.compile(make(), target=target,
                                                               pass_configs=FAST))
         passes = best_of(args.runs, lambda: emit_cuda(pipelines.cuda(
-            make(), target, _SMEM_LIMIT.get(target), FAST)))
+            make(), target, smem_limit(target), FAST)))
         rows.append({"kernel": name, "target": target, "compile_s": total,
                      "passes_s": passes, "nvcc_s": total - passes})
         print(f"{target} {name}: compile {total:.2f} s (passes and emission {passes:.2f} s, "

@@ -5,7 +5,7 @@ import functools
 
 import numpy as np
 
-from . import arrays, call_cache, target as targets
+from . import arrays, call_cache, placement
 from .errors import TileError, caller_span, raise_clean
 from .grid_limits import check_launch_grids, symbolic_extents
 from .ir import dtypes as dt
@@ -29,16 +29,16 @@ class JITKernel:
         self.out_idx = _normalize_out_idx(out_idx, func, out_idx_span)
         self.inputs = [i for i in range(len(self.params)) if i not in self.out_idx]
         check_pass_configs(pass_configs)
-        self.backend, self.arch = targets.resolve(target)
+        self.backend, self.arch = placement.resolve(target)
         self.program = None
         self._arch_checked: set = set()  # devices whose architecture matches self.arch
         if self.backend == "cuda":
-            from .runtime.program import CudaProgram
+            from .backends.cuda.runtime.program import CudaProgram
             configs = check_pass_configs(pass_configs)
             fast = bool(configs.get(PassConfigKey.TL_ENABLE_FAST_MATH))
             self.program = CudaProgram(func, self.arch, fast_math=fast, configs=configs)
         elif self.backend == "emulator":
-            from .emulator import lower
+            from .backends.cuda.emulator import lower
             self.lowered = lower(func, self.arch, check_pass_configs(pass_configs))
         self.reports = []  # the emulator checker's findings of the last call
         self._grid_extents = symbolic_extents(func)  # checked at each call
@@ -105,7 +105,7 @@ class JITKernel:
                 if isinstance(d, Var) and id(d) in sizes:
                     bindings[id(d)] = np.int64(sizes[id(d)])
         if emulate:
-            from .emulator import EmulatorError, run_lowered
+            from .backends.cuda.emulator import EmulatorError, run_lowered
             self.reports = list(run_lowered(self.lowered, arrays_in, bindings))
             if self.reports:
                 raise EmulatorError(self.reports)
@@ -132,7 +132,7 @@ class JITKernel:
         device = device or torch.device("cuda", torch.cuda.current_device())
         if device.index not in self._arch_checked:
             # Asked of the driver once per device, not on every call.
-            from .runtime.device import current_arch
+            from .backends.cuda.runtime.device import current_arch
             here = current_arch(device.index)
             if here != self.arch:
                 raise TileError(f"kernel {self.func.name} was compiled for {self.arch}, but "

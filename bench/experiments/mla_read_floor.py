@@ -31,7 +31,7 @@ from common import (B, D, H, OUT, PE, SETTLE_S, cuda_median_ms, in_rounds,  # no
                     mla_inputs, torch_mla, warm_gpu, write_results)
 from mla_decode import flash_mla_decode  # noqa: E402
 import tilecraft  # noqa: E402
-import tilecraft.codegen.cuda as cg  # noqa: E402
+import tilecraft.backends.cuda.codegen.cuda as cg  # noqa: E402
 import tilecraft.language as T  # noqa: E402
 from tilecraft.carver.recommend import underlying  # noqa: E402
 

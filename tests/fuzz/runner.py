@@ -58,7 +58,7 @@ class Outcome:
 
 
 def has_nvcc() -> bool:
-    from tilecraft.runtime import has_nvcc as found
+    from tilecraft.backends.cuda.runtime import has_nvcc as found
     return found()
 
 
@@ -120,7 +120,7 @@ def _no_disk_cache():
 
 
 def _error_outcome(target: str, e: BaseException) -> Outcome:
-    from tilecraft.emulator import EmulatorError
+    from tilecraft.backends.cuda.emulator import EmulatorError
     first = str(e).splitlines()[0] if str(e) else type(e).__name__
     if isinstance(e, EmulatorError):
         return Outcome(target, "fail", "report", first)

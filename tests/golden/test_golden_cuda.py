@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 import tilecraft
-from tilecraft.codegen.cuda import emit_cuda
-from tilecraft.passes import pipelines
-from tilecraft.runtime import has_nvcc
+from tilecraft.backends.cuda.codegen.cuda import emit_cuda
+from tilecraft.backends.cuda import pipeline as pipelines
+from tilecraft.backends.cuda.runtime import has_nvcc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import golden_corpus  # noqa: E402
@@ -97,8 +97,8 @@ _CHILD = """
 import json, sys
 sys.path.insert(0, {golden_dir!r})
 import golden_corpus
-from tilecraft.codegen.cuda import emit_cuda
-from tilecraft.passes import pipelines
+from tilecraft.backends.cuda.codegen.cuda import emit_cuda
+from tilecraft.backends.cuda import pipeline as pipelines
 out = {{}}
 for name in sorted(golden_corpus.CASES):
     func = golden_corpus.CASES[name]()

@@ -2,7 +2,7 @@
 missing."""
 import pytest
 
-from tilecraft.runtime import current_arch, has_cuda_device, has_nvcc
+from tilecraft.backends.cuda.runtime import current_arch, has_cuda_device, has_nvcc
 
 
 def require_cuda():

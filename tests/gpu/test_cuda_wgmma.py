@@ -6,7 +6,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import tilecraft.language as T  # noqa: E402
-from tilecraft.runtime import current_arch, has_cuda_device  # noqa: E402
+from tilecraft.backends.cuda.runtime import current_arch, has_cuda_device  # noqa: E402
 
 if not has_cuda_device() or not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU and torch with CUDA", allow_module_level=True)

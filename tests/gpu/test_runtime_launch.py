@@ -13,7 +13,7 @@ from gpu_requirements import require_cuda
 torch = require_cuda()
 
 from tilecraft.errors import TileError  # noqa: E402
-from tilecraft.runtime import (CudaDriverError, CudaKernel, CudaModule, KernelCache,  # noqa: E402
+from tilecraft.backends.cuda.runtime import (CudaDriverError, CudaKernel, CudaModule, KernelCache,  # noqa: E402
                                current_arch, device_properties, synchronize, torch_stream)
 
 SOURCE = r"""

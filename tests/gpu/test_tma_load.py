@@ -18,8 +18,8 @@ from gpu_requirements import require_hopper
 
 torch = require_hopper("TMA needs")
 
-from tilecraft.runtime import CudaKernel, CudaModule, compile_cubin  # noqa: E402
-from tilecraft.runtime.tensor_map import encode_tensor, encode_tiled  # noqa: E402
+from tilecraft.backends.cuda.runtime import CudaKernel, CudaModule, compile_cubin  # noqa: E402
+from tilecraft.backends.cuda.runtime.tensor_map import encode_tensor, encode_tiled  # noqa: E402
 
 ROWS, COLS, BOX = 100, 200, 64
 BOX_BYTES = BOX * BOX * 2

@@ -18,7 +18,7 @@ from gpu_requirements import require_hopper
 
 torch = require_hopper("wgmma needs")
 
-from tilecraft.runtime import CudaKernel, CudaModule, compile_cubin  # noqa: E402
+from tilecraft.backends.cuda.runtime import CudaKernel, CudaModule, compile_cubin  # noqa: E402
 
 SOURCE = r"""
 #include "tilecraft/tc.h"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tilecraft.runtime import has_nvcc
+from tilecraft.backends.cuda.runtime import has_nvcc
 
 if not has_nvcc():
     pytest.skip("nvcc is not installed", allow_module_level=True)

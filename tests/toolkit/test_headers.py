@@ -18,7 +18,7 @@ import subprocess
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-INCLUDE = ROOT / "tilecraft" / "codegen" / "include"
+INCLUDE = ROOT / "tilecraft" / "backends" / "cuda" / "codegen" / "include"
 NVCC = shutil.which("nvcc") or (
     "/usr/local/bin/nvcc" if pathlib.Path("/usr/local/bin/nvcc").exists() else None
 )

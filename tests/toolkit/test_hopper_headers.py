@@ -24,7 +24,7 @@ import subprocess
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-INCLUDE = ROOT / "tilecraft" / "codegen" / "include"
+INCLUDE = ROOT / "tilecraft" / "backends" / "cuda" / "codegen" / "include"
 NVCC = shutil.which("nvcc") or (
     "/usr/local/bin/nvcc" if pathlib.Path("/usr/local/bin/nvcc").exists() else None
 )
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc not found")
 
 
 def _load_generator():
-    path = ROOT / "tilecraft" / "codegen" / "gen_wgmma.py"
+    path = ROOT / "tilecraft" / "backends" / "cuda" / "codegen" / "gen_wgmma.py"
     spec = importlib.util.spec_from_file_location("tilecraft_gen_wgmma", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

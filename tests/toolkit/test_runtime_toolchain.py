@@ -10,9 +10,9 @@ import warnings
 import pytest
 
 from tilecraft.errors import TileError
-from tilecraft.runtime import toolchain
-from tilecraft.runtime.cache import KernelCache, cache_key
-from tilecraft.runtime.toolchain import CompiledCubin, KernelInfo
+from tilecraft.backends.cuda.runtime import toolchain
+from tilecraft.backends.cuda.runtime.cache import KernelCache, cache_key
+from tilecraft.backends.cuda.runtime.toolchain import CompiledCubin, KernelInfo
 
 if not toolchain.has_nvcc():
     pytest.skip("nvcc is not installed", allow_module_level=True)
@@ -134,7 +134,7 @@ serialized due to the presence of Extern calls in the function 'helper'
     assert kernels["seesaw"].registers == 168 and kernels["seesaw"].barriers == 16
     assert kernels["pipelined"].wgmma_serialized == ""  # an injected arrive alone is harmless
 
-    from tilecraft.runtime.program import warn_serialized_wgmma
+    from tilecraft.backends.cuda.runtime.program import warn_serialized_wgmma
     with pytest.warns(UserWarning, match=r"wgmma of seesaw one at a time \(program dependence"):
         warn_serialized_wgmma(kernels)
     with warnings.catch_warnings():
@@ -214,7 +214,7 @@ def test_an_edited_header_is_a_miss(cache_dir, monkeypatch, tmp_path):
     # Generated sources include the header library by name: editing a header changes nothing
     # in the source text, yet the cubin built from the old header must not be served.
     import shutil
-    from tilecraft.runtime import cache as cache_module, toolchain
+    from tilecraft.backends.cuda.runtime import cache as cache_module, toolchain
     headers = tmp_path / "include"
     shutil.copytree(toolchain.INCLUDE_DIR, headers)
     monkeypatch.setattr(toolchain, "INCLUDE_DIR", str(headers))
@@ -284,8 +284,8 @@ def test_extra_must_be_json():
 # Each child process asks for the same entry; WAIT_UNTIL makes concurrent writers overlap.
 CHILD = textwrap.dedent("""\
     import sys, time
-    from tilecraft.runtime.cache import KernelCache
-    from tilecraft.runtime.toolchain import CompiledCubin, KernelInfo
+    from tilecraft.backends.cuda.runtime.cache import KernelCache
+    from tilecraft.backends.cuda.runtime.toolchain import CompiledCubin, KernelInfo
     mode, wait_until = sys.argv[1], float(sys.argv[2])
 
     def compile_fn(source, arch, flags):

@@ -10,12 +10,12 @@ import re
 import numpy as np
 import pytest
 
-import tilecraft.emulator as E
-import tilecraft.passes.alternate_k_direction as akd
+import tilecraft.backends.cuda.emulator as E
+import tilecraft.backends.cuda.transforms.alternate_k_direction as akd
 from tilecraft.carver.recommend import underlying
-from tilecraft.codegen.cuda import emit_cuda
+from tilecraft.backends.cuda.codegen.cuda import emit_cuda
 from tilecraft.ir.tileop import Copy
-from tilecraft.passes import pipelines
+from tilecraft.backends.cuda import pipeline as pipelines
 
 OFF = {"tl.disable_k_alternation": True}
 PARITY = "tc::launch_wave_parity()"
@@ -115,10 +115,10 @@ def test_a_producer_that_loads_by_other_means_keeps_its_order(example):
     from tilecraft.ir.expr import Call
     from tilecraft.ir.stmt import Evaluate, seq, stmts_of
     from tilecraft.ir.visitor import Mutator, walk
-    from tilecraft.passes.infer_instructions import infer_instructions
+    from tilecraft.backends.cuda.schedule.infer_instructions import infer_instructions
     from tilecraft.passes.infer_pipeline import infer_pipeline
-    from tilecraft.passes.stage_epilogue import stage_epilogue
-    from tilecraft.passes.warp_specialize import warp_specialize
+    from tilecraft.backends.cuda.schedule.stage_epilogue import stage_epilogue
+    from tilecraft.backends.cuda.schedule.warp_specialize import warp_specialize
 
     func = stage_epilogue(gemm(example), "sm_90a", None, 227 * 1024)
     func = warp_specialize(infer_pipeline(infer_instructions(func, "sm_90a", None)), "sm_90a")

@@ -467,10 +467,10 @@ def test_only_module_level_factories_go_to_workers():
     assert workers.address_of(gemm_factory) == (__name__, "gemm_factory")
 
 
-@pytest.mark.skipif(not __import__("tilecraft.runtime", fromlist=["has_nvcc"]).has_nvcc(),
+@pytest.mark.skipif(not __import__("tilecraft.backends.cuda.runtime", fromlist=["has_nvcc"]).has_nvcc(),
                     reason="nvcc is not installed")
 def test_sm80_candidates_compile_in_workers_and_load_from_the_disk_cache(monkeypatch, cache_dir):
-    from tilecraft.runtime import program
+    from tilecraft.backends.cuda.runtime import program
 
     def fingerprint():
         monkeypatch.setattr(program, "_fingerprint", [])
@@ -499,7 +499,7 @@ def test_sm80_candidates_compile_in_workers_and_load_from_the_disk_cache(monkeyp
 
 
 def _has_gpu():
-    from tilecraft.runtime.device import has_cuda_device
+    from tilecraft.backends.cuda.runtime.device import has_cuda_device
     return has_cuda_device()
 
 

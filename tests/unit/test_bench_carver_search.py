@@ -75,7 +75,7 @@ def test_write_report(tmp_path):
     assert data["shapes"][0]["within_2pct"] and len(data["rows"]) == 20
 
 
-@pytest.mark.skipif(not __import__("tilecraft.runtime", fromlist=["has_nvcc"]).has_nvcc(),
+@pytest.mark.skipif(not __import__("tilecraft.backends.cuda.runtime", fromlist=["has_nvcc"]).has_nvcc(),
                     reason="nvcc is not installed")
 def test_dry_run_compiles_for_sm90a(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TILECRAFT_CACHE_DIR", str(tmp_path / "cache"))

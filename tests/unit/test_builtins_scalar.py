@@ -228,7 +228,7 @@ def test_clamp_of_numbers_folds_and_float64_tests_stay_double_in_cuda():
         with T.Kernel(1, threads=32) as bx:
             for i in T.Parallel(32):
                 F[i] = T.cast(T.isinf(X[i]), "int32")
-    from tilecraft.runtime import has_nvcc
+    from tilecraft.backends.cuda.runtime import has_nvcc
     if not has_nvcc():
         pytest.skip("nvcc is not installed")
     source = tilecraft.compile(main, target="sm_80").get_kernel_source()

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import tilecraft.emulator as E
-from tilecraft.codegen.cuda import emit_cuda
-from tilecraft.passes import pipelines
+import tilecraft.backends.cuda.emulator as E
+from tilecraft.backends.cuda.codegen.cuda import emit_cuda
+from tilecraft.backends.cuda import pipeline as pipelines
 
 from test_emulator_checker import line_of
 from test_seesaw_warpgroups import SMEM

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 import tilecraft  # noqa: E402
 import tilecraft.language as T  # noqa: E402
-from tilecraft.runtime import has_nvcc  # noqa: E402
+from tilecraft.backends.cuda.runtime import has_nvcc  # noqa: E402
 
 jit_module = sys.modules["tilecraft.jit"]  # the module (tilecraft.jit is the decorator)
 pytestmark = pytest.mark.skipif(not has_nvcc(), reason="nvcc not found")
@@ -62,7 +62,7 @@ def kernel(monkeypatch):
     k._arch_checked.add(None)  # the stand-in tensors are on "cpu", whose index is None
     launches = []
     k.program._kernels, k.program._sms = [RecordingKernel(launches)], None
-    monkeypatch.setattr(sys.modules["tilecraft.runtime.launcher"], "_default_stream", lambda: 0)
+    monkeypatch.setattr(sys.modules["tilecraft.backends.cuda.runtime.launcher"], "_default_stream", lambda: 0)
     checks = []
     real = jit_module._check_tensor
     monkeypatch.setattr(jit_module, "_check_tensor",

@@ -8,13 +8,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-import tilecraft.emulator as E
+import tilecraft.backends.cuda.emulator as E
 import tilecraft.language as T
 from tilecraft.carver.recommend import underlying
-from tilecraft.carver.targets import get_target
+from tilecraft.target import get_target
 from tilecraft.ir.tileop import UseSwizzle
 from tilecraft.ir.visitor import walk
-from tilecraft.passes import choose_rasterization as cr
+from tilecraft.backends.cuda.schedule import choose_rasterization as cr
 
 H100 = get_target("h100")
 
@@ -100,11 +100,10 @@ def test_the_rastered_gemm_agrees_with_numpy_on_the_emulator(example, monkeypatc
     # a GPU of 8 SMs and 8 KB of L2 for the model: 8 x 8 blocks of 32x32 tiles are 8 waves,
     # each over one whole row of tiles when not rastered
     small = dataclasses.replace(H100, num_sms=8, l2_bytes=8 * 1024)
-    monkeypatch.setattr(cr, "planning_target", lambda arch: small)
     func = gemm(example, 256, 256, 256, block_M=32, block_N=32, block_K=32, threads=128,
                 num_stages=2)
-    assert rasters(func)
-    lowered = E.lower(func, "sm_90a")
+    assert rasters(func, arch=small) and not rasters(func)   # the Target passed down decides
+    lowered = E.lower(func, small)
     rng = np.random.default_rng(5)
     A = rng.standard_normal((256, 256)).astype(np.float16)
     B = rng.standard_normal((256, 256)).astype(np.float16)

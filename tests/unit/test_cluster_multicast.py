@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 import tilecraft.language as T
-from tilecraft.codegen.cuda import emit_cuda
-from tilecraft.passes import pipelines
+from tilecraft.backends.cuda.codegen.cuda import emit_cuda
+from tilecraft.backends.cuda import pipeline as pipelines
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
@@ -87,7 +87,7 @@ def test_rasterization_runs_over_clusters():
 
 
 def test_the_emulator_checks_kernels_without_clusters():
-    from tilecraft import emulator
+    from tilecraft.backends.cuda import emulator
     text = emulator.lower(gemm(), "sm_90a", MULTICAST).script()
     assert "multicast" not in text and "cluster" not in text
 

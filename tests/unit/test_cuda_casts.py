@@ -7,9 +7,9 @@ import pytest
 
 import tilecraft
 import tilecraft.language as T
-from tilecraft.codegen.cuda import emit_cuda
-from tilecraft.passes import pipelines
-from tilecraft.runtime import has_nvcc
+from tilecraft.backends.cuda.codegen.cuda import emit_cuda
+from tilecraft.backends.cuda import pipeline as pipelines
+from tilecraft.backends.cuda.runtime import has_nvcc
 
 
 def casts():

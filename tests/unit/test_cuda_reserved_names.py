@@ -7,10 +7,10 @@ import pytest
 
 import tilecraft
 import tilecraft.language as T
-from tilecraft.codegen.cuda import emit_cuda
-from tilecraft.codegen.reserved_names import c_identifier, is_reserved
-from tilecraft.passes import pipelines
-from tilecraft.runtime import has_nvcc
+from tilecraft.backends.cuda.codegen.cuda import emit_cuda
+from tilecraft.backends.cuda.codegen.reserved_names import c_identifier, is_reserved
+from tilecraft.backends.cuda import pipeline as pipelines
+from tilecraft.backends.cuda.runtime import has_nvcc
 
 needs_nvcc = pytest.mark.skipif(not has_nvcc(), reason="nvcc is not installed")
 

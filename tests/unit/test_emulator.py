@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import tilecraft
-import tilecraft.emulator as E
+import tilecraft.backends.cuda.emulator as E
 import tilecraft.language as T
-from tilecraft.target import resolve
+from tilecraft.placement import resolve
 
 
 def elementwise(M, N, block=32):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tilecraft
-import tilecraft.emulator as E
+import tilecraft.backends.cuda.emulator as E
 import tilecraft.language as T
 from tilecraft.ir import dtypes as dt
 from tilecraft.ir.expr import Binary, Call, Const

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tilecraft
-from tilecraft.emulator import EmulatorError
+from tilecraft.backends.cuda.emulator import EmulatorError
 
 # The emulator target the cases compile for (test_emulator_sm90_examples runs them again on
 # "emulator:sm_90a").

@@ -11,12 +11,12 @@ import pytest
 
 import tilecraft
 import tilecraft.language as T
-from tilecraft import emulator as E
-from tilecraft.emulator import EmulatorError
-from tilecraft.emulator.index_checks import CHECKED_INDEX
+from tilecraft.backends.cuda import emulator as E
+from tilecraft.backends.cuda.emulator import EmulatorError
+from tilecraft.backends.cuda.emulator.index_checks import CHECKED_INDEX
 from tilecraft.ir.expr import Call
 from tilecraft.ir.visitor import walk
-from tilecraft.runtime import has_nvcc
+from tilecraft.backends.cuda.runtime import has_nvcc
 
 EMULATORS = ["emulator", "emulator:sm_90a"]
 

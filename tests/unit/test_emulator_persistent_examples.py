@@ -6,7 +6,7 @@ results match the interpreter and the checker finds nothing (no race between a t
 and the next tile's loads, no deadlock from a wrong phase)."""
 import pytest
 
-import tilecraft.emulator as E
+import tilecraft.backends.cuda.emulator as E
 
 import test_emulator_examples as cases
 

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import tilecraft
-import tilecraft.emulator as E
+import tilecraft.backends.cuda.emulator as E
 import tilecraft.language as T
 from tilecraft.carver.recommend import underlying
-from tilecraft.emulator.hopper import canonical_offsets, decode, swizzle
+from tilecraft.backends.cuda.emulator.hopper import canonical_offsets, decode, swizzle
 from tilecraft.ir import dtypes as dt
 from tilecraft.ir.expr import Call, Const
 from tilecraft.ir.stmt import Evaluate, SeqStmt
@@ -352,7 +352,7 @@ def test_mbarriers_used_before_they_are_published_or_initialized(example):
 
 def test_target_names_pick_the_emulated_pipeline():
     from tilecraft.errors import TileError
-    from tilecraft.target import resolve
+    from tilecraft.placement import resolve
     assert resolve("emulator") == ("emulator", "sm_80")
     assert resolve("emulator:sm_90a") == ("emulator", "sm_90a")
     with pytest.raises(TileError, match="emulator runs the sm_80 and sm_90a pipelines"):
@@ -363,7 +363,7 @@ def test_a_wgmma_batch_kept_in_flight_over_a_rewritten_operand(example, monkeypa
     """conv2d's consumers write the im2col tile (an operand of its wgmma) every iteration, so
     overlap_wgmma must leave its wait in place; with the legality check forced, the next
     iteration's stores land while the previous batch may still read the tile."""
-    from tilecraft.passes import overlap_wgmma
+    from tilecraft.backends.cuda.transforms import overlap_wgmma
     conv = example("conv2d")
     func = underlying(conv.convolution)(2, 8, 8, 8, 16, 3, 3, padding=1, block_M=64,
                                         block_N=64, block_K=32, num_stages=2, threads=128)

@@ -6,7 +6,7 @@ The results match the interpreter and the checker finds nothing.
 They compile for target="emulator:sm_90a"."""
 import pytest
 
-import tilecraft.emulator as E
+import tilecraft.backends.cuda.emulator as E
 
 import test_emulator_examples as cases
 

@@ -8,7 +8,7 @@ import pytest
 
 import tilecraft
 import tilecraft.language as T
-from tilecraft.runtime import has_nvcc
+from tilecraft.backends.cuda.runtime import has_nvcc
 
 from error_expect import expect
 

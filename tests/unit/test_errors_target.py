@@ -9,8 +9,8 @@ import pytest
 
 import tilecraft
 import tilecraft.language as T
-from tilecraft.runtime import has_nvcc
-from tilecraft.passes.infer_instructions import ATOMIC_DTYPES, atomic_unsupported
+from tilecraft.backends.cuda.runtime import has_nvcc
+from tilecraft.backends.cuda.schedule.infer_instructions import ATOMIC_DTYPES, atomic_unsupported
 
 from error_expect import expect
 

@@ -236,7 +236,7 @@ def test_fill_with_a_buffer_as_value():
 def test_reduce_of_a_shared_tile_on_the_cuda_backend():
     """The interpreter reduces shared tiles; the CUDA lowering asks for a fragment, at the
     reduction's line (it used to fail inside barrier insertion with an internal error)."""
-    import tilecraft.emulator as E
+    import tilecraft.backends.cuda.emulator as E
 
     def program():
         @T.prim_func

@@ -7,7 +7,7 @@ import tilecraft
 import tilecraft.language as T
 from tilecraft.ir.expr import Var
 from tilecraft.interp.values import evaluate
-from tilecraft.tileops.fragment_elements import threads_condition
+from tilecraft.backends.cuda.tileops.fragment_elements import threads_condition
 
 TARGETS = ["interp", "emulator", "emulator:sm_90a"]
 

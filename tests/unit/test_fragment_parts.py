@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import tilecraft
-import tilecraft.emulator as E
+import tilecraft.backends.cuda.emulator as E
 import tilecraft.language as T
 from tilecraft.carver.recommend import underlying
-from tilecraft.passes import pipelines
+from tilecraft.backends.cuda import pipeline as pipelines
 
 from error_expect import expect
 from test_persistent_tiles import staging_elements

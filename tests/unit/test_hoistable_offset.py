@@ -6,12 +6,12 @@ the registers are tight, and the rewritten kernels compute what the interpreter 
 import numpy as np
 import pytest
 
-import tilecraft.tileops.lowering as L
+import tilecraft.backends.cuda.tileops.lowering as L
 from tilecraft.carver.recommend import underlying
-from tilecraft.codegen.cuda import emit_cuda
+from tilecraft.backends.cuda.codegen.cuda import emit_cuda
 from tilecraft.ir.expr import Binary, Var, binary
 from tilecraft.ir.visitor import walk
-from tilecraft.passes import pipelines
+from tilecraft.backends.cuda import pipeline as pipelines
 
 from test_emulator_examples import compare, half, qkv
 
@@ -78,7 +78,7 @@ def test_attention_offsets_rewritten_only_with_two_row_tiles_a_warp(example, blo
 def always_rewritten(monkeypatch):
     """Every gemm offset rewritten (small test tiles never fill the registers), nothing read
     from the disk cache; yields the list of offsets the gemm lowering had rewritten."""
-    import tilecraft.tileops.gemm as G
+    import tilecraft.backends.cuda.tileops.gemm as G
     monkeypatch.setattr(L, "TIGHT_REGISTERS", 0)
     monkeypatch.setenv("TILECRAFT_DISABLE_CACHE", "1")
     rewritten = []

@@ -13,6 +13,7 @@ from tilecraft.ir.stmt import Allocate, For
 from tilecraft.ir.tileop import AnnotateLayout, Gemm, Reduce
 from tilecraft.ir.visitor import walk
 from tilecraft.passes.infer_layouts import infer_layouts
+from tilecraft.backends.cuda.rules import CUDA_RULES
 
 POLICIES = {"square": T.GemmWarpPolicy.Square, "full_row": T.GemmWarpPolicy.FullRow,
             "full_col": T.GemmWarpPolicy.FullCol}
@@ -20,7 +21,7 @@ POLICIES = {"square": T.GemmWarpPolicy.Square, "full_row": T.GemmWarpPolicy.Full
 
 def infer(func):
     kernel = func.kernels()[0]
-    return kernel, infer_layouts(kernel)
+    return kernel, infer_layouts(kernel, CUDA_RULES)
 
 
 def buffers(kernel) -> dict:

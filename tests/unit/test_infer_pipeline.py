@@ -9,10 +9,10 @@ import tilecraft
 import tilecraft.language as T
 from tilecraft.ir.stmt import For
 from tilecraft.ir.visitor import walk
-from tilecraft.passes import pipelines
+from tilecraft.backends.cuda import pipeline as pipelines
 from tilecraft.passes.infer_pipeline import infer_pipeline
-from tilecraft.passes.pipeline_loops import pipeline_loops
-from tilecraft.runtime import has_nvcc
+from tilecraft.backends.cuda.schedule.pipeline_loops import pipeline_loops
+from tilecraft.backends.cuda.runtime import has_nvcc
 
 from error_expect import expect
 

@@ -5,17 +5,17 @@ clean and reports the prefetch that leaves its tensor once the guard is taken ou
 import numpy as np
 import pytest
 
-import tilecraft.emulator as E
+import tilecraft.backends.cuda.emulator as E
 from tilecraft.carver.recommend import underlying
-from tilecraft.codegen.cuda import emit_cuda
+from tilecraft.backends.cuda.codegen.cuda import emit_cuda
 from tilecraft.ir import dtypes as dt
 from tilecraft.ir.buffer import Buffer, BufferRegion
 from tilecraft.ir.expr import const
 from tilecraft.ir.stmt import For, IfThenElse, Kernel
 from tilecraft.ir.tileop import Copy
 from tilecraft.ir.visitor import walk
-from tilecraft.passes import pipelines
-from tilecraft.tileops.prefetch import contiguous_bytes, readers_per_tile
+from tilecraft.backends.cuda import pipeline as pipelines
+from tilecraft.backends.cuda.tileops.prefetch import contiguous_bytes, readers_per_tile
 
 from test_emulator_checker import calls, plant
 from test_seesaw_warpgroups import SMEM, mla, run

@@ -20,7 +20,8 @@ from tilecraft.ir.tileop import TileOp
 from tilecraft.ir.visitor import walk
 from tilecraft.passes.infer_layouts import infer_layouts
 from tilecraft.passes.insert_barriers import insert_barriers
-from tilecraft.passes.lower_tile_ops import lower_tile_ops
+from tilecraft.backends.cuda.lower_tile_ops import lower_tile_ops
+from tilecraft.backends.cuda.rules import CUDA_RULES
 
 
 def gemm_epilogue():
@@ -128,7 +129,7 @@ KERNELS = {"gemm_epilogue": gemm_epilogue, "softmax": softmax, "elementwise": el
 
 
 def lower(func):
-    return lower_tile_ops(insert_barriers(func))
+    return lower_tile_ops(insert_barriers(func, CUDA_RULES))
 
 
 def allocations(node) -> dict:
@@ -154,7 +155,7 @@ def test_no_parallel_loops_or_tile_ops_remain(name):
 def test_fragments_become_register_arrays(name):
     func = KERNELS[name]()
     original = func.kernels()[0]
-    layouts = infer_layouts(original)
+    layouts = infer_layouts(original, CUDA_RULES)
     fragments = {b.name: b for b in allocations(original.body).values() if b.scope == FRAGMENT}
     shared = {b.name: b for b in allocations(original.body).values() if is_shared(b.scope)}
     after = allocations(lower(func).kernels()[0].body)
@@ -193,7 +194,7 @@ def test_copy_between_fragments_of_the_same_threads_stays_in_registers():
     # S_f (an accumulator) and P_f (an A operand) order a warp's two 16-row tiles differently
     # but keep each element in one thread: the copy permutes registers, with no shared scratch
     # tile and no barrier around it.
-    kernel = infer_layouts(accumulator_into_operand())
+    kernel = infer_layouts(accumulator_into_operand(), CUDA_RULES)
     layouts = kernel.kernels()[0].attrs["layouts"]
     frags = {b.name: b for b in allocations(kernel.kernels()[0].body).values()
              if b.scope == FRAGMENT}

@@ -4,10 +4,10 @@ gemm keep theirs; tl.disable_wgmma_batch_merge turns it off. The emulator runs t
 kernel against numpy with nothing reported."""
 import numpy as np
 
-import tilecraft.emulator as E
+import tilecraft.backends.cuda.emulator as E
 from tilecraft.carver.recommend import underlying
-from tilecraft.codegen.cuda import emit_cuda
-from tilecraft.passes import pipelines
+from tilecraft.backends.cuda.codegen.cuda import emit_cuda
+from tilecraft.backends.cuda import pipeline as pipelines
 
 OFF = {"tl.disable_wgmma_batch_merge": True}
 SHARED_ROWS = {"tl.disable_seesaw_warpgroups": True}   # both warpgroups in every score tile

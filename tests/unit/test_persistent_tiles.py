@@ -8,13 +8,13 @@ import pytest
 
 import tilecraft
 from tilecraft.carver.recommend import underlying
-from tilecraft.codegen.cuda import emit_cuda
+from tilecraft.backends.cuda.codegen.cuda import emit_cuda
 from tilecraft.ir.expr import BufferLoad
 from tilecraft.ir.stmt import PERSISTENT_TILES, Allocate, BufferStore, For
 from tilecraft.ir.visitor import walk
 from tilecraft.pass_config import check_pass_configs
-from tilecraft.passes import pipelines
-from tilecraft.runtime.program import PersistentGrid
+from tilecraft.backends.cuda import pipeline as pipelines
+from tilecraft.backends.cuda.runtime.program import PersistentGrid
 
 PERSISTENT = tilecraft.PassConfigKey.TL_ENABLE_PERSISTENT_TILES
 SMEM = 232448
@@ -178,7 +178,7 @@ def test_clustered_blocks_stay_one_tile_each(gemm):
 
 @pytest.mark.parametrize("blocks, tiles", [(132, 8192), (3, 10), (5, 5), (7, 3), (4, 9)])
 def test_serpentine_rounds_give_every_tile_to_exactly_one_block(blocks, tiles):
-    from tilecraft.emulator.machine import tiles_of_block
+    from tilecraft.backends.cuda.emulator.machine import tiles_of_block
     got = sorted(t for b in range(blocks) for t in tiles_of_block(b, blocks, tiles))
     assert got == list(range(tiles))
 
@@ -186,7 +186,7 @@ def test_serpentine_rounds_give_every_tile_to_exactly_one_block(blocks, tiles):
 def test_serpentine_rounds_even_out_causal_attention_on_132_sms():
     # Causal attention at S 4096 with 128-row query tiles: tile t costs t % 32 + 1 KV blocks.
     # Round-robin gives each of 132 blocks the same residues mod 4 every round (132 = 4 * 33).
-    from tilecraft.emulator.machine import tiles_of_block
+    from tilecraft.backends.cuda.emulator.machine import tiles_of_block
     work = [sum(t % 32 + 1 for t in tiles_of_block(b, 132, 8192)) for b in range(132)]
     plain = [sum(t % 32 + 1 for t in range(b, 8192, 132)) for b in range(132)]
     mean = sum(work) / 132
@@ -196,24 +196,25 @@ def test_serpentine_rounds_even_out_causal_attention_on_132_sms():
 
 def test_one_wave_is_counted_on_this_machines_gpu_when_it_is_of_the_arch(example, monkeypatch):
     """128 blocks fill one wave of an H100 SXM (132 SMs) but not of an H100 PCIe (114): there
-    the attention grid is made persistent like any grid of more than one wave."""
+    the attention grid is made persistent like any grid of more than one wave. The runtime asks
+    the device once and passes the Target down; the passes never ask."""
     import dataclasses
 
-    from tilecraft.carver import targets
-    from tilecraft.runtime import device, program
+    from tilecraft import target as targets
+    from tilecraft.backends.cuda.runtime import device, program
     pcie = dataclasses.replace(targets.get_target("sm_90a"), num_sms=114)
     props = type("Props", (), {"sm_count": 114, "l2_bytes": pcie.l2_bytes})()
-    targets.planning_target.cache_clear()
+    device.device_target.cache_clear()
     monkeypatch.setattr(device, "has_cuda_device", lambda: True)
     monkeypatch.setattr(device, "current_arch", lambda: "sm_90a")
     monkeypatch.setattr(device, "device_properties", lambda: props)
     try:
-        assert targets.planning_target("sm_90a") == pcie
-        assert targets.planning_target("sm_80") == targets.get_target("sm_80")  # not this GPU
+        assert device.device_target("sm_90a") == pcie
+        assert device.device_target("sm_80") == targets.get_target("sm_80")  # not this GPU
         assert program._planned_for("sm_90a") == (114, pcie.l2_bytes)
-        assert tile_loops(lowered(attention(example, batch=4)))      # 128 blocks, 114 SMs
+        # the passes plan with the device's Target, not by asking the device themselves
+        assert tile_loops(pipelines.cuda(attention(example, batch=4), pcie, SMEM, {}))
+        assert not tile_loops(lowered(attention(example, batch=4)))  # the table's 132 SMs
     finally:
         monkeypatch.undo()
-        targets.planning_target.cache_clear()
-    if not device.has_cuda_device():
-        assert not tile_loops(lowered(attention(example, batch=4)))  # the table's 132 SMs
+        device.device_target.cache_clear()

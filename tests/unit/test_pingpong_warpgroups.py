@@ -7,10 +7,10 @@ rows, are left as they are."""
 import numpy as np
 import pytest
 
-import tilecraft.emulator as E
+import tilecraft.backends.cuda.emulator as E
 from tilecraft.carver.recommend import underlying
-from tilecraft.codegen.cuda import emit_cuda
-from tilecraft.passes import pipelines
+from tilecraft.backends.cuda.codegen.cuda import emit_cuda
+from tilecraft.backends.cuda import pipeline as pipelines
 
 from test_emulator_checker import dropped, plant
 
@@ -99,7 +99,7 @@ def test_a_first_turn_never_handed_over_is_a_deadlock(example):
 def test_one_lock_step_group_on_several_barriers_is_an_error_not_a_guess(example, monkeypatch):
     # Were the warpgroups one lock-step agent, the turn barrier would differ between their
     # threads in one statement: the emulator says so instead of picking one thread's number.
-    import tilecraft.emulator.agents as agents
+    import tilecraft.backends.cuda.emulator.agents as agents
     from tilecraft.errors import TileError
     monkeypatch.setattr(agents, "_warpgroups", lambda live: [live])
     fa, func = attention(example)

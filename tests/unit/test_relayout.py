@@ -99,10 +99,10 @@ def test_a_write_into_an_element_another_thread_holds_is_an_error():
 
 
 def test_the_relaid_chain_compiles_for_sm80(tmp_path):
-    from tilecraft.codegen.cuda import emit_cuda
-    from tilecraft.passes import pipelines
-    from tilecraft.runtime import has_nvcc
-    from tilecraft.runtime.toolchain import compile_cubin
+    from tilecraft.backends.cuda.codegen.cuda import emit_cuda
+    from tilecraft.backends.cuda import pipeline as pipelines
+    from tilecraft.backends.cuda.runtime import has_nvcc
+    from tilecraft.backends.cuda.runtime.toolchain import compile_cubin
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         source = emit_cuda(pipelines.cuda(attention_chain(T.GemmWarpPolicy.Square), "sm_80",

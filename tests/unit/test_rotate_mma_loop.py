@@ -7,10 +7,10 @@ another shape (attention) are left as they are, and tl.disable_mma_rotation turn
 import numpy as np
 import pytest
 
-import tilecraft.emulator as E
+import tilecraft.backends.cuda.emulator as E
 from tilecraft.carver.recommend import underlying
-from tilecraft.codegen.cuda import emit_cuda
-from tilecraft.passes import pipelines
+from tilecraft.backends.cuda.codegen.cuda import emit_cuda
+from tilecraft.backends.cuda import pipeline as pipelines
 
 from test_emulator_checker import (_walk_stmts, calls, calls_prefix, dropped, kinds,
                                   plant)

@@ -8,16 +8,16 @@ handoff or a warpgroup barrier is taken out."""
 import numpy as np
 import pytest
 
-import tilecraft.emulator as E
+import tilecraft.backends.cuda.emulator as E
 from tilecraft.carver.recommend import underlying
-from tilecraft.codegen.cuda import emit_cuda
+from tilecraft.backends.cuda.codegen.cuda import emit_cuda
 from tilecraft.ir.stmt import For, Kernel
 from tilecraft.ir.visitor import walk
-from tilecraft.passes import pipelines
-from tilecraft.passes.seesaw_warpgroups import (WARPGROUP_FRAGMENTS, is_warpgroup_branch,
-                                                seesaw_warpgroups)
-from tilecraft.passes.warp_specialize import warp_specialize
-from tilecraft.passes.infer_instructions import infer_instructions
+from tilecraft.backends.cuda import pipeline as pipelines
+from tilecraft.ir.annotations import WARPGROUP_FRAGMENTS, is_warpgroup_branch
+from tilecraft.backends.cuda.transforms.seesaw_warpgroups import seesaw_warpgroups
+from tilecraft.backends.cuda.schedule.warp_specialize import warp_specialize
+from tilecraft.backends.cuda.schedule.infer_instructions import infer_instructions
 from tilecraft.passes.infer_pipeline import infer_pipeline
 
 from test_emulator_checker import dropped, plant

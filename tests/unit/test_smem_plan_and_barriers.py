@@ -7,12 +7,14 @@ from tilecraft.ir.buffer import is_shared
 from tilecraft.ir.stmt import Allocate, For, IfThenElse, stmts_of
 from tilecraft.ir.visitor import walk
 from tilecraft.passes.infer_layouts import infer_layouts
-from tilecraft.passes.insert_barriers import insert_barriers, is_sync
+from tilecraft.passes.insert_barriers import insert_barriers
+from tilecraft.ir.annotations import is_sync
 from tilecraft.passes.plan_shared_memory import plan_shared_memory
+from tilecraft.backends.cuda.rules import CUDA_RULES
 
 
 def planned(func):
-    func = plan_shared_memory(infer_layouts(func))
+    func = plan_shared_memory(infer_layouts(func, CUDA_RULES), CUDA_RULES)
     shared = {n.buffer.name: n.buffer for n in walk(func.body)
               if isinstance(n, Allocate) and is_shared(n.buffer.scope)}
     offsets = {name: func.attrs["smem_offsets"][id(b)] for name, b in shared.items()}
@@ -94,12 +96,13 @@ def test_a_tile_each_iteration_overwrites_first_is_live_from_that_write_on():
                 T.copy(out, Y[k, :, :])
     func, off = planned(main)
     assert overlap(off["q"], off["out"])
-    loop = next(s for s in kernel_body(insert_barriers(func)) if isinstance(s, For))
+    loop = next(s for s in kernel_body(insert_barriers(func, CUDA_RULES)) if isinstance(s, For))
     assert is_sync(stmts_of(loop.body)[0])
 
 
 def barriers(func):
-    func = insert_barriers(plan_shared_memory(infer_layouts(func)))
+    func = insert_barriers(plan_shared_memory(infer_layouts(func, CUDA_RULES), CUDA_RULES),
+                           CUDA_RULES)
     return kernel_body(func)
 
 
@@ -205,8 +208,8 @@ def test_a_reduction_across_warps_serves_as_the_barrier_before_a_refill(example)
     # also order the last iteration's reads of S_shared before this iteration's write: no
     # barrier of its own at the loop top.
     from tilecraft.carver.recommend import underlying
-    from tilecraft.codegen.cuda import emit_cuda
-    from tilecraft.passes import pipelines
+    from tilecraft.backends.cuda.codegen.cuda import emit_cuda
+    from tilecraft.backends.cuda import pipeline as pipelines
     m = example("mla_decode")
     func = underlying(m.flash_mla_decode)(2, 64, 1, 200, 128, 64, block_N=64, block_H=64,
                                           num_stages=2, threads=256)
@@ -230,8 +233,8 @@ SHARED_ROWS = {"tl.disable_seesaw_warpgroups": True}
 
 def _mla_consumer_loop(example, **cfg):
     from tilecraft.carver.recommend import underlying
-    from tilecraft.codegen.cuda import emit_cuda
-    from tilecraft.passes import pipelines
+    from tilecraft.backends.cuda.codegen.cuda import emit_cuda
+    from tilecraft.backends.cuda import pipeline as pipelines
     m = example("mla_decode")
     func = underlying(m.flash_mla_decode)(2, 64, 1, 200, 128, 64, block_N=64, block_H=64,
                                           num_stages=2, threads=256)
@@ -279,7 +282,7 @@ def lone_reduction():
 def test_a_lone_reduction_keeps_its_trailing_barrier_which_the_emulator_shows_is_needed(
         monkeypatch):
     import numpy as np
-    import tilecraft.emulator as E
+    import tilecraft.backends.cuda.emulator as E
     from tilecraft.passes import insert_barriers as ib
     loop = next(s for s in barriers(lone_reduction()) if isinstance(s, For))
     reduce = next(s for s in stmts_of(loop.body) if type(s).__name__ == "Reduce")

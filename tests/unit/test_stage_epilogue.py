@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from tilecraft.carver.recommend import underlying
-from tilecraft.codegen.cuda import emit_cuda
-from tilecraft.passes import pipelines
+from tilecraft.backends.cuda.codegen.cuda import emit_cuda
+from tilecraft.backends.cuda import pipeline as pipelines
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
 from gemm import matmul  # noqa: E402

@@ -5,9 +5,9 @@ import ctypes
 import pytest
 
 from tilecraft.errors import TileError
-from tilecraft.runtime import driver, launcher, tensor_map
-from tilecraft.runtime.device import has_cuda_device
-from tilecraft.runtime.tensor_map import check_tiled, encode_tiled
+from tilecraft.backends.cuda.runtime import driver, launcher, tensor_map
+from tilecraft.backends.cuda.runtime.device import has_cuda_device
+from tilecraft.backends.cuda.runtime.tensor_map import check_tiled, encode_tiled
 
 ADDRESS = 0x7F00_0000_0000  # any non-null multiple of 16 will do for validation
 

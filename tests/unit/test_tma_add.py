@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import tilecraft.emulator as E
+import tilecraft.backends.cuda.emulator as E
 import tilecraft.language as T
-from tilecraft.codegen.cuda import emit_cuda
-from tilecraft.passes import pipelines
+from tilecraft.backends.cuda.codegen.cuda import emit_cuda
+from tilecraft.backends.cuda import pipeline as pipelines
 
 from test_emulator_checker import line_of
 from test_seesaw_warpgroups import SMEM
@@ -50,7 +50,7 @@ def test_sm90a_adds_the_tile_with_tma_stores():
 
 
 def test_the_choice_is_in_the_ir_dump():
-    from tilecraft.passes.infer_instructions import infer_instructions
+    from tilecraft.backends.cuda.schedule.infer_instructions import infer_instructions
     chosen = infer_instructions(splitk(), "sm_90a").script()
     assert "T.atomic_add(" in chosen and "use_tma=True, instruction='tma'" in chosen
 

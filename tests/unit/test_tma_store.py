@@ -8,15 +8,15 @@ not fenced for the async proxy."""
 import numpy as np
 import pytest
 
-import tilecraft.emulator as E
+import tilecraft.backends.cuda.emulator as E
 import tilecraft.language as T
 from tilecraft.carver.recommend import underlying
-from tilecraft.codegen.cuda import emit_cuda
+from tilecraft.backends.cuda.codegen.cuda import emit_cuda
 from tilecraft.ir.tileop import Copy
 from tilecraft.ir.visitor import walk
-from tilecraft.passes import pipelines
-from tilecraft.passes.infer_instructions import infer_instructions
-from tilecraft.passes.stage_epilogue import stage_epilogue
+from tilecraft.backends.cuda import pipeline as pipelines
+from tilecraft.backends.cuda.schedule.infer_instructions import infer_instructions
+from tilecraft.backends.cuda.schedule.stage_epilogue import stage_epilogue
 
 from test_emulator_checker import calls, dropped, plant
 from test_emulator_sm90 import gemm_case, line_of, run_gemm

@@ -12,13 +12,13 @@ import sys
 import numpy as np
 import pytest
 
-from tilecraft.codegen.cuda import emit_cuda
+from tilecraft.backends.cuda.codegen.cuda import emit_cuda
 from tilecraft.carver.recommend import underlying
 from tilecraft.interp.values import evaluate
 from tilecraft.ir import dtypes as dt
 from tilecraft.ir.expr import Var, const, logical, select
-from tilecraft.passes import pipelines
-from tilecraft.tileops.uniform_select import unswitch_selects
+from tilecraft.backends.cuda import pipeline as pipelines
+from tilecraft.backends.cuda.tileops.uniform_select import unswitch_selects
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
 

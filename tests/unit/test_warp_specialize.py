@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 
 import tilecraft.language as T
-from tilecraft.codegen.cuda import emit_cuda, kernel_signature
-from tilecraft.passes import pipelines
-from tilecraft.passes.warp_specialize import consumer_registers
-from tilecraft.runtime.program import CudaProgram
+from tilecraft.backends.cuda.codegen.cuda import emit_cuda, kernel_signature
+from tilecraft.backends.cuda import pipeline as pipelines
+from tilecraft.backends.cuda.schedule.warp_specialize import consumer_registers
+from tilecraft.backends.cuda.runtime.program import CudaProgram
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
 import kernels  # noqa: E402
@@ -94,7 +94,7 @@ def _copies(func):
 
 
 def test_tma_boxes_follow_the_tile_layout():
-    from tilecraft.tileops.tma import tma_plan
+    from tilecraft.backends.cuda.tileops.tma import tma_plan
     a_copy, b_copy = _copies(gemm(bm=128, bn=256, bk=64))
     a, b = tma_plan(a_copy), tma_plan(b_copy)
     # A 128 x 64 fp16: one 128-byte-swizzled box; B 64 x 256: four slabs of 64 columns
@@ -108,7 +108,7 @@ def test_four_dimensional_attention_tiles_are_one_box_per_slab():
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
     import flash_attention as fa
     from tilecraft.carver.recommend import underlying
-    from tilecraft.tileops.tma import tma_plan
+    from tilecraft.backends.cuda.tileops.tma import tma_plan
     func = underlying(fa.flash_attention)(2, 4, 256, 128, False, block_M=128, block_N=128,
                                           num_stages=2, threads=256)
     plans = [tma_plan(c) for c in _copies(func)]
@@ -119,7 +119,7 @@ def test_four_dimensional_attention_tiles_are_one_box_per_slab():
 
 @pytest.mark.parametrize("K", [100, 36])
 def test_row_strides_tma_cannot_address_are_refused(K):
-    from tilecraft.tileops.tma import tma_plan
+    from tilecraft.backends.cuda.tileops.tma import tma_plan
     a_copy = _copies(gemm(K=K))[0]   # rows of A are 2K bytes apart: not a multiple of 16
     assert tma_plan(a_copy) is None
 
@@ -144,7 +144,7 @@ def test_one_dimensional_tiles_are_one_row_box(n, box):
     """A [n] tile is one TMA box of one row when its bytes are whole 128-byte units (every
     version of it in the ring then starts where a bulk copy may write), else it stays on
     cp.async; a warp-specialized ring of it is placed at a 128-byte boundary."""
-    from tilecraft.tileops.tma import tma_plan
+    from tilecraft.backends.cuda.tileops.tma import tma_plan
     plan = tma_plan(_copies(row_of_floats(n))[0])
     assert (plan.box if plan else None) == box
     src = source(row_of_floats(n))

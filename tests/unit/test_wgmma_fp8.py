@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 import tilecraft
-from tilecraft.codegen.cuda import emit_cuda
+from tilecraft.backends.cuda.codegen.cuda import emit_cuda
 from tilecraft.ir.tileop import Gemm
 from tilecraft.ir.visitor import walk
-from tilecraft.passes import pipelines
-from tilecraft.passes.infer_instructions import infer_instructions
-from tilecraft.tileops.wgmma import wgmma_unfit_reason
+from tilecraft.backends.cuda import pipeline as pipelines
+from tilecraft.backends.cuda.schedule.infer_instructions import infer_instructions
+from tilecraft.backends.cuda.tileops.wgmma import wgmma_unfit_reason
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
 import kernels  # noqa: E402

@@ -10,8 +10,8 @@ from tilecraft.errors import TileError
 from tilecraft.ir.tileop import Gemm
 from tilecraft.ir.visitor import walk
 from tilecraft.layout import gemm_c_fragment, wgmma_c_fragment
-from tilecraft.passes import pipelines
-from tilecraft.passes.infer_instructions import infer_instructions
+from tilecraft.backends.cuda import pipeline as pipelines
+from tilecraft.backends.cuda.schedule.infer_instructions import infer_instructions
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
 import kernels  # noqa: E402
@@ -145,7 +145,7 @@ def test_a_gemm_pinned_to_wgmma_that_cannot_use_it_names_the_reason():
 
 @pytest.mark.parametrize("N,paired", [(256, True), (255, False)])
 def test_accumulator_epilogue_stores_column_pairs_when_rows_are_even(N, paired):
-    from tilecraft.codegen.cuda import emit_cuda
+    from tilecraft.backends.cuda.codegen.cuda import emit_cuda
     func = kernels.gemm(256, N, 128, 128, 128, 64, "float16", "float32", False, False, 256,
                         False, T.GemmWarpPolicy.Square, 2)
     # Stored from registers (the epilogue is not staged through shared memory here).
@@ -157,7 +157,7 @@ def test_accumulator_epilogue_stores_column_pairs_when_rows_are_even(N, paired):
 
 
 def test_integer_epilogues_are_not_packed_as_floats():
-    from tilecraft.codegen.cuda import emit_cuda
+    from tilecraft.backends.cuda.codegen.cuda import emit_cuda
     main = one_block_gemm(64, 64, 64, "int8", "int32", "int16")
     text = emit_cuda(pipelines.cuda(main, "sm_80", 163 * 1024))[0]
     assert "pack_bf162" not in text and "pack_half2" not in text

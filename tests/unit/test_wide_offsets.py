@@ -7,12 +7,12 @@ import sys
 import pytest
 
 import tilecraft.language as T
-from tilecraft.codegen.cuda import emit_cuda, wide_offsets
+from tilecraft.backends.cuda.codegen.cuda import emit_cuda, wide_offsets
 from tilecraft.ir import dtypes as dt
 from tilecraft.ir.buffer import GLOBAL, Buffer
 from tilecraft.ir.expr import Var, const
-from tilecraft.passes import pipelines
-from tilecraft.tileops.tma import tma_plan
+from tilecraft.backends.cuda import pipeline as pipelines
+from tilecraft.backends.cuda.tileops.tma import tma_plan
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "gpu"))
 from kernels import scale_rows  # noqa: E402
@@ -64,8 +64,8 @@ def test_an_index_past_two_to_the_31_is_computed_in_64_bits():
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_the_wide_source_compiles(arch, tmp_path):
-    from tilecraft.runtime import has_nvcc
-    from tilecraft.runtime.toolchain import compile_cubin
+    from tilecraft.backends.cuda.runtime import has_nvcc
+    from tilecraft.backends.cuda.runtime.toolchain import compile_cubin
     if not has_nvcc():
         pytest.skip("nvcc is not installed")
     for func in (scale_rows((1 << 23) + 64, 256), flat_1d((1 << 32) + 8),

@@ -142,7 +142,7 @@ def _check_settings(s: tuner.Settings, span) -> None:
     if s.max_workers is not None and (not isinstance(s.max_workers, int) or s.max_workers < 1):
         bad(f"max_workers must be a positive int, got {s.max_workers!r}")
     if s.cost_target is not None:
-        from ..carver.targets import get_target
+        from ..target import get_target
         try:
             get_target(s.cost_target)
         except ValueError as e:

@@ -30,7 +30,7 @@ def device_name(backend: str) -> str:
     emulator, or "no-gpu" when compiling for an arch on a machine without one."""
     if backend != "cuda":
         return "cpu"
-    from ..runtime.device import device_properties, has_cuda_device
+    from ..backends.cuda.runtime.device import device_properties, has_cuda_device
     if not has_cuda_device():
         return "no-gpu"
     try:
@@ -41,7 +41,7 @@ def device_name(backend: str) -> str:
 
 def device_arch() -> str | None:
     """The current GPU's arch ("sm_90a", ...), or None without one."""
-    from ..runtime.device import current_arch, has_cuda_device
+    from ..backends.cuda.runtime.device import current_arch, has_cuda_device
     if not has_cuda_device():
         return None
     try:

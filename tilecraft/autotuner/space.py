@@ -161,7 +161,7 @@ def with_pins(configs: list[dict], pinned: dict) -> list[dict]:
 def cost_target_for(device: str | None, arch: str | None) -> str:
     """The cost model's hardware for the machine being tuned on: the GPU by name, else the
     compile arch, else the H100 (on the interpreter the model only orders candidates)."""
-    from ..carver.targets import get_target
+    from ..target import get_target
     if device:
         lowered = device.lower()
         for marker, target in (("h200", "h200"), ("h100", "h100"), ("a100", "a100"),

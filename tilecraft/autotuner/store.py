@@ -26,7 +26,7 @@ import os
 import warnings
 
 from .. import knobs
-from ..runtime.cache import write_atomically
+from ..backends.cuda.runtime.cache import write_atomically
 from .space import canonical
 
 _FORMAT = 1
@@ -75,7 +75,7 @@ def key_parts(fn, problem, search, fraction, device: str, backend: str, arch, pr
               options: dict) -> dict:
     """Everything make_key hashes, as JSON data (kept in the entry for reading)."""
     from .. import __version__
-    from ..runtime.program import compiler_fingerprint
+    from ..backends.cuda.runtime.program import compiler_fingerprint
     return {
         "kernel": qualified_name(fn),
         "source": source_hash(fn),

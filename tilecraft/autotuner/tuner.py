@@ -13,7 +13,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from .. import knobs, target as targets
+from .. import knobs, placement
 from ..errors import TileError
 from . import measure as measuring
 from . import space, store, workers
@@ -56,7 +56,7 @@ class Settings:
 def run(tuned, problem: space.Problem, configs: list | None) -> AutotuneResult:
     """Tune `tuned` (an AutoTuneImpl) for one problem over configs (None: recommended)."""
     s, fn, name, span = tuned.settings, tuned.factory, tuned.__name__, tuned.declared_at
-    backend, arch = targets.resolve(tuned.jit_impl.target)
+    backend, arch = placement.resolve(tuned.jit_impl.target)
     device = measuring.device_name(backend)
     if backend == "cuda" and s.measure is None:
         here = measuring.device_arch()

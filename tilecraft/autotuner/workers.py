@@ -146,8 +146,8 @@ def warm_task(module: str, qualname: str) -> bool:
     user's module and the compiler's passes and runtime imported."""
     try:
         _resolve(module, qualname)
-        from ..passes import pipelines  # noqa: F401
-        from ..runtime import program  # noqa: F401
+        from ..backends.cuda import pipeline  # noqa: F401
+        from ..backends.cuda.runtime import program  # noqa: F401
     except Exception:  # noqa: BLE001 - the compile task reports what fails, in its own words
         return False
     return True

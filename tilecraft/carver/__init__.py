@@ -1,6 +1,6 @@
 """Tile recommendation (paper section 4.2): hardware models, a roofline cost model over a
 kernel's FTG, and a ranked list of legal configurations for a @tilecraft.jit factory."""
-from .targets import TARGETS, Target, get_target
+from ..target import TARGETS, Target, get_target
 from .cost import Cost, Resources, estimate, estimate_launch, resources
 from .recommend import Candidate, default_space, recommend
 

@@ -39,8 +39,8 @@ from ..ir.stmt import Kernel, PrimFunc
 from ..ir.tileop import Copy, Gemm
 from ..ir.visitor import walk
 from ..passes.parallel_nests import allocated
-from .counts import MMA_DTYPES, LaunchCounts, _stages, tile_counts, with_hbm_reads
-from .targets import Target, get_target
+from ..analysis.counts import MMA_DTYPES, LaunchCounts, _stages, tile_counts, with_hbm_reads
+from ..target import Target, get_target
 
 REG_OVERHEAD = 32      # addresses, loop counters, indices, predicates (estimate)
 REG_GRANULE = 8        # registers per thread are allocated in multiples of 8
@@ -143,23 +143,17 @@ def _fragment_regs(b, layouts, threads: int) -> int:
     return math.ceil(per_thread * words_per)
 
 
+def _rules(arch: str):
+    """The instruction facts of the backend that compiles for arch (the cost model asks the
+    compiler for them; it knows no backend itself)."""
+    from ..compiler import rules_for
+    return rules_for(arch)
+
+
 def gemm_planner(threads: int, arch: str):
     """gemm_plan for counts.charge: (instruction, split along M, split along N) of each gemm as
-    the compiler lowers it for `threads` consumer threads: the instruction infer_instructions
-    recorded, or (on a tile program) the one it would choose, wgmma on sm_90a where the gemm
-    fits; warpgroups for wgmma, warps for mma.sync."""
-    from ..tileops.gemm import warp_partition
-    from ..tileops.wgmma import wgmma_partition, wgmma_unfit_reason
-
-    def of(op: Gemm, m, n):
-        choice = op.instruction or ("wgmma" if arch in WGMMA_ARCHS and wgmma_unfit_reason(
-            op, op.dims(), threads) is None else "mma")
-        if choice == "wgmma":
-            split = wgmma_partition(op, m, n, threads)
-            if split is not None:
-                return ("wgmma",) + tuple(split)
-        return ("mma",) + tuple(warp_partition(op, m, n, threads))
-    return of
+    the compiler lowers it for `threads` consumer threads (the backend's rule)."""
+    return _rules(arch).gemm_planner(threads, arch)
 
 
 def _register_roles(t: Target, consumer: int, producer: int, regs: int, problems: list):
@@ -170,9 +164,8 @@ def _register_roles(t: Target, consumer: int, producer: int, regs: int, problems
     between roles with setmaxnreg, for which ptxas fixes the count at entry to what those
     bounds allow (the whole file over the block's threads): the block then holds every register
     of the SM, one block per SM, and the consumers may grow to warp_specialize's setmaxnreg."""
-    from ..passes.warp_specialize import consumer_registers
     threads = consumer + producer
-    grown = consumer_registers(consumer) if producer else None
+    grown = _rules(t.arch).consumer_registers(consumer) if producer else None
     if grown is not None:
         if regs > grown:
             problems.append(f"about {regs} registers per consumer thread > {grown} (setmaxnreg)")
@@ -313,25 +306,17 @@ def _tensor_dtype(kernel: Kernel) -> str:
 WGMMA_ARCHS = ("sm_90a",)
 
 
-def plan(func: PrimFunc, target="h100") -> list:
+def plan(func: PrimFunc, target="h100", configs: dict | None = None) -> list:
     """(tile kernel, LayoutMap, planned shared bytes, producer threads) per launch, as the
-    compiler builds it for the target's arch: on sm_90a the instruction of every gemm (wgmma
-    where it fits) and warp specialization of TMA-fed pipelined loops, then (every arch)
-    cp.async pipelining of the other loops, layouts and the shared arena (versions, barriers,
-    reuse). The tile kernels carry the chosen instructions. Raises TileError when the
-    configuration does not build."""
-    from ..passes.infer_instructions import infer_instructions
-    from ..passes.infer_layouts import infer_layouts
-    from ..passes.infer_pipeline import infer_pipeline
-    from ..passes.pipeline_loops import pipeline_loops
-    from ..passes.plan_shared_memory import plan_shared_memory
-    from ..passes.warp_specialize import warp_specialize
-    arch = get_target(target).arch
-    tile = infer_instructions(func, arch)
-    staged = infer_pipeline(tile)
-    if arch in WGMMA_ARCHS:
-        staged = warp_specialize(staged, arch)
-    planned = plan_shared_memory(infer_layouts(pipeline_loops(staged)))
+    compiler builds it for the target: the compiler's own pipeline run up to the shared-memory
+    plan (instructions, epilogue staging and warp specialization on sm_90a, software
+    pipelines, layouts, the shared arena). The tile kernels (after instruction selection)
+    carry the chosen instructions. `configs`: pass configs, as the kernel is compiled with.
+    Raises TileError when the configuration does not build."""
+    from ..compiler import lower
+    stages = lower(func, get_target(target), configs, stop_after="plan_shared_memory",
+                   keep=("infer_instructions",))
+    tile, planned = stages["infer_instructions"], stages["result"]
     # Fragments keep their identity through these passes, so the planned program's layout
     # maps serve the tile program's fragments; gemm splits are recomputed from the policy.
     return [(k, p.attrs.get("layouts"), p.attrs.get("smem_bytes"),
@@ -339,12 +324,13 @@ def plan(func: PrimFunc, target="h100") -> list:
             for k, p in zip(tile.kernels(), planned.kernels())]
 
 
-def estimate(func, target="h100", planned: list | None = None) -> Cost:
+def estimate(func, target="h100", planned: list | None = None,
+             configs: dict | None = None) -> Cost:
     """The model's prediction for a specialized PrimFunc (its launches run one after another)
     or a single Kernel (layouts then estimated as elements / threads per fragment)."""
     if isinstance(func, Kernel):
         return estimate_launch(func, target)
-    planned = plan(func, target) if planned is None else planned
+    planned = plan(func, target, configs) if planned is None else planned
     costs = [estimate_launch(k, target, lm, smem, producer) for k, lm, smem, producer in planned]
     return costs[0] if len(costs) == 1 else _combine(costs)
 

@@ -23,8 +23,8 @@ from ..ir.stmt import Allocate, PrimFunc
 from ..ir.tileop import Gemm
 from ..ir.visitor import walk
 from .cost import Cost, estimate, plan
-from .counts import MMA_DTYPES
-from .targets import get_target
+from ..analysis.counts import MMA_DTYPES
+from ..target import get_target
 
 # Candidate values for the usual tunable parameters, used for those a factory has.
 DEFAULT_VALUES = {

@@ -19,9 +19,9 @@ import math
 from ..errors import span_scope
 from ..ir.ftg import FTG
 from .cost import _tensor_dtype, gemm_planner, tensor_seconds
-from .counts import tile_counts
+from ..analysis.counts import tile_counts
 from .recommend import build, finish
-from .targets import get_target
+from ..target import get_target
 
 
 def lower_bound(func, target) -> float:

@@ -154,3 +154,20 @@ def substitute(node, mapping: dict):
     if not mapping:
         return node
     return _Substitute(mapping).visit(node)
+
+
+def map_kernels(func, rewrite):
+    """func with rewrite(kernel) in place of each Kernel of its body, which is one kernel or a
+    sequence of kernel launches; the other statements stay as they are. Passes that work kernel
+    by kernel go through this."""
+    import dataclasses
+    from .stmt import Kernel, SeqStmt, seq
+
+    def rebuild(s):
+        if isinstance(s, Kernel):
+            return rewrite(s)
+        if isinstance(s, SeqStmt):
+            return seq([rebuild(x) for x in s.stmts])
+        return s
+
+    return dataclasses.replace(func, body=rebuild(func.body))

@@ -3,7 +3,7 @@
 `Layout` maps a logical index to physical indices; `Fragment` maps it to (thread, local) for
 tiles held in registers; `swizzle` holds the shared-memory layouts and `mma` the register
 layouts the tensor-core instructions impose. Layout inference picks among these and lowering
-applies them (see DESIGN.md, layout/).
+applies them (see docs/design.md and layout/).
 """
 from .layout import (Layout, LayoutError, identity_layout, linear_layout, flatten_index,
                      unflatten_index)

@@ -21,12 +21,11 @@ from ..ir.stmt import For, Kernel
 from ..ir.tileop import AnnotateLayout, Copy, CumSum, Gemm, Reduce
 from ..arith.linear import structural_key
 from .. import layout as lay
-from ..tileops.gemm import warp_partition
-from ..tileops.wgmma import WARPGROUP, wgmma_partition
 from .parallel_nests import (allocated, fragment_accesses, is_identity_access, is_twin_copy,
                              nest_extents, nest_vars, on_warpgroup_fragments, projection,
                              tile_ops)
-from .seesaw_warpgroups import WARPGROUP_FRAGMENTS
+from ..ir.annotations import WARPGROUP_FRAGMENTS
+from ..ir.visitor import map_kernels
 
 
 class LayoutMap:
@@ -142,8 +141,9 @@ def _describe(node) -> str:
 
 
 class _Inference:
-    def __init__(self, kernel: Kernel):
+    def __init__(self, kernel: Kernel, rules):
         self.kernel = kernel
+        self.rules = rules
         self.T = kernel.num_threads
         self.map = LayoutMap(self.T)
         # Fragments of one warpgroup (seesaw_warpgroups) are laid out over its 128 threads.
@@ -178,23 +178,18 @@ class _Inference:
         return self.map
 
     def buffer_threads(self, b: Buffer) -> int:
-        return WARPGROUP if b.name in self.local else self.T
+        return self.rules.warpgroup_threads if b.name in self.local else self.T
 
     def op_threads(self, op) -> int:
         """The threads an op runs on: one warpgroup's if it touches one's fragments."""
-        return WARPGROUP if on_warpgroup_fragments(op, self.local) else self.T
+        return self.rules.warpgroup_threads if on_warpgroup_fragments(op, self.local) \
+            else self.T
 
     # --- strict -------------------------------------------------------------------
     def strict(self, op):
         if isinstance(op, Gemm):
             m, n, k = op.dims()
-            if op.instruction == "wgmma":
-                gm, gn = wgmma_partition(op, m, n, self.op_threads(op))
-                wm, wn = 4 * gm, gn
-                c_layout = lay.wgmma_c_fragment(m, n, gm, gn)
-            else:
-                wm, wn = warp_partition(op, m, n, self.op_threads(op))
-                c_layout = lay.gemm_c_fragment(m, n, wm, wn)
+            wm, wn, c_layout = self.rules.gemm_accumulator(op, m, n, self.op_threads(op))
             self.map.gemm_warps[id(op)] = (wm, wn)
             self.map.set(op.C.buffer, c_layout, op)
             if op.A.buffer.scope == FRAGMENT:
@@ -203,8 +198,7 @@ class _Inference:
             for operand in (op.A, op.B):
                 b = operand.buffer
                 if is_shared(b.scope):
-                    # The tensor cores' descriptors (wgmma) know only the swizzle modes.
-                    self.map.set(b, _tile_layout(b, op.instruction != "wgmma" and
+                    self.map.set(b, _tile_layout(b, self.rules.pads_gemm_operands(op) and
                                                  id(b) not in self.tma_tiles), op)
         elif isinstance(op, AnnotateLayout):
             for b, given in op.layouts.items():
@@ -264,7 +258,7 @@ class _Inference:
         m = self.map
         local, other = (s, d) if s.name in self.local else (d, s)
         if m.has(local) and not m.has(other):
-            return m.set(other, m.buffer(local).replicate_over(self.T // WARPGROUP), op)
+            return m.set(other, m.buffer(local).replicate_over(self.T // self.rules.warpgroup_threads), op)
         return False
 
     def propagate_loop(self, loop: For) -> bool:
@@ -350,20 +344,13 @@ def expand_fragment(frag, extents, kept) -> "lay.Fragment":
                         logical_fn=logical)
 
 
-def infer_layouts(node):
+def infer_layouts(node, rules):
     """Layouts of one Kernel (a LayoutMap), or of every kernel of a PrimFunc (the func, with
-    each kernel's map in kernel.attrs["layouts"], which later passes use)."""
+    each kernel's map in kernel.attrs["layouts"], which later passes use). `rules` are the
+    backend's instruction facts (passes/instruction_rules.py)."""
     if isinstance(node, Kernel):
-        return _Inference(node).run()
+        return _Inference(node, rules).run()
     import dataclasses
-    from ..ir.stmt import SeqStmt, seq
-
-    def rebuild(s):
-        if isinstance(s, Kernel):
-            return dataclasses.replace(s, attrs={**s.attrs, "layouts": _Inference(s).run()})
-        if isinstance(s, SeqStmt):
-            return seq([rebuild(x) for x in s.stmts])
-        return s
-
-    return dataclasses.replace(node, body=rebuild(node.body))
+    return map_kernels(node, lambda k: dataclasses.replace(
+        k, attrs={**k.attrs, "layouts": _Inference(k, rules).run()}))
 

@@ -17,22 +17,12 @@ from __future__ import annotations
 
 from ..errors import TileError
 from ..ir.buffer import FRAGMENT, is_shared
-from ..ir.expr import BufferLoad, Call
-from ..ir.stmt import (BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt, call_stmt, seq,
-                       stmts_of)
+from ..ir.expr import BufferLoad
+from ..ir.stmt import BufferStore, For, IfThenElse, Kernel, seq, stmts_of
 from ..ir.tileop import Reduce, TileOp
-from ..ir.visitor import walk
-from .seesaw_warpgroups import is_warpgroup_branch
+from ..ir.visitor import map_kernels, walk
+from ..ir.annotations import is_sync, is_warpgroup_branch, sync_stmt
 import dataclasses
-
-
-def sync_stmt(span=None) -> Evaluate:
-    return call_stmt("tc::syncthreads", span=span)
-
-
-def is_sync(s) -> bool:
-    return isinstance(s, Evaluate) and isinstance(s.value, Call) and \
-        s.value.name == "tc::syncthreads"
 
 
 def shared_buffers_of(s) -> list:
@@ -90,8 +80,9 @@ class _State:
 
 
 class _Inserter:
-    def __init__(self, kernel: Kernel | None = None):
+    def __init__(self, kernel: Kernel | None = None, rules=None):
         self.kernel = kernel
+        self.rules = rules
         self.across_warps: dict = {}   # id(reduce) -> whether it synchronizes the block
 
     def synchronizes(self, s) -> bool:
@@ -104,14 +95,13 @@ class _Inserter:
                 FRAGMENT != s.src.buffer.scope or s.dst.buffer.scope != FRAGMENT:
             return False   # (a reduction of a shared tile is refused by its lowering)
         if id(s) not in self.across_warps:
-            from ..tileops.reduce import reduce_plan   # (that module builds its barriers here)
             try:
-                warp_masks = reduce_plan(layouts.buffer(s.src.buffer),
-                                         layouts.buffer(s.dst.buffer), s.dim,
-                                         self.kernel.num_threads)[2]
+                synchronizes = self.rules.reduce_synchronizes(
+                    layouts.buffer(s.src.buffer), layouts.buffer(s.dst.buffer), s.dim,
+                    self.kernel.num_threads)
             except TileError:  # the lowering reports it; assume no barrier here
-                warp_masks = []
-            self.across_warps[id(s)] = bool(warp_masks)
+                synchronizes = False
+            self.across_warps[id(s)] = synchronizes
         return self.across_warps[id(s)]
 
     def block(self, stmts, state: _State) -> list:
@@ -246,16 +236,9 @@ def _overlap_table(offsets: dict) -> dict:
     return {k: frozenset(v) for k, v in table.items()}
 
 
-def insert_barriers(func):
-    """Return func with barriers added to every kernel."""
+def insert_barriers(func, rules):
+    """Return func with barriers added to every kernel. `rules` are the backend's instruction
+    facts (passes/instruction_rules.py)."""
     _State.overlaps = _overlap_table(func.attrs.get("smem_offsets", {}))
-
-    def rebuild(s):
-        if isinstance(s, Kernel):
-            body = seq(_Inserter(s).block(stmts_of(s.body), _State()))
-            return dataclasses.replace(s, body=body)
-        if isinstance(s, SeqStmt):
-            return seq([rebuild(x) for x in s.stmts])
-        return s
-
-    return dataclasses.replace(func, body=rebuild(func.body))
+    return map_kernels(func, lambda k: dataclasses.replace(
+        k, body=seq(_Inserter(k, rules).block(stmts_of(k.body), _State()))))

@@ -16,9 +16,9 @@ import dataclasses
 
 from ..errors import TileError
 from ..ir.buffer import is_shared
-from ..ir.stmt import Allocate, For, IfThenElse, Kernel, SeqStmt, seq, stmts_of
+from ..ir.stmt import Allocate, For, IfThenElse, Kernel, SeqStmt, stmts_of
 from ..ir.tileop import Copy, TileOp
-from ..tileops.tma import TMA_SMEM_ALIGN
+from ..ir.visitor import map_kernels
 
 
 def _align(x: int, a: int) -> int:
@@ -101,7 +101,7 @@ def footprint(b, layouts=None) -> int:
     return count * b.dtype.bytes
 
 
-def _plan_kernel(k: Kernel, limit, offsets: dict) -> int:
+def _plan_kernel(k: Kernel, limit, offsets: dict, rules) -> int:
     layouts = k.attrs.get("layouts")
     live = _Liveness()
     live.visit(k.body)
@@ -120,7 +120,7 @@ def _plan_kernel(k: Kernel, limit, offsets: dict) -> int:
         first, last = live.ranges.get(id(b), (0, 0))
         size = footprint(b, layouts)
         layout = layouts.buffers.get(id(b)) if layouts is not None else None
-        align = max(TMA_SMEM_ALIGN if id(b) in bulk else 16, getattr(layout, "alignment", 16))
+        align = max(rules.bulk_copy_align if id(b) in bulk else 16, getattr(layout, "alignment", 16))
         start = 0
         while True:  # first fit among the tiles live at the same time
             clash = [e for s, e, f, l in placed
@@ -158,18 +158,11 @@ def _allocations(body):
     return [n for n in walk(body) if isinstance(n, Allocate)]
 
 
-def plan_shared_memory(func, limit: int | None = None):
+def plan_shared_memory(func, rules, limit: int | None = None):
     """func with attrs["smem_offsets"] {id(buffer): (byte offset, bytes)} for every tile-level
-    shared buffer and each kernel's attrs["smem_bytes"]."""
+    shared buffer and each kernel's attrs["smem_bytes"]. `rules` are the backend's instruction
+    facts (passes/instruction_rules.py); `limit` the bytes one block may use."""
     offsets: dict = {}
-
-    def rebuild(s):
-        if isinstance(s, Kernel):
-            top = _plan_kernel(s, limit, offsets)
-            return dataclasses.replace(s, attrs={**s.attrs, "smem_bytes": top})
-        if isinstance(s, SeqStmt):
-            return seq([rebuild(x) for x in s.stmts])
-        return s
-
-    body = rebuild(func.body)
-    return dataclasses.replace(func, body=body, attrs={**func.attrs, "smem_offsets": offsets})
+    planned = map_kernels(func, lambda k: dataclasses.replace(
+        k, attrs={**k.attrs, "smem_bytes": _plan_kernel(k, limit, offsets, rules)}))
+    return dataclasses.replace(planned, attrs={**func.attrs, "smem_offsets": offsets})

@@ -1,0 +1,382 @@
+"""The header library's functions (`tc::...`, codegen/include/tilecraft/README.md), executed for
+all threads of a block at once. Each handler gets the block machine and the evaluated
+arguments (pointers arrive as memory.Pointer) and returns the call's value, if any.
+
+Warp-collective functions (shuffles, ldmatrix, mma.sync) run per warp: [threads] arrays are
+reshaped to [warps, 32]. A collective executed by only part of a warp is reported. The sm_90a
+functions (wgmma, TMA, mbarriers, named barriers, fences, role predicates) are in `sm90`,
+carried out by hopper.py and barriers.py.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ....errors import TileError
+from ....ir import dtypes as dt
+from ....ir.buffer import GLOBAL
+from ....layout.mma import mma_a_fragment, mma_b_fragment, mma_c_fragment
+from ..tileops.cache_hints import HINT_SUFFIX, unhinted
+from .checker import Site
+from .bulk_stores import stmatrix_x4
+from .hopper import make_smem_desc
+from .index_checks import checked_index
+from .memory import Bits, Pointer, as_bytes
+
+# The SMs of the GPU the emulator pretends to be: few enough that each block of a persistent
+# kernel runs several tiles of a small test problem (the ring's rounds carry over tiles), and
+# that a small grid has several waves (tc::launch_wave_parity).
+EMULATED_SMS = 2
+
+WARP = 32
+_LANE = np.arange(WARP)
+_G, _T = _LANE // 4, _LANE % 4
+
+
+def _table(frag):
+    """(rows, cols): [32, locals] positions of every lane's fragment elements."""
+    n = frag.locals_per_thread
+    pos = np.array([[[int(x.value) for x in frag.logical_of(lane, i)[:2]] for i in range(n)]
+                    for lane in range(WARP)], dtype=np.int64)
+    return pos[..., 0], pos[..., 1]
+
+
+_A_POS = _table(mma_a_fragment("float16"))
+_B_POS = _table(mma_b_fragment("float16"))
+_C_POS = _table(mma_c_fragment())
+
+
+# --- helpers ---------------------------------------------------------------------------
+def _pred_lanes(m, pred):
+    """The executing lanes narrowed to those whose predicate holds."""
+    p = np.broadcast_to(np.asarray(pred, dtype=bool), (m.T,))
+    return m.lanes[p[m.lanes]]
+
+
+def _whole_warps(m, what: str) -> bool:
+    """True when the executing lanes are whole warps; else the divergence is reported."""
+    if m.T % WARP:
+        raise TileError(f"{what}: the emulator needs a block of whole warps, got {m.T} "
+                        "threads", m.span)
+    if m.lanes.size == m.T:
+        return True
+    live = np.zeros(m.T, bool)
+    live[m.lanes] = True
+    per_warp = live.reshape(-1, WARP)
+    partial = per_warp.any(1) & ~per_warp.all(1)
+    if partial.any():
+        w = int(np.argmax(partial))
+        m.reports.add("warp-divergence",
+                      f"{what} is warp-collective but only some lanes of warp {w} execute it "
+                      f"at {Site(what, '', m.span).where()}", None,
+                      (w * WARP + int(np.argmax(per_warp[w])),), (Site(what, "", m.span),))
+    return False
+
+
+def _read_regs(m, ptr: Pointer, count: int, dtype) -> np.ndarray:
+    """count elements of dtype at ptr in every thread's registers: [threads, count]."""
+    nbytes = count * np.dtype(dtype).itemsize
+    raw = m.mem.read_bytes(ptr, nbytes, m.tx, "register read", m.span)
+    return raw.view(dtype).reshape(m.T, count)
+
+
+def _write_regs(m, ptr: Pointer, values: np.ndarray, lanes):
+    raw = np.ascontiguousarray(values).view(np.uint8).reshape(m.T, -1)
+    m.mem.write_bytes(ptr, raw, lanes, "register write", m.span)
+
+
+# --- barriers and cp.async -----------------------------------------------------------------
+def syncthreads(m):
+    m.barrier()
+
+
+def cp_async(m, nbytes, dst: Pointer, src: Pointer, pred):
+    lanes = m.lanes
+    reading = _pred_lanes(m, pred)
+    data = m.mem.read_bytes(src, nbytes, reading, "cp.async source", m.span)
+    m.copies.issue(dst, data, lanes, nbytes)
+
+
+# --- vector loads and stores ---------------------------------------------------------------
+def load(m, bits, ptr: Pointer, pred=True):
+    nbytes = bits // 8
+    lanes = _pred_lanes(m, pred)
+    raw = m.mem.read_bytes(ptr, nbytes, lanes, f"ld_{bits}", m.span)
+    if nbytes == 2:
+        return raw.view(np.uint16).reshape(m.T)
+    if nbytes == 4:
+        return raw.view(np.uint32).reshape(m.T)
+    return Bits(raw)
+
+
+def store(m, bits, ptr: Pointer, value, pred=True):
+    nbytes = bits // 8
+    lanes = _pred_lanes(m, pred)
+    m.mem.write_bytes(ptr, as_bytes(value, m.T, nbytes), lanes, f"st_{bits}", m.span)
+
+
+def atomic_pair(m, ptr: Pointer, pair):
+    """tc::atomic_add_x2: p[0] += low half of the 32-bit pair, p[1] += its high half (one
+    f16x2 / bf16x2 atomic on the GPU, so p must be 4-byte aligned)."""
+    m.mem.byte_range(ptr, 4, m.lanes, "atomic_add_x2", m.span)   # reports misalignment
+    halves = np.broadcast_to(np.asarray(pair).astype(np.uint32), (m.T,))
+    elem = ptr.buffer.dtype.numpy
+    for k in range(2):
+        value = ((halves >> (16 * k)) & 0xFFFF).astype(np.uint16).view(elem)
+        atomic(m, "add", Pointer(ptr.buffer, np.asarray(ptr.elem) + k, ptr.ok), value)
+
+
+def atomic_float_pair(m, ptr: Pointer, a, b):
+    """tc::atomic_add_v2: p[0] += a, p[1] += b (one red.global.add.v2.f32 on sm_90, so p
+    must be 8-byte aligned)."""
+    m.mem.byte_range(ptr, 8, m.lanes, "atomic_add_v2", m.span)   # reports misalignment
+    for k, value in enumerate((a, b)):
+        atomic(m, "add", Pointer(ptr.buffer, np.asarray(ptr.elem) + k, ptr.ok), value)
+
+
+# --- warp-level ------------------------------------------------------------------------------
+def shfl_xor(m, value, lane_mask):
+    value = np.asarray(value)
+    if value.ndim == 0:
+        return value
+    mask = int(np.asarray(lane_mask).reshape(-1)[0])
+    src = m.tx ^ mask
+    if m.lanes.size != m.T:
+        live = np.zeros(m.T, bool)
+        live[m.lanes] = True
+        idle = live & ~live[np.minimum(src, m.T - 1)]
+        if idle.any():
+            t = int(np.argmax(idle))
+            m.reports.add("warp-divergence", f"shfl_xor: thread {t} reads lane {src[t] % WARP} "
+                          "of its warp, which does not execute the shuffle", None, (t,),
+                          (Site("shfl_xor", "", m.span),))
+    if (src >= m.T).any():
+        raise TileError(f"shfl_xor with mask {mask} leaves a block of {m.T} threads", m.span)
+    return np.broadcast_to(value, (m.T,))[src]
+
+
+def ldmatrix(m, num: int, trans: bool, regs: Pointer, row: Pointer):
+    _whole_warps(m, f"ldmatrix_x{num}")
+    lane = m.tx % WARP
+    readers = m.lanes[lane[m.lanes] < 8 * num]
+    rows = m.mem.read_bytes(row, 16, readers, "ldmatrix", m.span)
+    W = m.T // WARP
+    mats = rows.view(np.uint16).reshape(W, WARP, 8)[:, :8 * num].reshape(W, num, 8, 8)
+    if trans:
+        lo, hi = mats[:, :, 2 * _T, _G], mats[:, :, 2 * _T + 1, _G]
+    else:
+        lo, hi = mats[:, :, _G, 2 * _T], mats[:, :, _G, 2 * _T + 1]
+    words = lo.astype(np.uint32) | (hi.astype(np.uint32) << 16)      # [W, num, 32]
+    _write_regs(m, regs, words.transpose(0, 2, 1).reshape(m.T, num), m.lanes)
+
+
+def mma_m16n8k16(m, in_dtype, d: Pointer, a: Pointer, b: Pointer, c: Pointer,
+                 acc=np.float32):
+    """D = A B + C of each warp; C and D hold four `acc` elements per thread (float32, or
+    float16 for the half-accumulating instruction, rounded once at the end)."""
+    _whole_warps(m, "mma.sync")
+    W = m.T // WARP
+    elem = dt.dtype(in_dtype).numpy
+    av = _read_regs(m, a, 4, np.uint32).view(np.uint16).view(elem).reshape(W, WARP, 8)
+    bv = _read_regs(m, b, 2, np.uint32).view(np.uint16).view(elem).reshape(W, WARP, 4)
+    cv = _read_regs(m, c, 4, acc).astype(np.float32).reshape(W, WARP, 4)
+    A = np.zeros((W, 16, 16), np.float32)
+    B = np.zeros((W, 16, 8), np.float32)
+    C = np.zeros((W, 16, 8), np.float32)
+    A[:, _A_POS[0], _A_POS[1]] = av.astype(np.float32)
+    B[:, _B_POS[0], _B_POS[1]] = bv.astype(np.float32)
+    C[:, _C_POS[0], _C_POS[1]] = cv
+    with np.errstate(all="ignore"):
+        D = (np.matmul(A.astype(np.float64), B.astype(np.float64)) + C).astype(acc)
+    _write_regs(m, d, D[:, _C_POS[0], _C_POS[1]].reshape(m.T, 4), m.lanes)
+
+
+# --- packing and atomics ---------------------------------------------------------------------
+def pack(m, elem_dtype, lo, hi):
+    elem = dt.dtype(elem_dtype).numpy
+    lo_bits = np.asarray(lo).astype(np.float32).astype(elem).view(np.uint16)
+    hi_bits = np.asarray(hi).astype(np.float32).astype(elem).view(np.uint16)
+    return lo_bits.astype(np.uint32) | (hi_bits.astype(np.uint32) << 16)
+
+
+_ATOMIC = {"add": np.add, "max": np.maximum, "min": np.minimum}
+
+
+def atomic(m, kind, ptr: Pointer, value):
+    from ....ir.buffer import is_shared
+    b = ptr.buffer
+    lanes, first = m.mem.byte_range(ptr, b.dtype.bits // 8, m.lanes, f"atomic_{kind}", m.span)
+    es = b.dtype.bits // 8
+    value = np.broadcast_to(np.asarray(value).astype(b.dtype.numpy), (m.T,))[lanes]
+    if is_shared(b.scope):
+        base = m.mem.offsets[id(b)]
+        view, idx = m.mem.shared_view(b), (first - base) // es
+        m.tracker.written[first[:, None] + np.arange(es)] = True
+    else:
+        view, idx = m.mem.global_array(b).reshape(-1), first // es
+    old = view[idx].copy()
+    _ATOMIC[kind].at(view, idx, value)
+    out = np.zeros(m.T, view.dtype)
+    out[lanes] = old
+    return out
+
+
+# --- dispatch ----------------------------------------------------------------------------------
+_VECTOR = re.compile(r"^(ld|st)_(global|shared)_(16|32|64|128)(_pred)?$")
+_LDMATRIX = re.compile(r"^ldmatrix_x([124])(_trans)?$")
+_CP_ASYNC = re.compile(r"^cp_async_(cg|ca)_(16|8|4)$")
+_WAIT = re.compile(r"^cp_async_wait<(\d+)>$")
+_MMA = {"mma_m16n8k16_f16_f32": ("float16", np.float32),
+        "mma_m16n8k16_bf16_f32": ("bfloat16", np.float32),
+        "mma_m16n8k16_f16_f16": ("float16", np.float16)}
+
+
+# --- sm_90a ---------------------------------------------------------------------------------
+_TEMPLATE = re.compile(r"^(\w+)<(\d+)>$")
+
+
+def _must_pass(m, wait, what: str):
+    if wait is not None:
+        raise TileError(f"internal: {what} would block outside the emulator's agents", m.span)
+
+
+def sm90(m, name: str, args: list):
+    """tc::<name>(*args) of the sm_90a functions; NotImplemented for any other name."""
+    b, h = m.barriers, m.hopper
+    if name.startswith("wgmma_m64"):
+        return h.issue(name, args)
+    if name.startswith("tma_load_") and name[-1] == "d":
+        return h.tma_load(int(name[9:-1]), args[0], args[1], args[2], args[3:])
+    if name.startswith("tma_store_add_") and name[-1] == "d":
+        return m.bulk_stores.store(int(name[14:-1]), args[0], args[1], args[2:], adds=True)
+    if name.startswith("tma_store_") and name[-1] == "d":
+        return m.bulk_stores.store(int(name[10:-1]), args[0], args[1], args[2:])
+    if name == "tma_store_commit":
+        return m.bulk_stores.commit()
+    if name == "stmatrix_x4" and len(args) == 5:
+        return stmatrix_x4(m, args[0], args[1:])
+    hit = _TEMPLATE.match(name)
+    base, n = (hit.group(1), int(hit.group(2))) if hit else (name, None)
+    if base == "wgmma_wait_group":
+        return h.wait(n)
+    if base in ("tma_store_wait", "tma_store_wait_all"):
+        return m.bulk_stores.wait(n)
+    if base in ("setmaxnreg_inc", "setmaxnreg_dec"):
+        h.warpgroups(name)
+        if not (24 <= n <= 256 and n % 8 == 0):
+            raise TileError(f"{name}: the register count must be 24..256, a multiple of 8",
+                            m.span)
+        return None
+    if base in ("wgmma_fence_registers", "wgmma_fence_operand", "fence_barrier_init",
+                "prefetch_tma_descriptor"):
+        return None     # compiler and cache hints: nothing to emulate
+    fn = _SM90.get(name)
+    return NotImplemented if fn is None else fn(m, b, h, *args)
+
+
+def _collective(check, what):
+    """A collective with nothing to emulate beyond who executes it."""
+    def run(m, b, h):
+        check(m, h, what)
+    return run
+
+
+def _advance(m, b, h, desc, nbytes):
+    out = np.asarray(desc).astype(np.uint64) + (np.asarray(nbytes).astype(np.uint64) >>
+                                                  np.uint64(4))
+    for old, new in zip(np.broadcast_to(desc, (m.T,))[m.lanes], np.broadcast_to(out, (m.T,))[
+            m.lanes]):
+        if int(old) in h.owners:
+            h.owners[int(new)] = h.owners[int(old)]
+    return out
+
+
+def _prefetch_l2(m, b, h, ptr, nbytes):
+    """cp.async.bulk.prefetch.L2 changes no memory; its range must lie inside one global tensor
+    and start on 16 bytes, or the hardware faults."""
+    if ptr.buffer.scope != GLOBAL or int(nbytes) % 16:
+        raise TileError(f"internal: L2 prefetch of {ptr.buffer.name}: a global range of a "
+                        f"multiple of 16 bytes expected, got {int(nbytes)} bytes", m.span)
+    m.mem.byte_range(ptr, int(nbytes), m.lanes, "L2 prefetch", m.span, align=16)
+
+
+def _try_wait(m, b, h, ptr, parity):
+    ok, found = b.passed(ptr, parity)
+    b.observe(found, ok)
+    return ok
+
+
+_SM90 = {
+    "make_smem_desc": lambda m, b, h, *a: make_smem_desc(m, *a),
+    "smem_desc_advance": _advance,
+    "wgmma_fence": _collective(lambda m, h, what: h.warpgroups(what), "wgmma_fence"),
+    "wgmma_commit_group": lambda m, b, h: h.commit(),
+    "is_producer_thread": lambda m, b, h, n: m.tx >= np.asarray(n),
+    "is_producer_leader": lambda m, b, h, n: m.tx == np.asarray(n),
+    "is_block_leader": lambda m, b, h: m.tx == 0,
+    "prefetch_l2": _prefetch_l2,
+    "warpgroup_index": lambda m, b, h: m.tx // 128,
+    # Waves of EMULATED_SMS blocks, so a small grid has odd waves too.
+    "launch_wave_parity": lambda m, b, h: np.int64(m.tiles.index // EMULATED_SMS % 2),
+    "barrier_all": lambda m, b, h: syncthreads(m),
+    "syncwarp": _collective(lambda m, h, what: _whole_warps(m, what), "syncwarp"),
+    "fence_proxy_async_shared": lambda m, b, h: b.fence_proxy(m.lanes),
+    "mbarrier_init": lambda m, b, h, ptr, count: b.init(ptr, count),
+    "mbarrier_arrive": lambda m, b, h, ptr: b.arrive(ptr),
+    "mbarrier_arrive_warp": lambda m, b, h, ptr: b.arrive(ptr, per_warp=True),
+    "mbarrier_arrive_expect_tx": lambda m, b, h, ptr, tx: b.arrive(ptr, tx=tx),
+    "mbarrier_expect_tx": lambda m, b, h, ptr, tx: b.expect_tx(ptr, tx),
+    "mbarrier_try_wait_parity": _try_wait,
+    "named_barrier_arrive": lambda m, b, h, i, n: b.named_arrive(i, n, wait=False),
+    "named_barrier_sync": lambda m, b, h, i, n: _must_pass(m, b.named_arrive(i, n),
+                                                           "named_barrier_sync"),
+    "mbarrier_wait_parity": lambda m, b, h, ptr, p: _must_pass(m, b.wait_request(ptr, p),
+                                                               "mbarrier_wait_parity"),
+}
+
+
+def call(m, name: str, args: list):
+    """Run tc::<name>(*args) for the executing lanes."""
+    if name in ("l2_evict_first", "l2_evict_last"):
+        return np.uint64(0)     # an opaque policy value; nothing reads it here
+    if name.endswith(HINT_SUFFIX):     # no cache modelled: a hinted copy runs as the plain one
+        name, args = unhinted(name, list(args))
+    if name == "syncthreads":
+        return syncthreads(m)
+    if name == "checked_index":
+        return checked_index(m, *args)
+    if name == "cp_async_commit":
+        return m.copies.commit(m.lanes)
+    if name == "cp_async_wait_all":
+        return m.copies.wait(m.lanes, None)
+    hit = _WAIT.match(name)
+    if hit:
+        return m.copies.wait(m.lanes, int(hit.group(1)))
+    hit = _CP_ASYNC.match(name)
+    if hit:
+        return cp_async(m, int(hit.group(2)), *args)
+    hit = _VECTOR.match(name)
+    if hit:
+        op, bits = hit.group(1), int(hit.group(3))
+        return load(m, bits, *args) if op == "ld" else store(m, bits, *args)
+    hit = _LDMATRIX.match(name)
+    if hit:
+        return ldmatrix(m, int(hit.group(1)), bool(hit.group(2)), *args)
+    if name in _MMA:
+        in_dtype, acc = _MMA[name]
+        return mma_m16n8k16(m, in_dtype, *args, acc=acc)
+    if name == "shfl_xor":
+        return shfl_xor(m, *args)
+    if name in ("pack_half2", "pack_bf162"):
+        return pack(m, "float16" if name == "pack_half2" else "bfloat16", *args)
+    if name == "atomic_add_x2":
+        return atomic_pair(m, *args)
+    if name == "atomic_add_v2":
+        return atomic_float_pair(m, *args)
+    if name.startswith("atomic_") and name[7:] in _ATOMIC:
+        return atomic(m, name[7:], *args)
+    out = sm90(m, name, args)
+    if out is not NotImplemented:
+        return out
+    raise TileError(f"the emulator has no implementation of tc::{name}", m.span)

@@ -1,0 +1,292 @@
+"""lower_tile_ops: tile-level kernels -> code for one thread (paper algorithm 3).
+
+Per kernel: infer the layouts, then replace each tile op and T.Parallel nest by its thread-level
+code (tileops/<op>.py), fragments by register arrays and shared tiles by flat arrays. What stays
+tile-level in form (serial loops, block-uniform ifs, scalar statements) runs on every thread,
+except that a scalar statement's effects happen once: see _KernelLowering.scalar.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ...arith.bounds import bounds_under
+from ...arith.linear import constant_value
+from ...errors import TileError, warn_at
+from ...ir import tileop as top
+from ...ir.buffer import FRAGMENT, GLOBAL, BufferRegion, is_shared
+from ...ir.expr import Expr, Var
+from ...ir.visitor import walk
+from ...ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, Evaluate, For, IfThenElse,
+                       Kernel, SeqStmt, seq)
+from .tileops.cumsum import lower_cumsum
+from .tileops.copy import lower_copy, lower_twin_copy
+from .tileops.fill_atomic import lower_atomic_tile, lower_fill
+from .tileops.fragment_elements import broadcast_reads, element_writer, guard_for_holders
+from .tileops.wgmma import WARPGROUP
+from .tileops.gemm import lower_gemm
+from ...pass_config import PassConfigKey
+from .tileops.lowering import AccessRewriter, ThreadContext
+from .tileops.parallel import lower_parallel
+from .tileops.cache_hints import warn_unhinted
+from .tileops.tma import as_copy, is_tma_store, lower_tma_copy, lower_tma_store
+from .tileops.reduce import lower_reduce
+from ...passes.infer_layouts import infer_layouts, same_layout, tma_tile_layout
+from ...passes.parallel_nests import is_twin_copy, on_warpgroup_fragments
+from ...passes.plan_shared_memory import footprint
+from ...ir.annotations import WARPGROUP_FRAGMENTS, is_warpgroup_branch
+from .rules import CUDA_RULES
+
+
+class _KernelLowering:
+    def __init__(self, kernel: Kernel, unswitch_masks: bool = True):
+        self.kernel = kernel
+        tx = Var("tx")
+        layouts = kernel.attrs.get("layouts") or infer_layouts(kernel, CUDA_RULES)
+        self.ctx = ThreadContext(tx, kernel.num_threads, layouts, unswitch_masks=unswitch_masks)
+        self.ctx.var_bounds[id(tx)] = (0, kernel.num_threads - 1)
+        for v, g in zip(kernel.block_vars, kernel.grid):
+            n = constant_value(g)
+            self.ctx.var_bounds[id(v)] = (0, (n - 1) if n is not None else float("inf"))
+        self.swizzle = None
+        self.in_warpgroup_branch = False   # lowering the body of one warpgroup's own branch
+        self.ctx.fragment_registers = sum(
+            layouts.buffer(n.buffer).locals_per_thread * max(1, n.buffer.dtype.bits // 32)
+            for n in walk(kernel.body)
+            if isinstance(n, Allocate) and n.buffer.scope == FRAGMENT)
+        # Ops on one warpgroup's fragments (seesaw_warpgroups) run as if in a block of its
+        # 128 threads, numbered wtx = tx % 128; they share everything else with the kernel.
+        self.local = set(kernel.attrs.get(WARPGROUP_FRAGMENTS, ()))
+        self.wg_ctx = None
+        if self.local:
+            c = self.ctx
+            wtx = Var("wtx")
+            self.wg_ctx = ThreadContext(
+                wtx, WARPGROUP, layouts, var_bounds=c.var_bounds, registers=c.registers,
+                flat_shared=c.flat_shared, allocations=c.allocations,
+                tensor_maps=c.tensor_maps, unswitch_masks=unswitch_masks,
+                private_scratch=c.private_scratch, fragment_registers=c.fragment_registers)
+            c.var_bounds[id(wtx)] = (0, WARPGROUP - 1)
+
+    def context(self, op) -> ThreadContext:
+        if self.wg_ctx is not None and on_warpgroup_fragments(op, self.local):
+            return self.wg_ctx
+        return self.ctx
+
+    def run(self) -> Kernel:
+        body = self.stmt(self.kernel.body)
+        attrs = dict(self.kernel.attrs)
+        if self.wg_ctx is not None:
+            attrs["warpgroup_thread"] = self.wg_ctx.tx
+        if self.swizzle is not None:
+            attrs["use_swizzle"] = self.swizzle
+        if self.ctx.tensor_maps:
+            attrs["tensor_maps"] = list(self.ctx.tensor_maps.values())
+        return dataclasses.replace(self.kernel, body=body, thread_var=self.ctx.tx, attrs=attrs)
+
+    def scalar_rewriter(self):
+        def local_index(buffer, indices):
+            return self.ctx.simplify(self.ctx.layouts.buffer(buffer).local_of(list(indices)))
+        return AccessRewriter(self.ctx, local_index)
+
+    def stmt(self, s):
+        ctx = self.ctx
+        if isinstance(s, SeqStmt):
+            return seq([self.stmt(x) for x in s.stmts], s.span)
+        if isinstance(s, For):
+            if s.kind == "parallel":
+                return lower_parallel(s, self.context(s))
+            n = constant_value(s.extent)
+            lo = constant_value(s.start)
+            if n is not None and lo is not None:
+                ctx.var_bounds[id(s.var)] = (lo, lo + n - 1)
+            else:
+                ctx.var_bounds[id(s.var)] = (0, float("inf"))
+            kind = "serial" if s.kind == "pipelined" else s.kind
+            # Tile-level annotations are spent here; which loop is a warp-specialized consumer
+            # (overlap_wgmma), a cp.async pipeline (rotate_mma_loop) or a persistent kernel's
+            # loop over tiles (the code generator) stays known to thread-level code.
+            kept = {k: v for k, v in s.annotations.items()
+                    if k in ("warp_specialized", "pipelined", PERSISTENT_TILES)}
+            return dataclasses.replace(s, body=self.stmt(s.body), kind=kind, annotations=kept)
+        if isinstance(s, IfThenElse):
+            prefix, cond = broadcast_reads(ctx, s.cond, lowering=self)
+            cond = self.scalar_rewriter().visit(cond)
+            # What the guard says of loop variables holds in its body: a pipelined loop's
+            # copies under `k + 2 < n` need no bounds check on tiles the guard keeps in range.
+            narrowed = bounds_under(s.cond, ctx.var_bounds)
+            outer = {v: ctx.var_bounds[v] for v in narrowed}
+            ctx.var_bounds.update(narrowed)
+            enclosing, self.in_warpgroup_branch = (self.in_warpgroup_branch,
+                                                   self.in_warpgroup_branch or
+                                                   is_warpgroup_branch(s))
+            then_body = self.stmt(s.then_body)
+            ctx.var_bounds.update(outer)
+            else_body = None if s.else_body is None else self.stmt(s.else_body)
+            self.in_warpgroup_branch = enclosing
+            return seq(prefix + [dataclasses.replace(s, cond=cond, then_body=then_body,
+                                                     else_body=else_body)], s.span)
+        if isinstance(s, Allocate):
+            return self.allocate(s)
+        if isinstance(s, (BufferStore, Evaluate)):
+            return self.scalar(s)
+        if isinstance(s, top.TileOp):
+            return self.tile_op(s)
+        raise TileError(f"internal: cannot lower {type(s).__name__}", getattr(s, "span", None))
+
+    def scalar(self, s):
+        """A statement outside T.Parallel, which the language runs once for the block: a
+        store into global or shared memory, or an atomic, runs on one thread; a fragment
+        element is written by the threads that hold it, and one read that not every thread
+        holds is broadcast first (tileops/fragment_elements); the rest (local variables, the
+        calls of header functions) runs on every thread."""
+        writer = element_writer(self.ctx, s, self) if isinstance(s, BufferStore) else None
+        prefix, s = broadcast_reads(self.ctx, s, writer, self)
+        lowered = self.scalar_rewriter().visit(s)
+        if writer is not None:
+            lowered = guard_for_holders(self.ctx, writer, lowered)
+        elif isinstance(s, BufferStore) and (s.buffer.scope == GLOBAL or
+                                             is_shared(s.buffer.scope)):
+            lowered = self.on_one_thread(lowered)
+        return seq(prefix + [lowered], s.span)
+
+    def on_one_thread(self, lowered):
+        """lowered, run by the first thread of those running its statement (of the block, or
+        of the warpgroup whose own branch holds it)."""
+        tx = self.wg_ctx.tx if self.in_warpgroup_branch and self.wg_ctx is not None \
+            else self.ctx.tx
+        return IfThenElse(tx == 0, lowered, None, lowered.span)
+
+    def refuse_warpgroup_fragment(self, buffer, span):
+        if buffer.name in self.local or self.in_warpgroup_branch:
+            raise TileError(f"fragment {buffer.name} is read or written one element at a time "
+                            "in a loop whose turns alternate between warpgroups; access it in "
+                            "a T.Parallel loop instead", span)
+
+    def allocate(self, s: Allocate):
+        b = s.buffer
+        if b.scope == FRAGMENT:
+            return Allocate(self.ctx.register_array(b), s.span)
+        if is_shared(b.scope):
+            return Allocate(self.ctx.flat(b), s.span)
+        return s   # a global workspace (T.alloc_global) is a kernel parameter of the launch
+
+    def operands_read(self, op, prefix: list):
+        """op with the index expressions of its operands (and a scalar value) rewritten to the
+        lowered storage: `K[tile_list[idx] * 64, 0]` reads tile_list from shared memory. The
+        broadcasts of fragment elements they read (fragment_elements) go to `prefix`."""
+        rewriter = self.scalar_rewriter()
+
+        def rewrite(e):
+            before, e = broadcast_reads(self.ctx, e, lowering=self)
+            prefix.extend(before)
+            return rewriter.visit(e)
+        changes = {}
+        for f in dataclasses.fields(op):
+            v = getattr(op, f.name)
+            if isinstance(v, BufferRegion):
+                ranges = tuple((rewrite(a), rewrite(b)) for a, b in v.ranges)
+                changes[f.name] = dataclasses.replace(v, ranges=ranges)
+            elif f.name == "value" and isinstance(v, Expr):
+                changes[f.name] = rewrite(v)
+        if not changes:
+            return op
+        new = dataclasses.replace(op, **changes)
+        warps = self.ctx.layouts.gemm_warps
+        if id(op) in warps:
+            warps[id(new)] = warps[id(op)]
+        return new
+
+    def tile_op(self, op):
+        prefix = []
+        if not isinstance(op, (top.AnnotateLayout, top.UseSwizzle)):
+            op = self.operands_read(op, prefix)
+        lowered = self.lower_op(op)
+        return seq(prefix + [lowered], op.span) if prefix else lowered
+
+    def lower_op(self, op):
+        ctx = self.context(op)
+        if isinstance(op, top.Copy) and is_twin_copy(op, self.local):
+            return lower_twin_copy(op, self.ctx, self.kernel.num_threads, WARPGROUP)
+        if isinstance(op, top.Copy):
+            if "tma_barrier" in op.annotations:
+                return warn_unhinted(op, lower_tma_copy(op, ctx))
+            if is_tma_store(op) and same_layout(ctx.layouts.buffer(op.src.buffer),
+                                                tma_tile_layout(op.src.buffer)):
+                return warn_unhinted(op, lower_tma_store(op, ctx))
+            return warn_unhinted(op, lower_copy(op, ctx))
+        if isinstance(op, top.Fill):
+            return lower_fill(op, ctx)
+        if isinstance(op, top.Gemm):
+            return lower_gemm(op, ctx)
+        if isinstance(op, top.Reduce):
+            return lower_reduce(op, ctx)
+        if isinstance(op, top.CumSum):
+            return lower_cumsum(op, ctx)
+        if isinstance(op, top.Atomic):
+            if isinstance(op.value, BufferRegion):
+                return self.atomic_tile(op, ctx)
+            return self.on_one_thread(self.scalar_rewriter().visit(op))
+        if isinstance(op, top.AnnotateLayout):
+            return None
+        if isinstance(op, top.UseSwizzle):
+            if op.enable:
+                self.swizzle = (op.panel_size, op.order)
+            return None
+        raise TileError(f"T.{op.op_name} is not supported by the CUDA backend yet", op.span)
+
+    @staticmethod
+    def atomic_tile(op, ctx):
+        """A tile-form atomic: TMA stores that add where infer_instructions chose them (and
+        the tile has the layout TMA boxes read), element-wise atomics otherwise; use_tma=True
+        left unhonored is said at the user's line."""
+        if not op.annotations.get("use_tma"):
+            return lower_atomic_tile(op, ctx)
+        reason = op.annotations.get("unfit")
+        if op.annotations.get("instruction") == "tma":
+            if same_layout(ctx.layouts.buffer(op.value.buffer), tma_tile_layout(op.value.buffer)):
+                return lower_tma_store(as_copy(op), ctx, adds=True)
+            reason = f"the shared tile {op.value.buffer.name} does not have the layout TMA " \
+                     "boxes read"
+        warn_at(op.span, f"tilecraft: T.atomic_{op.kind} into {op.dst.buffer.name} runs as "
+                f"element-wise atomics, not TMA (use_tma=True): {reason}")
+        return lower_atomic_tile(op, ctx)
+
+
+
+def lower_tile_ops(func, configs: dict | None = None):
+    """Return func with every kernel lowered to thread-level code."""
+    unswitch = not (configs or {}).get(PassConfigKey.TL_DISABLE_UNIFORM_MASKS)
+    arena = {}
+    planned = func.attrs.get("smem_offsets", {})
+
+    def rebuild(s):
+        if isinstance(s, Kernel):
+            lowering = _KernelLowering(s, unswitch)
+            kernel = lowering.run()
+            top = kernel.attrs.get("smem_bytes", 0)
+            for key, flat in lowering.ctx.flat_shared.items():
+                if key in planned:
+                    arena[id(flat)] = planned[key][0]
+            # Shared scratch the lowering itself added (cross-warp reduction slots, scan and
+            # staging tiles) goes above the planned tiles. Each reduction that keeps no
+            # barrier after its reads (insert_barriers) gets bytes of its own; the rest share
+            # one offset above those: each such user ends with a barrier after its last
+            # read, so the next one may take the bytes.
+            base = (top + 15) // 16 * 16
+            scratch = [n.buffer for n in walk(kernel.body) if isinstance(n, Allocate) and
+                       is_shared(n.buffer.scope) and id(n.buffer) not in arena]
+            private = lowering.ctx.private_scratch
+            for b in [b for b in scratch if id(b) in private]:
+                arena[id(b)] = base
+                base = (base + footprint(b) + 15) // 16 * 16
+            top = max(top, base)
+            for b in [b for b in scratch if id(b) not in private]:
+                arena[id(b)] = base
+                top = max(top, base + footprint(b))
+            return dataclasses.replace(kernel, attrs={**kernel.attrs, "smem_bytes": top})
+        if isinstance(s, SeqStmt):
+            return seq([rebuild(x) for x in s.stmts])
+        return s
+
+    body = rebuild(func.body)
+    return dataclasses.replace(func, body=body, attrs={**func.attrs, "smem_arena": arena})

@@ -1,0 +1,154 @@
+"""finalize_barriers: what each block-wide barrier becomes on the target.
+
+- wgmma reads its shared operands through the async proxy, which does not see writes made by
+  ordinary stores or cp.async (the generic proxy) unless the writing thread executes
+  fence.proxy.async.shared::cta after them (PTX ISA, "Proxy fences"). The barriers that publish
+  a shared tile to its readers are exactly where every writer has finished, so in a kernel that
+  issues wgmma each barrier is preceded by that fence.
+- A TMA store reads its shared tile through the async proxy too (the same fence), and goes
+  on reading after the issuing thread moves on: that thread waits until its stores have read
+  their tiles (cp.async.bulk.wait_group.read 0, a no-op in threads that issued none) before
+  each barrier, and at the end of the kernel, so no barrier lets a thread overwrite a tile a
+  store still reads and no block leaves while one does. Where a store reads a stage of a
+  warp-specialized loop (a loop copying tiles through shared memory), the wait also precedes
+  each release of a stage, the mbarrier arrive after which the producer refills it.
+- In a warp-specialized kernel (warp_specialize) the producer warpgroup never reaches the
+  consumers' barriers, so those synchronize the T consumer threads only: named barrier 1 over
+  T threads (barrier 0 stays __syncthreads, used once after the mbarriers are initialized).
+
+A barrier that follows another in the same statement list leaves out the fence when the
+statements between them write no shared tile the async proxy reads (a reduction's scratch
+slots): every such write is then fenced by the next barrier of its own list, or by the first
+barrier of a list (which keeps it) or of an enclosing one whose statements contain it. MLA's
+loop keeps two fences of three this way. (Leaving out the store wait the same way where no
+store was issued made attention slower on the H100, with the same fences and barriers,
+bench/mha_fwd.md: the wait stays in front of every barrier.)
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ....ir.buffer import is_shared
+from ....ir.expr import BufferLoad, Call, const
+from ....ir.stmt import BufferStore, Evaluate, Kernel, SeqStmt, call_stmt, seq
+from ....ir.visitor import Mutator, walk
+from ....ir.annotations import is_sync
+
+CONSUMER_BARRIER = 1
+
+
+def _issues(kernel: Kernel, prefix: str) -> bool:
+    return any(isinstance(n, Call) and n.name.startswith(prefix) for n in walk(kernel))
+
+
+STORE_READ_WAIT = "tc::tma_store_wait<0>"
+# The consumers' release of a pipeline stage (warp_specialize, overlap_wgmma, seesaw_warpgroups).
+STAGE_RELEASE = "tc::mbarrier_arrive_warp"
+
+
+# Calls that read (or only order) the shared memory whose address they take; any other call
+# taking a shared address may write it. The first two read it through the async proxy.
+_ASYNC_READERS = ("tc::make_smem_desc", "tc::tma_store_")
+_READ_ONLY = _ASYNC_READERS + ("tc::ldmatrix", "tc::ld_shared", "tc::mbarrier_")
+
+
+def _shared_addresses(call: Call) -> set:
+    return {id(a.args[0].buffer) for a in walk(call) if isinstance(a, Call) and
+            a.name == "address_of" and isinstance(a.args[0], BufferLoad) and
+            is_shared(a.args[0].buffer.scope)}
+
+
+def _stores_from_stages(kernel: Kernel) -> bool:
+    """Whether a TMA store reads a tile that TMA loads fill (a stage of a pipelined loop)."""
+    loaded, stored = set(), set()
+    for n in walk(kernel):
+        if isinstance(n, Call) and n.name.startswith("tc::tma_load_"):
+            loaded |= _shared_addresses(n)
+        elif isinstance(n, Call) and n.name.startswith("tc::tma_store_"):
+            stored |= _shared_addresses(n)
+    return bool(loaded & stored)
+
+
+def _async_read(kernel: Kernel) -> set:
+    """ids of the shared buffers wgmma or a TMA store reads."""
+    out = set()
+    for n in walk(kernel):
+        if isinstance(n, Call) and n.name.startswith(_ASYNC_READERS):
+            out |= _shared_addresses(n)
+    return out
+
+
+def _generic_writes(stmts) -> set:
+    """ids of the shared buffers the statements may write with ordinary stores or calls."""
+    out = set()
+    for s in stmts:
+        for n in walk(s):
+            if isinstance(n, BufferStore) and is_shared(n.buffer.scope):
+                out.add(id(n.buffer))
+            elif isinstance(n, Call) and n.name.startswith("tc::") and \
+                    not n.name.startswith(_READ_ONLY):
+                out |= _shared_addresses(n)
+    return out
+
+
+class _Barriers(Mutator):
+    def __init__(self, fence: bool, consumers: int | None, stores: bool, async_read: set,
+                 stage_stores: bool):
+        self.fence = fence
+        self.consumers = consumers
+        self.stores = stores
+        self.async_read = async_read
+        self.stage_stores = stage_stores
+
+    def visit_SeqStmt(self, s: SeqStmt):
+        out, since = [], None  # the statements since this list's last barrier
+        for x in s.stmts:
+            if is_sync(x):
+                out.append(self.barrier(x, since))
+                since = []
+            else:
+                out.append(self.visit(x))
+                if since is not None:
+                    since.append(x)
+        return seq(out, s.span)
+
+    def visit_Evaluate(self, s: Evaluate):
+        if is_sync(s):
+            return self.barrier(s, None)
+        if self.stage_stores and isinstance(s.value, Call) and \
+                s.value.name.startswith(STAGE_RELEASE):
+            return seq([call_stmt(STORE_READ_WAIT, span=s.span), s])
+        return s
+
+    def barrier(self, s: Evaluate, since):
+        """What the barrier s becomes; since: the statements between it and the previous
+        barrier of its list (None: it is the list's first)."""
+        out = [s]
+        if self.consumers is not None:
+            out = [call_stmt("tc::named_barrier_sync", const(CONSUMER_BARRIER),
+                             const(self.consumers), span=s.span)]
+        if self.stores:
+            out.insert(0, call_stmt(STORE_READ_WAIT, span=s.span))
+        if self.fence and (since is None or _generic_writes(since) & self.async_read):
+            out.insert(0, call_stmt("tc::fence_proxy_async_shared", span=s.span))
+        return seq(out) if len(out) > 1 else out[0]
+
+
+def finalize_barriers(func):
+    def rebuild(s):
+        if isinstance(s, Kernel):
+            consumers = s.num_threads if s.attrs.get("producer_threads") else None
+            stores = _issues(s, "tc::tma_store_")
+            fence = stores or _issues(s, "tc::wgmma_m64")
+            if consumers is None and not fence:
+                return s
+            kernel = _Barriers(fence, consumers, stores, _async_read(s),
+                               stores and _stores_from_stages(s)).visit(s)
+            if stores:
+                kernel = dataclasses.replace(kernel, body=seq(
+                    [kernel.body, call_stmt(STORE_READ_WAIT, span=kernel.span)]))
+            return kernel
+        if isinstance(s, SeqStmt):
+            return seq([rebuild(x) for x in s.stmts])
+        return s
+    return dataclasses.replace(func, body=rebuild(func.body))

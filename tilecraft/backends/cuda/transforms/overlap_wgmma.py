@@ -1,0 +1,144 @@
+"""overlap_wgmma: keep one wgmma batch in flight across the iterations of a consumer loop.
+
+T.gemm lowers to a self-contained batch (fence, wgmma..., commit, wait_group 0, register fence),
+so the tensor cores drain at the end of every iteration: the warpgroup waits for its last
+instruction before the next iteration may issue. In a warp-specialized consumer loop whose
+accumulator is touched by nothing but that batch (a GEMM main loop), the wait can trail by one
+batch (the PTX ISA's wait_group N: "at most N pending"):
+
+    for k:  wait full[s(k)]; fence; wgmma...; commit
+            wait_group 1                     -- the batch of iteration k - 1 has retired
+            if k > start: arrive empty[s(k - 1)]   -- so its operand tiles may be refilled
+    wait_group 0; register fence             -- the last batch, before anything reads C
+    if the loop ran: arrive empty[s(last)]   -- every version ends released, as before
+
+The operand tiles of a batch still in flight are thus released one iteration later than before
+(the ring is num_stages deep, so the producer still runs num_stages - 1 iterations ahead of the
+batch being computed). Loops that read or write the accumulator between batches (attention's
+softmax), write a shared operand tile themselves, issue more than one batch, or feed A from
+registers (those registers are rewritten every iteration while the previous batch may still read
+them) are left as they are. The register
+fence stays after the final wait: it is what keeps the compiler from moving reads of C above it.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ....ir.expr import BufferLoad, Call, const
+from ....ir.stmt import Evaluate, For, IfThenElse, Kernel, SeqStmt, seq, stmts_of
+from ....ir.visitor import Mutator, substitute, walk
+
+WAIT_ALL = "tc::wgmma_wait_group<0>"
+WAIT_ONE = "tc::wgmma_wait_group<1>"
+RELEASE = "tc::mbarrier_arrive_warp"   # and its _cluster<N> form
+
+
+def _call(s, prefix: str) -> Call | None:
+    if isinstance(s, Evaluate) and isinstance(s.value, Call) and s.value.name.startswith(prefix):
+        return s.value
+    return None
+
+
+def addressed_buffer(call: Call):
+    """The buffer of a call's first argument `address_of(buf[i])`."""
+    arg = call.args[0]
+    if isinstance(arg, Call) and arg.name == "address_of" and isinstance(arg.args[0], BufferLoad):
+        return arg.args[0].buffer
+    return None
+
+
+def _only_wgmma_touches(body, acc) -> bool:
+    """Nothing in the loop body but the wgmma instructions names the accumulator or the shared
+    operand tiles they read (other than the register fence): no reads, no stores, no other calls
+    taking their address. A shared operand written inside the loop (conv2d's im2col tile) would
+    be overwritten while the batch still reading it is in flight."""
+    allowed, operands = set(), {id(acc)}
+    for node in walk(body):
+        if isinstance(node, Call) and node.name.startswith("tc::wgmma_m64"):
+            if "_rs<" in node.name:
+                return False  # A from registers: rewritten every iteration, see above
+            allowed.update(id(n) for n in walk(node))
+            # Its operands are the tiles it takes the address of (the buffers its indices
+            # read, a persistent kernel's count of ring rounds, are not).
+            operands.update(id(n.args[0].buffer) for n in walk(node)
+                            if isinstance(n, Call) and n.name == "address_of" and
+                            isinstance(n.args[0], BufferLoad))
+        elif isinstance(node, Call) and node.name.startswith("tc::wgmma_fence_registers"):
+            allowed.update(id(n) for n in walk(node))
+    return not any(id(getattr(n, "buffer", None)) in operands and id(n) not in allowed
+                   for n in walk(body))
+
+
+def _overlapped(loop: For):
+    """(new loop, statements after it) for a qualifying consumer loop, else None."""
+    body = list(stmts_of(loop.body))
+    waits = [n for n in walk(loop.body) if isinstance(n, Call) and
+             n.name.startswith("tc::wgmma_wait_group")]
+    commits = [n for n in walk(loop.body) if isinstance(n, Call) and
+               n.name == "tc::wgmma_commit_group"]
+    if len(waits) != 1 or len(commits) != 1 or waits[0].name != WAIT_ALL:
+        return None
+    at = next((i for i, s in enumerate(body) if _call(s, WAIT_ALL) is not None), None)
+    if at is None or at + 2 >= len(body):
+        return None
+    fence = _call(body[at + 1], "tc::wgmma_fence_registers")
+    release = _call(body[-1], RELEASE)
+    if fence is None or release is None or addressed_buffer(fence) is None:
+        return None
+    acc = addressed_buffer(fence)
+    if not _only_wgmma_touches(loop.body, acc):
+        return None
+    k = loop.var
+    # The versions of iterations k - 1 and start + extent - 1: the release's own address at
+    # those iterations (it counts a persistent kernel's earlier rounds too), each used only
+    # where that iteration exists.
+    address = release.args[0]
+    previous = substitute(address, {id(k): k - const(1)})
+    last = substitute(address, {id(k): loop.start + loop.extent - const(1)})
+    span = body[at].span
+    new_body = body[:at] + [Evaluate(Call(WAIT_ONE, (), waits[0].dtype), span)] + \
+        body[at + 2:-1] + [IfThenElse(k > loop.start, Evaluate(
+            Call(release.name, (previous,), release.dtype), body[-1].span), None, body[-1].span)]
+    tail = [Evaluate(Call(WAIT_ALL, (), waits[0].dtype), span), body[at + 1],
+            IfThenElse(loop.extent > const(0), Evaluate(Call(release.name, (last,),
+                                                             release.dtype), body[-1].span),
+                       None, body[-1].span)]
+    return dataclasses.replace(loop, body=seq(new_body)), tail
+
+
+class ConsumerLoops(Mutator):
+    """Replaces each warp-specialized consumer loop of a kernel by the statements rewrite(loop)
+    returns (None: the loop stays)."""
+
+    def __init__(self, rewrite):
+        self.rewrite = rewrite
+
+    def visit_SeqStmt(self, s: SeqStmt):
+        out = []
+        for x in s.stmts:
+            if isinstance(x, For) and x.annotations.get("warp_specialized"):
+                done = self.rewrite(x)
+                if done is not None:
+                    out.extend(done)
+                    continue
+            out.append(self.visit(x))
+        return seq(out, s.span)
+
+
+def rewrite_consumer_loops(func, rewrite):
+    """func with each warp-specialized consumer loop replaced by the statements rewrite(loop)
+    returns (a loop it returns None for stays as it is)."""
+    def rebuild(s):
+        if isinstance(s, Kernel):
+            return ConsumerLoops(rewrite).visit(s) if s.attrs.get("producer_threads") else s
+        if isinstance(s, SeqStmt):
+            return seq([rebuild(x) for x in s.stmts])
+        return s
+    return dataclasses.replace(func, body=rebuild(func.body))
+
+
+def overlap_wgmma(func):
+    def rewrite(loop):
+        done = _overlapped(loop)
+        return None if done is None else [done[0]] + list(done[1])
+    return rewrite_consumer_loops(func, rewrite)
