@@ -5,10 +5,11 @@ TMA data used before its mbarrier phase, TMA loads over bytes still in use, TMA 
 waited for or whose bytes are overwritten while they read them, and wgmma or TMA stores
 reading shared memory written without a proxy fence).
 
-    lowered = tilecraft.emulator.lower(prim_func)          # the sm_80 pipeline, no nvcc
-    lowered = tilecraft.emulator.lower(prim_func, "sm_90a", {"tl.disable_warp_specialized":
-                                       True})              # wgmma, TMA, warp specialization
-    reports = tilecraft.emulator.run(lowered, [A, B, C])   # arrays written in place
+    from tilecraft.backends.cuda import emulator
+    lowered = emulator.lower(prim_func)                    # the sm_80 pipeline, no nvcc
+    lowered = emulator.lower(prim_func, "sm_90a", {"tl.disable_warp_specialized": True})
+    #                                                        wgmma, TMA, warp specialization
+    reports = emulator.run(lowered, [A, B, C])             # arrays written in place
     for r in reports: print(r)
 
 `target="emulator"` on tilecraft.jit / tilecraft.compile does both on every call and raises
