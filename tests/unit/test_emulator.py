@@ -9,6 +9,7 @@ import pytest
 import tilecraft
 import tilecraft.backends.cuda.emulator as E
 import tilecraft.language as T
+from tilecraft import layout as lay
 from tilecraft.placement import resolve
 
 
@@ -24,7 +25,12 @@ def elementwise(M, N, block=32):
     return main
 
 
-def softmax(M, N, rows=16):
+def softmax(M, N, rows=16, across_warps=False):
+    """Row softmax of a (rows, N) tile over 128 threads. Layout inference keeps each row in
+    one warp; across_warps pins the tile to a grid that spreads each row over the threads of
+    several warps, whose reductions then meet through shared memory and barriers."""
+    grid = lay.grid_partition((rows, N), 128) if across_warps else None
+
     @T.prim_func
     def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32"),
              S: T.Tensor((M,), "float32")):
@@ -32,6 +38,8 @@ def softmax(M, N, rows=16):
             x = T.alloc_fragment((rows, N), "float32")
             mx = T.alloc_fragment((rows,), "float32")
             sm = T.alloc_fragment((rows,), "float32")
+            if across_warps:
+                T.annotate_layout({x: grid})
             T.copy(X[bx * rows, 0], x)
             T.reduce_max(x, mx, dim=1)
             for i, j in T.Parallel(rows, N):
@@ -82,11 +90,12 @@ def test_elementwise_ragged(M, N):
     close(got, want, 1e-3)
 
 
+@pytest.mark.parametrize("across_warps", [False, True])
 @pytest.mark.parametrize("M, N", [(64, 64), (40, 32)])
-def test_reduction_softmax(M, N):
+def test_reduction_softmax(M, N, across_warps):
     rng = np.random.default_rng(2)
     X = rng.standard_normal((M, N)).astype(np.float32)
-    got, want, _ = run_both(softmax(M, N), (X,), out_idx=[1, 2])
+    got, want, _ = run_both(softmax(M, N, across_warps=across_warps), (X,), out_idx=[1, 2])
     close(got, want, 1e-5)
     e = np.exp(X - X.max(1, keepdims=True))
     close(got[0], e / e.sum(1, keepdims=True), 1e-5)

@@ -113,7 +113,7 @@ def test_wait_all_missing_is_reported(example):
 
 
 def test_removed_reduction_barrier_and_arena_aliasing():
-    func = softmax(32, 64)
+    func = softmax(32, 64, across_warps=True)
     lowered = E.lower(func)
     X = np.random.default_rng(1).standard_normal((32, 64)).astype(np.float32)
     args = [X, np.zeros_like(X), np.zeros(32, np.float32)]
@@ -132,7 +132,7 @@ def test_removed_reduction_barrier_and_arena_aliasing():
 
 
 def test_barrier_in_a_branch_is_a_divergence():
-    lowered = E.lower(softmax(32, 64))
+    lowered = E.lower(softmax(32, 64, across_warps=True))
     tx = lowered.kernels()[0].thread_var
     X = np.ones((32, 64), np.float32)
 
@@ -160,7 +160,7 @@ def test_missing_bounds_guard_is_out_of_bounds():
 
 
 def test_reading_shared_memory_never_written():
-    lowered = E.lower(softmax(32, 64))
+    lowered = E.lower(softmax(32, 64, across_warps=True))
     X = np.ones((32, 64), np.float32)
     bad = plant(lowered, lambda s: isinstance(s, BufferStore) and s.buffer.name == "mx_ws",
                 dropped, None)

@@ -275,8 +275,12 @@ def test_unconstrained_fragments_get_a_partition():
         slots = frag.table().reshape(-1, 2)
         assert len({tuple(s) for s in slots.tolist()}) == 32 * 64
         assert np.bincount(slots[:, 0], minlength=128).tolist() == [16] * 128
-    assert same_layout(y, lay.make_partition((32, 64), 128))
-    assert same_layout(x, lay.grid_partition((32, 64), 128))  # reduced: thread groups per row
+    # Copied in and out only: runs of four (one 16-byte access each) dealt round robin.
+    assert same_layout(y, lay.make_partition((32, 64), 128, 4))
+    # Reduced along its rows: runs of eight, so a row spans 8 lanes of one warp (3 shuffle
+    # steps, no shared memory) and the result is kept by 8 threads, not 64.
+    assert same_layout(x, lay.make_partition((32, 64), 128, 8))
+    assert layouts.buffer(b["r"]).replicate == 8
     assert layouts.origin[id(b["y"])] is None
     assert same_layout(layouts.buffer(b["r"]), lay.reduce_fragment(x, 1))
 

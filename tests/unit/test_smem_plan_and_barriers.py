@@ -3,6 +3,7 @@ where a shared-memory hazard exists), on small tile-level programs."""
 import dataclasses
 
 import tilecraft.language as T
+from tilecraft import layout as lay
 from tilecraft.ir.buffer import is_shared
 from tilecraft.ir.stmt import Allocate, For, IfThenElse, stmts_of
 from tilecraft.ir.visitor import walk
@@ -183,7 +184,10 @@ def test_the_only_hazard_is_the_reuse_of_bytes():
 
 def refill_after_a_reduce(threads):
     """A loop that rewrites a shared tile after a row reduction: with one warp the reduction
-    stays inside it; with 128 threads each row spans two warps."""
+    stays inside it; with 128 threads each row spans two warps (f pinned to a grid of 64
+    threads a row: left to itself, layout inference keeps each row in one warp)."""
+    grid = lay.grid_partition((64, 64), threads)
+
     @T.prim_func
     def main(X: T.Tensor((4, 64, 64), "float32"), Y: T.Tensor((64, 64), "float32")):
         with T.Kernel(1, threads=threads) as bx:
@@ -191,6 +195,7 @@ def refill_after_a_reduce(threads):
             f = T.alloc_fragment((64, 64), "float32")
             m = T.alloc_fragment((64,), "float32")
             acc = T.alloc_fragment((64, 64), "float32")
+            T.annotate_layout({f: grid})
             T.clear(acc)
             for k in T.serial(4):
                 T.copy(X[k, :, :], f)
@@ -262,13 +267,17 @@ def test_reductions_drop_their_trailing_barrier_where_another_comes_first(exampl
 
 
 def lone_reduction():
-    """A loop whose only barrier is its reduction across warps."""
+    """A loop whose only barrier is its reduction across warps (f pinned to a grid whose rows
+    span two warps: left to itself, layout inference keeps each row in one warp)."""
+    grid = lay.grid_partition((64, 64), 128)
+
     @T.prim_func
     def main(X: T.Tensor((4, 64, 64), "float32"), Y: T.Tensor((64,), "float32")):
         with T.Kernel(1, threads=128) as bx:
             f = T.alloc_fragment((64, 64), "float32")
             m = T.alloc_fragment((64,), "float32")
             acc = T.alloc_fragment((64,), "float32")
+            T.annotate_layout({f: grid})
             T.clear(acc)
             for k in T.serial(4):
                 T.copy(X[k, :, :], f)

@@ -8,7 +8,7 @@ applies them (see docs/design.md and layout/).
 from .layout import (Layout, LayoutError, identity_layout, linear_layout, flatten_index,
                      unflatten_index)
 from .fragment import (Fragment, fully_replicated, grid_partition, make_partition,
-                       reduce_fragment)
+                       reduce_fragment, slot_elements, vector_runs)
 from .swizzle import (SWIZZLE_MODES, SharedLayout, bank_groups, ldmatrix_conflict_ways,
                       make_full_bank_swizzle, make_half_bank_swizzle, make_linear_layout,
                       make_padded_layout, make_quarter_bank_swizzle, make_swizzled_layout,
@@ -22,6 +22,7 @@ from .plot import render_fragment
 __all__ = [
     "Layout", "LayoutError", "identity_layout", "linear_layout", "flatten_index",
     "unflatten_index", "Fragment", "fully_replicated", "grid_partition", "make_partition", "reduce_fragment",
+    "slot_elements", "vector_runs",
     "SWIZZLE_MODES", "SharedLayout", "bank_groups", "ldmatrix_conflict_ways",
     "make_full_bank_swizzle", "make_half_bank_swizzle", "make_linear_layout",
     "make_padded_layout", "make_quarter_bank_swizzle", "make_swizzled_layout",

@@ -402,3 +402,34 @@ def grid_partition(shape, threads: int) -> Fragment:
         lead = unflatten_index(i, shape[:-1]) if len(shape) > 1 else []
         return list(lead) + [j]
     return Fragment(shape, forward, threads=ti * tj, logical_fn=logical)
+
+
+def slot_elements(frag: Fragment) -> np.ndarray:
+    """held[t, l]: the row-major flat index of the element thread t (counted from the
+    fragment's first thread) keeps in register l, or -1 where that slot holds nothing."""
+    tab = frag.table()
+    n = frag.locals_per_thread
+    held = np.full((frag.num_threads, n), -1, np.int64)
+    flat = np.broadcast_to(np.arange(math.prod(frag.shape)).reshape(frag.shape + (1,)),
+                           tab.shape[:-1])
+    held[tab[..., 0].reshape(-1) - frag.thread_offset, tab[..., 1].reshape(-1)] = flat.reshape(-1)
+    return held
+
+
+def vector_runs(frag: Fragment, limit: int) -> int:
+    """The most elements (a power of two, at most `limit`) one vector access can move between
+    a thread's registers and a row-major tile: every thread's registers v q .. v q + v - 1 hold
+    elements v c .. v c + v - 1 of one row (or nothing at all), for every q."""
+    held = slot_elements(frag)
+    last = frag.shape[-1]
+    v = 1
+    while v * 2 <= limit and held.shape[1] % (v * 2) == 0 and last % (v * 2) == 0:
+        w = v * 2
+        runs = held.reshape(held.shape[0], -1, w)
+        first = runs[..., :1]
+        empty = np.all(runs == -1, axis=-1)
+        whole = np.all(runs == first + np.arange(w), axis=-1) & (first[..., 0] % w == 0)
+        if not np.all(empty | whole):
+            break
+        v = w
+    return v

@@ -4,26 +4,40 @@ Three phases over a kernel's tile ops, as in the paper:
 - strict: ops with hard requirements decide first (a gemm fixes its accumulator and register
   operand fragments and its shared operands' swizzles; T.annotate_layout pins what it names);
 - common: to a fixed point, ops propagate what their neighbours decided (a T.Parallel nest takes
-  the layout of a fragment it indexes with its own variables and passes it on to the fragments
-  it indexes the same way, or a row/column projection of it to fragments indexed by a subset of
-  its variables; a reduction derives its output from its input; fragment copies share layouts);
-- free: whatever is left chooses for itself (a partition over the threads), then the common
-  phase runs again so the choice propagates.
-A buffer that two ops want laid out differently is an error naming both ops and their lines.
+  the layout of a fragment it indexes with its own variables, or with coarsened ones
+  (x[i, j // 2]: iterations (i, 2m) and (i, 2m + 1) run where element (i, m) is), and passes it
+  on to the fragments it indexes the same way, or a row/column projection or coarsening of it to
+  the others, each element held by every thread whose iterations read it; a reduction derives
+  its output from its input; fragment copies share layouts);
+- free (paper appendix E, phase III): the fragments left are grouped by the ops that tie them
+  together; each group is seeded in turn from each fragment that decides the others with each
+  candidate partition over the threads (runs of v consecutive row elements dealt round robin,
+  for every power of two v dividing a row), the common phase carries the seed through, and the
+  outcome of least cost is kept: register bytes per thread, plus the memory instructions,
+  cache lines and bytes of its global accesses, plus the shuffle steps of its reductions.
+  Seeds that meet a conflict are discarded.
+A buffer that two ops want laid out differently is an error naming both ops and their lines. A
+fragment that a loop reads where no partition follows (at two positions per iteration, or at
+computed ones) is kept whole in every thread, with a warning at the read.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from ..errors import TileError
+from ..errors import TileError, warn_at
 from ..ir.buffer import FRAGMENT, Buffer, is_shared
-from ..ir.stmt import For, Kernel
+from ..ir.expr import BufferLoad
+from ..ir.stmt import BufferStore, For, Kernel
+from ..ir.visitor import walk
 from ..ir.tileop import AnnotateLayout, Copy, CumSum, Gemm, Reduce
 from ..arith.linear import structural_key
 from .. import layout as lay
-from .parallel_nests import (allocated, fragment_accesses, is_identity_access, is_twin_copy,
-                             nest_extents, nest_vars, on_warpgroup_fragments, projection,
-                             tile_ops)
+from ..layout.layout import evaluate as lay_evaluate
+from .parallel_nests import (access_map, allocated, fragment_accesses, fragments_of,
+                             is_identity_access, is_twin_copy, nest_extents, nest_vars,
+                             on_warpgroup_fragments, tile_ops)
 from ..ir.annotations import WARPGROUP_FRAGMENTS
 from ..ir.visitor import map_kernels
 
@@ -161,21 +175,155 @@ class _Inference:
             self.strict(op)
         self.replicate_multi_read()
         self.common()
-        reduced = {id(op.src.buffer) for op in self.ops if isinstance(op, Reduce)}
-        for b in self.fragments:
-            if not self.map.has(b):
-                # A tile that is reduced gets thread groups along both dims; others the plain
-                # round-robin partition.
-                choose = lay.grid_partition if id(b) in reduced else lay.make_partition
-                self.map.set(b, choose(b.static_shape(), self.buffer_threads(b)), None)
-                self.common()
+        for component in self.free_components():
+            self.choose_free(component)
         for op in self.ops:
             if isinstance(op, For) and id(op) not in self.map.loops:
                 self.map.loops[id(op)] = lay.make_partition(nest_extents(op), self.op_threads(op))
         for b in self.shared:
             if not self.map.has(b):
                 self.map.set(b, _shared_default(b, self.tma_tiles), None)
+        self.warn_whole()
         return self.map
+
+    def warn_whole(self):
+        """A fragment of several elements that a loop reads where no partition of it over the
+        threads can follow (two positions per iteration, or computed ones) is kept whole in
+        every thread: say so, at the read, since it costs registers in every thread and a copy
+        of the whole tile into each of them."""
+        for b in self.fragments:
+            layout = self.map.buffers.get(id(b))
+            loop = self.map.origin.get(id(b))
+            if not isinstance(loop, For) or not isinstance(layout, lay.Fragment) or \
+                    layout.replicate < 2 or layout.replicate != layout.num_threads or \
+                    math.prod(b.static_shape()) == 1:
+                continue
+            reads = [n for n in walk(loop) if isinstance(n, (BufferLoad, BufferStore))
+                     and n.buffer is b]
+            shown = []
+            for n in reads:
+                text = f"{b.name}[{', '.join(repr(i) for i in n.indices)}]"
+                if text not in shown:
+                    shown.append(text)
+            why = (f"at {len(shown)} positions in each iteration ({', '.join(shown)})"
+                   if len(shown) > 1 else f"as {shown[0]}" if shown else "")
+            span = next((n.span for n in reads if n.span is not None), loop.span)
+            warn_at(span, f"tilecraft: no partition over the threads exists for fragment "
+                          f"{b.name} ({math.prod(b.static_shape())} elements): this T.Parallel "
+                          f"loop reads it {why}, which no layout of it across threads "
+                          f"follows, so each of the {layout.num_threads} threads keeps all of "
+                          f"it; index it with the loop's own variables (x[i], x[i // c]) or "
+                          f"read it from a shared tile")
+
+    # --- free -----------------------------------------------------------------------
+    def free_components(self) -> list:
+        """The fragments no op constrains, grouped by the ops that tie their layouts together
+        (a T.Parallel nest, a copy or cumsum between fragments, a reduction), in allocation
+        order."""
+        free = [b for b in self.fragments if not self.map.has(b)]
+        parent = {id(b): id(b) for b in free}
+
+        def root(x):
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+        for op in self.ops:
+            touched = [id(b) for b in _fragments_tied(op) if id(b) in parent]
+            for x in touched[1:]:
+                parent[root(x)] = root(touched[0])
+        groups: dict = {}
+        for b in free:
+            groups.setdefault(root(id(b)), []).append(b)
+        return list(groups.values())
+
+    def default_layout(self, b: Buffer):
+        """What a fragment nothing else decides gets: thread groups along both dims for a tile
+        that is reduced, the plain round-robin partition otherwise."""
+        reduced = any(isinstance(op, Reduce) and op.src.buffer is b for op in self.ops)
+        choose = lay.grid_partition if reduced else lay.make_partition
+        return choose(b.static_shape(), self.buffer_threads(b))
+
+    def candidates(self, b: Buffer) -> list:
+        """Partitions of fragment b over the block's threads to try as the seed of its
+        component: the default, then runs of v consecutive row elements dealt round robin for
+        every power of two v that divides a row (short runs for coalescing, long ones keep a
+        row in few threads for a reduction)."""
+        shape, threads = b.static_shape(), self.buffer_threads(b)
+        out = [self.default_layout(b)]
+        v = 1
+        while shape[-1] % v == 0:
+            out.append(lay.make_partition(shape, threads, v))
+            v *= 2
+        unique = []
+        for c in out:
+            if not any(same_layout(c, u) for u in unique):
+                unique.append(c)
+        return unique
+
+    def roots(self, component: list) -> list:
+        """The fragments whose layout decides the others': those some T.Parallel nest reads
+        or writes at every iteration's own element (an identity or coarsening access keeping
+        all loop dims), or that no nest touches; not a reduction's result, which decides
+        nothing upstream. All of them if that leaves none."""
+        results = {id(op.dst.buffer) for op in self.ops if isinstance(op, Reduce)}
+        full, partial = set(), set()
+        for op in self.ops:
+            if isinstance(op, For):
+                loop_vars = nest_vars(op)
+                for b, indices in fragment_accesses(op):
+                    amap = access_map(indices, loop_vars)
+                    whole = amap is not None and len(amap) == len(loop_vars)
+                    (full if whole else partial).add(id(b))
+        out = [b for b in component if id(b) not in results and
+               (id(b) in full or id(b) not in partial)]
+        return out or component
+
+    def snapshot(self):
+        m = self.map
+        return dict(m.buffers), dict(m.origin), dict(m.loops)
+
+    def restore(self, state):
+        m = self.map
+        m.buffers, m.origin, m.loops = (dict(x) for x in state)
+
+    def choose_free(self, component: list):
+        """Paper appendix E, phase III: seed the component from each of its roots in turn
+        with each candidate partition, let the common phase carry the choice through the ops,
+        give what is still open its default, and keep the feasible outcome of least cost
+        (free_cost). A seed whose propagation meets a conflict is discarded, and so is one that
+        an earlier seed's outcome already gave its fragment (the same outcome again)."""
+        start = self.snapshot()
+        best = None
+        outcomes = []   # what earlier seeds gave each fragment: a seed met there is skipped
+        for b in self.roots(component):
+            for layout in self.candidates(b):
+                if any(same_layout(o.get(id(b)), layout) for o in outcomes
+                       if o.get(id(b)) is not None):
+                    continue
+                self.restore(start)
+                try:
+                    self.map.set(b, layout, None)
+                    self.common()
+                    for other in component:
+                        if not self.map.has(other):
+                            self.map.set(other, self.default_layout(other), None)
+                            self.common()
+                    cost = free_cost(self, component)
+                except TileError:
+                    continue
+                outcomes.append(dict(self.map.buffers))
+                if cost is not None and (best is None or cost < best[0]):
+                    best = (cost, self.snapshot())
+        self.restore(start)
+        if best is not None:
+            self.restore(best[1])
+            return
+        # No seed works out: the plain defaults, whose conflict (if any) is then reported.
+        for b in component:
+            if not self.map.has(b):
+                self.map.set(b, self.default_layout(b), None)
+                self.common()
 
     def buffer_threads(self, b: Buffer) -> int:
         return self.rules.warpgroup_threads if b.name in self.local else self.T
@@ -214,7 +362,7 @@ class _Inference:
             patterns: dict = {}
             for b, indices in fragment_accesses(op):
                 patterns.setdefault(id(b), (b, set()))[1].add(structural_key(tuple(indices)))
-                if projection(indices, loop_vars) is None and \
+                if access_map(indices, loop_vars) is None and \
                         not is_identity_access(indices, loop_vars, b, op):
                     patterns[id(b)][1].add(("computed",))
             for b, keys in patterns.values():
@@ -264,6 +412,7 @@ class _Inference:
     def propagate_loop(self, loop: For) -> bool:
         m = self.map
         loop_vars = nest_vars(loop)
+        extents = nest_extents(loop)
         accesses = fragment_accesses(loop)
         changed = False
         if id(loop) not in m.loops:
@@ -274,12 +423,15 @@ class _Inference:
                     break
             else:
                 for b, indices in accesses:
-                    kept = projection(indices, loop_vars)
+                    amap = access_map(indices, loop_vars)
                     layout = m.buffers.get(id(b))
-                    if kept is not None and isinstance(layout, lay.Fragment) and \
-                            not layout.is_fully_replicated():
+                    if amap is not None and isinstance(layout, lay.Fragment) and \
+                            not layout.is_fully_replicated() and \
+                            coarsens(amap, extents, b.static_shape()):
                         # Run each iteration in the threads that hold the element it reads.
-                        m.loops[id(loop)] = expand_fragment(layout, nest_extents(loop), kept)
+                        m.loops[id(loop)] = expand_fragment(layout, extents,
+                                                            [d for d, _ in amap],
+                                                            [c for _, c in amap])
                         changed = True
                         break
                 else:
@@ -291,7 +443,8 @@ class _Inference:
         for b, indices in accesses:
             if m.has(b):
                 continue
-            if len(patterns[id(b)]) > 1 or (projection(indices, loop_vars) is None and
+            amap = access_map(indices, loop_vars)
+            if len(patterns[id(b)]) > 1 or (amap is None and
                                             not is_identity_access(indices, loop_vars, b, loop)):
                 changed |= m.set(b, lay.fully_replicated(b.static_shape(),
                                                          self.buffer_threads(b)), loop)
@@ -299,49 +452,259 @@ class _Inference:
             if is_identity_access(indices, loop_vars, b, loop):
                 changed |= m.set(b, frag, loop)
                 continue
-            kept = projection(indices, loop_vars)
-            if kept is not None:
-                dropped = [d for d in range(len(loop_vars)) if d not in kept]
-                derived = frag
-                for d in reversed(dropped):
-                    derived = lay.reduce_fragment(derived, d)
-                if tuple(derived.shape) == tuple(b.static_shape()):
-                    changed |= m.set(b, derived, loop)
+            derived = project_loop(frag, extents, amap, b.static_shape())
+            if derived is not None:
+                changed |= m.set(b, derived, loop)
         return changed
 
 
-def expand_fragment(frag, extents, kept) -> "lay.Fragment":
+def _fragments_tied(op) -> list:
+    """The fragments whose layouts an op relates (the common phase passes layouts between
+    them)."""
+    if isinstance(op, For):
+        return fragments_of(op)
+    if isinstance(op, (Copy, CumSum, Reduce)):
+        return [r.buffer for r in (op.src, op.dst) if r.buffer.scope == FRAGMENT]
+    return []
+
+
+# --- the cost of a free choice --------------------------------------------------------------
+# In bytes of a thread's registers: each fragment costs what it keeps per thread; each memory
+# instruction, and each 128-byte line a warp instruction touches, a register's worth (4); the
+# global bytes a warp's accesses bring, its share of them; a shuffle step of a reduction an
+# instruction per register (a step across warps, through shared memory and a barrier, eight).
+_INSTRUCTION = 4
+_WARP_STEP = 8
+
+
+def free_cost(inference, component) -> float | None:
+    """The cost of the layouts a free choice gave `component` and the ops around it; None
+    where some T.Parallel nest would write elements its threads do not hold."""
+    m = inference.map
+    ids = {id(b) for b in component}
+    cost = 0.0
+    for b in component:
+        layout = m.buffer(b)
+        cost += layout.locals_per_thread * b.dtype.bytes
+    for op in inference.ops:
+        if isinstance(op, Copy):
+            frag = next((r for r in (op.src, op.dst) if r.buffer.scope == FRAGMENT), None)
+            other = op.dst if frag is op.src else op.src
+            if frag is not None and id(frag.buffer) in ids and other.buffer.scope == "global" \
+                    and tuple(m.buffer(frag.buffer).shape) == tuple(frag.buffer.static_shape()):
+                cost += _copy_cost(m.buffer(frag.buffer), frag.buffer.dtype.bytes,
+                                   inference.T)
+        elif isinstance(op, Reduce) and id(op.src.buffer) in ids and m.has(op.dst.buffer):
+            if not _reduces_into(m.buffer(op.src.buffer), m.buffer(op.dst.buffer), op.dim):
+                return None   # the result laid out otherwise than the reduction leaves it
+            cost += _reduce_cost(m.buffer(op.src.buffer), m.buffer(op.dst.buffer), op.dim)
+        elif isinstance(op, For) and id(op) in m.loops and \
+                any(id(b) in ids for b in fragments_of(op)):
+            extra = _loop_cost(m, op, inference.T)
+            if extra is None:
+                return None
+            cost += extra
+    return cost
+
+
+def _traffic(rows, cols, nbytes, live) -> tuple:
+    """Accesses [thread, instruction] at tile (row key, column) of elements of nbytes: the
+    128-byte lines each warp instruction touches, summed and averaged over the warps (what
+    the load unit works through), and the distinct 32-byte sectors each warp touches over
+    all of them, in bytes per thread (what comes from memory)."""
+    warps = -(-rows.shape[0] // 32)
+    pad = warps * 32 - rows.shape[0]
+    if pad:
+        rows, cols, live = (np.concatenate([a, np.zeros((pad,) + a.shape[1:], a.dtype)])
+                            for a in (rows, cols, live))
+    byte = rows * (1 << 30) + cols * nbytes
+    lines = np.where(live, byte // 128, -1).reshape(warps, 32, -1)
+    sectors = np.where(live, byte // 32, -1).reshape(warps, 32, -1)
+    per_instruction, footprint = 0, 0
+    for w in range(warps):
+        for k in range(lines.shape[2]):
+            col = lines[w, :, k]
+            per_instruction += len(np.unique(col[col >= 0]))
+        every = sectors[w].reshape(-1)
+        footprint += len(np.unique(every[every >= 0]))
+    return per_instruction / warps, footprint * 32 / (warps * 32)
+
+
+def _copy_cost(layout, nbytes: int, threads: int) -> float:
+    """A global <-> fragment copy: one access per run of registers a vector moves (up to 16
+    bytes), the lines they touch and the bytes they bring."""
+    v = lay.vector_runs(layout, max(1, 16 // nbytes))
+    held = lay.slot_elements(layout)[:, ::v]
+    live = held >= 0
+    rows, cols = np.divmod(np.where(live, held, 0), layout.shape[-1])
+    instructions = int(live.sum(axis=1).max()) if live.size else 0
+    lines, footprint = _traffic(rows, cols, nbytes, live)
+    return (instructions + lines) * _INSTRUCTION + footprint
+
+
+def _reduces_into(src, dst, dim: int) -> bool:
+    """The reduction of src along dim leaves its result laid out as dst."""
+    try:
+        derived = lay.reduce_fragment(src, dim)
+        if tuple(derived.shape) != tuple(dst.shape):
+            derived = derived.reshape(tuple(dst.shape))
+    except TileError:
+        return False
+    return same_layout(derived, dst)
+
+
+def _reduce_cost(src, dst, dim: int) -> float:
+    """Shuffle steps of a reduction: one per output register and thread bit its rows span."""
+    table = src.table()[..., 0, 0]
+    table = np.moveaxis(table, dim, -1).reshape(-1, table.shape[dim])
+    bits = 0
+    for row in table:
+        bits |= int(np.bitwise_or.reduce(row ^ row[0]))
+    lane = bin(bits & 31).count("1")
+    warp = bin(bits >> 5).count("1")
+    return dst.locals_per_thread * (lane + _WARP_STEP * warp) * _INSTRUCTION
+
+
+def _loop_cost(m, loop, threads: int) -> float | None:
+    """A T.Parallel nest under its layout: the sectors of its global accesses (one element per
+    access), and a penalty for fragment elements it reads from other threads (a round trip
+    through shared memory); None if it would write elements other threads hold."""
+    layout = m.loop(loop)
+    loop_vars, extents = nest_vars(loop), nest_extents(loop)
+    held = lay.slot_elements(layout)
+    live = held >= 0
+    idx = np.unravel_index(np.where(live, held, 0), extents)
+    env = {id(v): i for v, i in zip(loop_vars, idx)}
+    cost = 0.0
+    seen = set()
+    from ..ir.expr import BufferLoad as Load
+    for n in walk(loop):
+        if not isinstance(n, (Load, BufferStore)):
+            continue
+        key = (id(n.buffer), structural_key(tuple(n.indices)))
+        if key in seen:
+            continue
+        seen.add(key)
+        values = _index_values(n.indices, env, live.shape)
+        if values is None:
+            continue
+        if n.buffer.scope == "global":
+            lead = np.zeros(live.shape, np.int64)
+            for x in values[:-1]:
+                lead = lead * 4099 + x
+            # One access per element, where the same address repeats in a thread only once
+            # (the loads are the same expression after unrolling).
+            key = np.where(live, lead * (1 << 20) + values[-1], -1)
+            distinct = max(len(np.unique(r[r >= 0])) for r in key)
+            _, footprint = _traffic(lead, values[-1], n.buffer.dtype.bytes, live)
+            cost += distinct * _INSTRUCTION + footprint
+        elif n.buffer.scope == FRAGMENT and m.has(n.buffer):
+            frag = m.buffer(n.buffer)
+            shape = frag.shape
+            if len(values) != len(shape) or any(
+                    ((x < 0) | (x >= e))[live].any() for x, e in zip(values, shape)):
+                continue
+            flat = np.ravel_multi_index(tuple(np.where(live, x, 0) for x in values), shape)
+            owners = frag.table()[..., 0].reshape(math.prod(shape), -1)
+            runner = np.arange(layout.num_threads)[:, None] + layout.thread_offset
+            mine = (owners[flat] == runner[..., None]).any(axis=-1) | ~live
+            if not mine.all():
+                if isinstance(n, BufferStore):
+                    return None
+                cost += n.buffer.dtype.bytes * 8 * int((~mine).sum(axis=1).max())
+    return cost
+
+
+def _index_values(indices, env, shape):
+    """Index expressions evaluated at every (thread, register) of a loop layout, the loop
+    variables bound (env: id(var) -> values) and every other variable taken as 0; None for
+    indices loaded from memory or called."""
+    from ..ir.expr import BufferLoad as Load, Call, Var
+    bindings = {}
+    for i in indices:
+        for x in walk(i):
+            if isinstance(x, (Load, Call)):
+                return None
+            if isinstance(x, Var):
+                bindings[x] = env.get(id(x), np.int64(0))
+    try:
+        return [np.broadcast_to(x, shape).astype(np.int64)
+                for x in lay_evaluate(list(indices), bindings, shape)]
+    except Exception:
+        return None
+
+
+def expand_fragment(frag, extents, kept, divisors=None) -> "lay.Fragment":
     """A layout of the iteration space `extents` in which iteration idx runs in the threads
-    holding element idx[kept] of frag, the other dimensions walked in its registers."""
+    holding element [idx[kept[k]] // divisors[k]] of frag, the other dimensions (and the
+    remainders idx[kept[k]] % divisors[k]) walked in its registers."""
     extents = tuple(extents)
-    others = [d for d in range(len(extents)) if d not in kept]
+    divisors = list(divisors) if divisors is not None else [1] * len(kept)
+    # The digits a thread walks for each element of frag, slowest first: whole dims that are
+    # not kept, and the remainder of each coarsened dim, in loop order.
+    digits = []
+    for d in range(len(extents)):
+        if d not in kept:
+            digits.append((d, extents[d], False))
+        elif divisors[kept.index(d)] > 1:
+            digits.append((d, divisors[kept.index(d)], True))
     inner = 1
-    for d in others:
-        inner *= extents[d]
+    for _, n, _ in digits:
+        inner *= n
     rep = frag.replicate
 
     def forward(*args):
         idx = args[:len(extents)]
-        sub = [idx[d] for d in kept]
+        sub = [idx[d] // c if c > 1 else idx[d] for d, c in zip(kept, divisors)]
         flat = 0
-        for d in others:
-            flat = flat * extents[d] + idx[d]
+        for d, n, rem in digits:
+            flat = flat * n + (idx[d] % n if rem else idx[d])
         thread = frag.thread_of(sub, args[-1] if rep > 1 else None)
         return thread, frag.local_of(sub) * inner + flat
 
     def logical(t, l):
         back = frag.logical_of(t, l // inner)
         out = [None] * len(extents)
-        for pos, d in enumerate(kept):
-            out[d] = back[pos]
+        for pos, (d, c) in enumerate(zip(kept, divisors)):
+            out[d] = back[pos] * c if c > 1 else back[pos]
         rest = l % inner
-        for d in reversed(others):
-            out[d] = rest % extents[d]
-            rest = rest // extents[d]
+        for d, n, rem in reversed(digits):
+            out[d] = out[d] + rest % n if rem else rest % n
+            rest = rest // n
         return out + ([frag.rep_of(t, l // inner)] if rep > 1 else [])
 
     return lay.Fragment(extents, forward, replicate=rep, threads=frag.num_threads,
                         logical_fn=logical)
+
+
+def coarsens(amap, extents, shape) -> bool:
+    """The access map reads a fragment of `shape` whole and nothing beyond it: each kept loop
+    dim's extent is its divisor times the fragment's extent."""
+    return len(amap) == len(shape) and all(
+        extents[d] % c == 0 and extents[d] // c == n for (d, c), n in zip(amap, shape))
+
+
+def project_loop(frag, extents, amap, shape):
+    """The layout of a fragment the loop laid out as `frag` reads at `amap` (a projection or
+    coarsening of its iteration space): each element held by every thread whose iterations
+    read it. None where the shapes do not fit."""
+    if not coarsens(amap, extents, shape):
+        return None
+    split, quotient = [], {}
+    for d, n in enumerate(extents):
+        c = dict(amap).get(d, 1)
+        quotient[d] = len(split)
+        split += [n // c, c] if c > 1 else [n]
+    view = frag.reshape(tuple(split)) if len(split) != len(extents) else frag
+    kept = [quotient[d] for d, _ in amap]
+    derived = view
+    for d in reversed([d for d in range(len(split)) if d not in kept]):
+        derived = lay.reduce_fragment(derived, d)
+    if tuple(derived.shape) != tuple(shape):
+        if math.prod(derived.shape) != math.prod(shape):
+            return None
+        derived = derived.reshape(tuple(shape))
+    return derived
 
 
 def infer_layouts(node, rules):

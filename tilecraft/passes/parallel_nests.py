@@ -1,10 +1,11 @@
 """What the layout passes ask of a kernel body: its tile ops and outermost T.Parallel nests in
 program order, the fragments each touches, and how a nest's fragment accesses relate to its loop
-variables (the same indices, or a row / column projection of them)."""
+variables (the same indices, a row / column projection of them, or a coarsening: `x[i, j // 2]`,
+where several iterations read one element)."""
 from __future__ import annotations
 
 from ..ir.buffer import FRAGMENT
-from ..ir.expr import BufferLoad
+from ..ir.expr import Binary, BufferLoad, Const
 from ..ir.ftg import element_accesses
 from ..ir.stmt import Allocate, BufferStore, For, Stmt
 from ..ir.tileop import TileOp
@@ -96,3 +97,23 @@ def projection(indices, loop_vars):
     if positions != sorted(positions) or len(set(positions)) != len(positions):
         return None
     return positions
+
+
+def access_map(indices, loop_vars):
+    """[(loop dim, divisor)] per index when each index is a loop variable `v` (divisor 1) or a
+    coarsening `v // c` of one (c a positive constant), the dims distinct and in loop order;
+    None for any other access. A projection is the case where every divisor is 1."""
+    out = []
+    for i in indices:
+        div = 1
+        if isinstance(i, Binary) and i.op == "//" and isinstance(i.b, Const) and \
+                isinstance(i.b.value, int) and i.b.value > 0:
+            i, div = i.a, i.b.value
+        match = [p for p, v in enumerate(loop_vars) if v is i]
+        if not match:
+            return None
+        out.append((match[0], div))
+    positions = [p for p, _ in out]
+    if positions != sorted(positions) or len(set(positions)) != len(positions):
+        return None
+    return out

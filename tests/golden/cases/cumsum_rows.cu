@@ -19,14 +19,14 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(float* __restrict
   float x[12];
   // golden_corpus.py:96
   #pragma unroll
-  for (int l = 0; l < 12; ++l) {
-    x[l] = X[((l * 128 + tx) / 48) * 48 + (l * 128 + tx) % 48];
+  for (int q = 0; q < 3; ++q) {
+    tc::st_regs_128((&x[q * 4]), tc::ld_global_128((&X[((q * 512 + tx * 4) / 48) * 48 + (q * 512 + tx * 4) % 48])));
   }
   // golden_corpus.py:97
   float* x_scan = reinterpret_cast<float*>(tc_smem + 0);
   #pragma unroll
-  for (int l_1 = 0; l_1 < 12; ++l_1) {
-    x_scan[(l_1 * 128 + tx) / 48 * 48 + (l_1 * 128 + tx) % 48] = x[l_1];
+  for (int l = 0; l < 12; ++l) {
+    x_scan[(l / 4 * 512 + tx * 4 + l % 4) / 48 * 48 + (l / 4 * 512 + tx * 4 + l % 4) % 48] = x[l];
   }
   tc::syncthreads();
   for (int r = 0; r < 1; ++r) {
@@ -40,13 +40,13 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(float* __restrict
   }
   tc::syncthreads();
   #pragma unroll
-  for (int l_2 = 0; l_2 < 12; ++l_2) {
-    x[l_2] = x_scan[(l_2 * 128 + tx) / 48 * 48 + (l_2 * 128 + tx) % 48];
+  for (int l_1 = 0; l_1 < 12; ++l_1) {
+    x[l_1] = x_scan[(l_1 / 4 * 512 + tx * 4 + l_1 % 4) / 48 * 48 + (l_1 / 4 * 512 + tx * 4 + l_1 % 4) % 48];
   }
   tc::syncthreads();
   // golden_corpus.py:98
   #pragma unroll
-  for (int l_3 = 0; l_3 < 12; ++l_3) {
-    Y[((l_3 * 128 + tx) / 48) * 48 + (l_3 * 128 + tx) % 48] = x[l_3];
+  for (int q_1 = 0; q_1 < 3; ++q_1) {
+    tc::st_global_128((&Y[((q_1 * 512 + tx * 4) / 48) * 48 + (q_1 * 512 + tx * 4) % 48]), tc::ld_regs_128((&x[q_1 * 4])));
   }
 }

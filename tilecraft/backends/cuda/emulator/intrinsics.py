@@ -223,7 +223,7 @@ def atomic(m, kind, ptr: Pointer, value):
 
 
 # --- dispatch ----------------------------------------------------------------------------------
-_VECTOR = re.compile(r"^(ld|st)_(global|shared)_(16|32|64|128)(_pred)?$")
+_VECTOR = re.compile(r"^(ld|st)_(global|shared|regs)_(16|32|64|128)(_pred)?$")
 _LDMATRIX = re.compile(r"^ldmatrix_x([124])(_trans)?$")
 _CP_ASYNC = re.compile(r"^cp_async_(cg|ca)_(16|8|4)$")
 _WAIT = re.compile(r"^cp_async_wait<(\d+)>$")

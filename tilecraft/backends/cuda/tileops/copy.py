@@ -1,7 +1,9 @@
 """T.copy on threads (T.fill and the tile-form atomics, which share its loops: fill_atomic.py).
 
 A copy that touches a fragment runs as an element-wise loop laid out like the fragment, so each
-thread moves the registers it holds. Other copies (global <-> shared, shared <-> shared) are
+thread moves the registers it holds; between a whole fragment and a global tile of its dtype,
+each run of a thread's registers that holds consecutive elements of a row (layout inference
+deals runs of up to 16 bytes round robin) moves as one vector access. Other copies (global <-> shared, shared <-> shared) are
 split over the threads in 16-byte chunks when both sides allow it: same dtype, rows made of
 whole chunks, and a global column start that is a multiple of the chunk (then a chunk is either
 wholly inside the tensor or wholly outside, and one predicated vector access does it). The rest
@@ -15,7 +17,7 @@ from ....arith.linear import linear_form
 from ....errors import TileError
 from ....ir import dtypes as dt
 from ....ir.buffer import FRAGMENT, GLOBAL, LOCAL, LOCAL_VAR, BufferRegion, is_shared
-from ....ir.expr import BufferLoad, Call, Var, address_of, cast, const
+from ....ir.expr import BufferLoad, Call, Var, address_of, cast, const, logical
 from ....ir.stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, seq
 from .... import layout as lay
 from .cache_hints import hinted
@@ -93,11 +95,69 @@ def lower_copy(op, ctx: ThreadContext):
             raise TileError(f"T.copy: a part of fragment {frag.name} is stored only as packed "
                             "pairs of a float accumulator into float16 / bfloat16; copy the "
                             "whole fragment", op.span)
+        v = _register_vector_width(op, frag, layout, extents, ctx)
+        if v > 1:
+            return _register_vector_copy(op, frag, layout, v, ctx)
         return _lower_with_layout(loop, layout, ctx)
     vector = _vector_width(src, dst, extents, ctx)
     if vector > 1:
         return _vector_copy(op, extents, vector, ctx)
     return _lower_with_layout(loop, lay.make_partition(tuple(extents), ctx.num_threads), ctx)
+
+
+def _register_vector_width(op, frag, layout, extents, ctx) -> int:
+    """Elements per access of a copy between a whole fragment and a global tile of its dtype:
+    the longest run (up to 16 bytes) of each thread's registers holding consecutive elements
+    of a row (layout.vector_runs), when every run starts at a multiple of its length in the
+    tensor (rows of whole runs, a column start that is a multiple); else 1."""
+    region = op.dst if frag is op.src.buffer else op.src
+    g = region.buffer
+    if g.scope != GLOBAL or g.dtype is not frag.dtype or frag.dtype.bits < 8 or \
+            tuple(layout.shape) != tuple(extents) or layout.thread_offset or \
+            layout.num_threads != ctx.num_threads or region.static_extents()[-1] == 1:
+        return 1
+    v = lay.vector_runs(layout, 128 // frag.dtype.bits)
+    width = g.shape[-1]
+    while v > 1 and (not isinstance(width, int) or width % v or
+                     not _multiple_of(region.ranges[-1][0], v)):
+        v //= 2
+    return v
+
+
+def _register_vector_copy(op, frag, layout, v: int, ctx: ThreadContext):
+    """Each thread moves its registers v at a time: run q (registers v q .. v q + v - 1) is
+    one vector access of the v consecutive row elements it holds, predicated on the tensor's
+    bounds (a run lies wholly inside or outside: _register_vector_width). Consecutive threads
+    hold consecutive runs in the layouts inference deals (coalesced). Of a replicated
+    fragment every replica loads, and only the first stores."""
+    loading = frag is op.dst.buffer
+    region = op.src if loading else op.dst
+    bits = frag.dtype.bits * v
+    n = layout.locals_per_thread // v
+    q = ctx.fresh("q", n)
+    first = ctx.simplify(q * v)
+    coords = [ctx.simplify(x) for x in layout.logical_of(ctx.tx, first)]
+    idx = region_index(region, coords)
+    regs = address_of(ctx.register_array(frag), first)
+    held = lay.slot_elements(layout)[:, ::v] >= 0
+    guard = None
+    if not held.all():   # slots beyond the tile (a small tile over many threads)
+        for c, e in zip(coords, layout.shape):
+            cond = c < e
+            guard = cond if guard is None else logical("and", guard, cond)
+    if loading:
+        stmt = Evaluate(Call(f"tc::st_regs_{bits}", (regs, _vector_load(region.buffer, idx,
+                                                                        bits, ctx)),
+                             dt.handle), op.span)
+    else:
+        value = Call(f"tc::ld_regs_{bits}", (regs,), dt.handle)
+        stmt = _vector_store(region.buffer, idx, value, bits, ctx, op.span)
+        if layout.replicate > 1:
+            rep = ctx.simplify(layout.rep_of(ctx.tx, first))
+            guard = rep == 0 if guard is None else logical("and", guard, rep == 0)
+    if guard is not None:
+        stmt = IfThenElse(guard, stmt, None, op.span)
+    return For(q, const(0), const(n), "unroll", stmt, {}, op.span)
 
 
 def _pairs_store_together(op, layout, ctx) -> bool:

@@ -1,6 +1,6 @@
 // tilecraft/memory.h -- vector loads and stores of 2, 4, 8 and 16 bytes.
 //
-// Naming: <op>_<space>_<bits>, with op in {ld, st}, space in {global, shared}, bits in
+// Naming: <op>_<space>_<bits>, with op in {ld, st}, space in {global, shared, regs}, bits in
 // {16, 32, 64, 128}. Values travel as raw bits:
 //     16 -> uint16_t, 32 -> uint32_t, 64 -> uint2, 128 -> uint4.
 // Pointers must be aligned to the access size. Unpredicated forms are plain C++ accesses, so
@@ -162,5 +162,19 @@ TC_DEVICE void st_shared_64_pred(void* p, uint2 v, bool pred) {
 TC_DEVICE void st_shared_128_pred(void* p, uint4 v, bool pred) {
   if (pred) st_shared_128(smem_addr(p), v);
 }
+
+// ---------------------------------------------------------------- a thread's register array
+// The raw bits of a vector access moved into (st_regs) or out of (ld_regs) consecutive
+// elements of a thread's register array, which need no alignment: memcpy of a constant size at
+// a constant offset, which the compiler turns into register moves once loops are unrolled.
+TC_DEVICE void st_regs_16(void* r, uint16_t v) { memcpy(r, &v, 2); }
+TC_DEVICE void st_regs_32(void* r, uint32_t v) { memcpy(r, &v, 4); }
+TC_DEVICE void st_regs_64(void* r, uint2 v) { memcpy(r, &v, 8); }
+TC_DEVICE void st_regs_128(void* r, uint4 v) { memcpy(r, &v, 16); }
+
+TC_DEVICE uint16_t ld_regs_16(const void* r) { uint16_t v; memcpy(&v, r, 2); return v; }
+TC_DEVICE uint32_t ld_regs_32(const void* r) { uint32_t v; memcpy(&v, r, 4); return v; }
+TC_DEVICE uint2 ld_regs_64(const void* r) { uint2 v; memcpy(&v, r, 8); return v; }
+TC_DEVICE uint4 ld_regs_128(const void* r) { uint4 v; memcpy(&v, r, 16); return v; }
 
 }  // namespace tc
