@@ -3,12 +3,11 @@
 per kernel; it is the one place above the runtime that asks whether a GPU is here."""
 from __future__ import annotations
 
-import re
 
 from . import knobs
 from .errors import TileError
+from .target import SMEM_PER_BLOCK
 
-_RUNNABLE = re.compile(r"^sm_(80|86|87|89|90a?)$")
 
 
 def _gpu_available() -> bool:
@@ -53,7 +52,7 @@ def resolve(target) -> tuple[str, str | None]:
                             "torch with CUDA are needed); use target='interp' or an "
                             "architecture such as 'sm_90a' to only compile")
         return "interp", None
-    if _RUNNABLE.match(name):
+    if name in SMEM_PER_BLOCK:   # the archs the CUDA backend compiles for
         return "cuda", name
     raise TileError(f"unknown target '{target}'; expected 'auto', 'interp', 'emulator', 'cuda' "
                     "or an architecture: sm_80, sm_86, sm_89, sm_90a")

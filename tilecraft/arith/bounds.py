@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..ir.expr import (Binary, BufferLoad, Cast, Const, Expr, Select, Unary, Var, binary,
                        const, convert)
-from .linear import linear_form, simplify as linear_simplify
+from ..ir.linear import linear_form, simplify as linear_simplify
 
 INF = float("inf")
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from ..carver.recommend import preference
 from ..errors import TileError
+from ..target import parse_arch
 
 # Recommended candidates are many (every legal tile shape); without an explicit fraction the
 # tuner measures this share of them, the cost model's best.
@@ -172,7 +173,7 @@ def cost_target_for(device: str | None, arch: str | None) -> str:
         try:
             return get_target(arch).name
         except ValueError:
-            return "a100" if arch.startswith("sm_8") else "h100"
+            return "a100" if parse_arch(arch)[0] < 90 else "h100"
     return "h100"
 
 

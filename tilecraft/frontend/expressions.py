@@ -14,6 +14,7 @@ import builtins
 import math
 import operator
 import os
+import sys
 
 from ..errors import TileError, TileInternalError, span_scope
 from ..ir import expr as ex
@@ -209,8 +210,8 @@ class ExpressionEvaluator:
         span = self.span(node)
         with span_scope(span):
             if func is range:
-                from ..language.loops import serial
-                return serial(*args, **kwargs)
+                from .frames import serial_loop
+                return serial_loop(*args, **kwargs)
             try:
                 return func(*args, **kwargs)
             except TileError as e:
@@ -275,9 +276,9 @@ def python_function_on_device_values(func, args, kwargs) -> str | None:
             not (_device(args) or _device(tuple(kwargs.values()))):
         return None
     written = f"Python's {name}()" if home == "builtins" else f"{home}.{name}()"
-    from .. import language as T
+    T = sys.modules.get("tilecraft.language")   # loaded by every program that has T.*
     instead = _RENAMED.get(name)
-    if instead is None and callable(getattr(T, name, None)) and name not in ("Tensor",
+    if instead is None and T is not None and callable(getattr(T, name, None)) and name not in ("Tensor",
                                                                              "Buffer"):
         instead = f"T.{name}"
     if instead is None and home == "math" and hasattr(math, name):

@@ -5,8 +5,9 @@ statement list, and hands the body back for the frame to wrap into IR.
 """
 from __future__ import annotations
 
-from ..arith.linear import simplify
-from ..errors import Span, TileError
+from ..ir.linear import simplify
+from ..errors import Span, TileError, current_span
+from . import builder as bld
 from ..grid_limits import check_static_grid
 from ..ir import dtypes as dt
 from ..ir.expr import Const, Expr, Var, convert
@@ -109,3 +110,36 @@ class LoopFrame:
 
 def _public(kind: str) -> str:
     return {"parallel": "Parallel", "pipelined": "Pipelined"}.get(kind, kind)
+
+
+# ---- loops the language and the frontend (range) both open ----------------------------
+
+def loop_range(what, start, stop):
+    for bound in (start, stop):
+        not_a_loop(what, bound)
+    if stop is None:
+        start, stop = 0, start
+    return (start, stop)
+
+
+def not_a_loop(what: str, value):
+    """A loop given a range or another loop where it takes a number (T.Pipelined(range(4)))."""
+    if isinstance(value, (range, LoopFrame)):
+        raise TileError(f"{what} takes the loop's extent, as in {what}(4) or {what}(start, stop), "
+                        f"not a range: write `for k in {what}(n)`", current_span())
+
+
+def simple_loop(kind: str, start, stop, step):
+    bld.active(f"T.{kind}")
+    if step is not None:
+        if not isinstance(step, int) or step <= 0:
+            raise TileError(f"T.{kind} step must be a positive compile-time int, got {step!r}",
+                            current_span())
+        if step == 1:
+            step = None
+    return LoopFrame(kind, [loop_range(f"T.{kind}", start, stop)], None, current_span(), step=step)
+
+
+def serial_loop(start, stop=None, step=None):
+    """T.serial, which is also what `range(...)` means inside a kernel."""
+    return simple_loop("serial", start, stop, step)

@@ -116,7 +116,7 @@ class BufferRegion:
 
     @staticmethod
     def from_slices(buffer: Buffer, key, span) -> "BufferRegion":
-        from ..arith.linear import simplify
+        from .linear import simplify
         ranges = []
         for d, k in enumerate(key):
             if isinstance(k, slice):

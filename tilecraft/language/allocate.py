@@ -20,7 +20,7 @@ def _shape(what: str, shape, allow_symbolic: bool = False) -> tuple:
         if isinstance(s, Expr) and allow_symbolic:
             out.append(s)
             continue
-        from ..arith.linear import constant_value
+        from ..ir.linear import constant_value
         value = constant_value(s) if isinstance(s, Expr) else s
         if isinstance(value, bool) or not isinstance(value, int):
             raise TileError(f"{what}: dimension {i} must be a compile-time int, got {s!r}",

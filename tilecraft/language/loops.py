@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from ..errors import TileError, current_span
 from ..frontend import builder as bld
-from ..frontend.frames import KernelFrame, LoopFrame
+from ..frontend.frames import (KernelFrame, LoopFrame, loop_range, not_a_loop, serial_loop,
+                               simple_loop)
 from ..ir.expr import Const, Expr
 
 
@@ -19,21 +20,6 @@ def Kernel(*blocks, threads=128, prelude=None, is_cpu=False):
     return KernelFrame(blocks, threads, current_span())
 
 
-def _range(what, start, stop):
-    for bound in (start, stop):
-        _not_a_loop(what, bound)
-    if stop is None:
-        start, stop = 0, start
-    return (start, stop)
-
-
-def _not_a_loop(what: str, value):
-    """A loop given a range or another loop where it takes a number (T.Pipelined(range(4)))."""
-    if isinstance(value, (range, LoopFrame)):
-        raise TileError(f"{what} takes the loop's extent, as in {what}(4) or {what}(start, stop), "
-                        f"not a range: write `for k in {what}(n)`", current_span())
-
-
 def _static_extent(what: str, value):
     if isinstance(value, Expr) and not isinstance(value, Const):
         raise TileError(f"{what} extents must be compile-time integers (T.Parallel maps the "
@@ -46,7 +32,7 @@ def Parallel(*extents, coalesced_width=None):
     if not extents:
         raise TileError("T.Parallel needs at least one extent", current_span())
     for e in extents:
-        _not_a_loop("T.Parallel", e)
+        not_a_loop("T.Parallel", e)
         _static_extent("T.Parallel", e)
     annotations = {} if coalesced_width is None else {"coalesced_width": coalesced_width}
     return LoopFrame("parallel", [(0, e) for e in extents], annotations, current_span())
@@ -73,31 +59,20 @@ def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None,
     if order is not None and sorted(order) != list(range(len(order))):
         raise TileError(f"T.Pipelined order= must be a permutation of 0..{len(order) - 1}, "
                         f"got {order!r}", current_span())
-    return LoopFrame("pipelined", [_range("T.Pipelined", start, stop)], annotations,
+    return LoopFrame("pipelined", [loop_range("T.Pipelined", start, stop)], annotations,
                      current_span())
-
-
-def _simple_loop(kind: str, start, stop, step):
-    bld.active(f"T.{kind}")
-    if step is not None:
-        if not isinstance(step, int) or step <= 0:
-            raise TileError(f"T.{kind} step must be a positive compile-time int, got {step!r}",
-                            current_span())
-        if step == 1:
-            step = None
-    return LoopFrame(kind, [_range(f"T.{kind}", start, stop)], None, current_span(), step=step)
 
 
 def serial(start, stop=None, step=None):
     """A plain sequential loop (also what `range(...)` means in a kernel)."""
-    return _simple_loop("serial", start, stop, step)
+    return serial_loop(start, stop, step)
 
 
 def unroll(start, stop=None, step=None, explicit=False, unroll_factor=None):
     """A sequential loop the compiler unrolls."""
-    return _simple_loop("unroll", start, stop, step)
+    return simple_loop("unroll", start, stop, step)
 
 
 def vectorized(start, stop=None):
     """A per-thread loop the compiler turns into vector instructions."""
-    return _simple_loop("vectorized", start, stop, None)
+    return simple_loop("vectorized", start, stop, None)

@@ -103,7 +103,7 @@ def ceildiv(a, b):
         if b == 0:
             raise TileError("T.ceildiv: division by zero", current_span())
         return -(-a // b)
-    from ..arith.linear import simplify
+    from ..ir.linear import simplify
     return simplify((a + b - 1) // b)
 
 

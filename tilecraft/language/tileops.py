@@ -1,7 +1,7 @@
 """Tile operators: copy, gemm, reductions, cumsum, fill / clear, atomics."""
 from __future__ import annotations
 
-from ..arith.linear import constant_value, equal
+from ..ir.linear import constant_value, equal
 from ..errors import TileError, current_span
 from ..frontend import builder as bld
 from ..ir import tileop as top

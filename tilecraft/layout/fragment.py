@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from ..arith.linear import simplify
+from ..ir.linear import simplify
 from ..ir.expr import Var, convert
 from .layout import (Layout, LayoutError, as_exprs, check_shape, evaluate, flatten_index,
                      placeholders, substitute_all, unflatten_index)

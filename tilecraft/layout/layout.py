@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..arith.linear import simplify
+from ..ir.linear import simplify
 from ..errors import TileError
 from ..ir.expr import (COMPARE_OPS, LOGIC_OPS, Binary, Cast, Const, Expr, Select, Unary, Var,
                        binary, cast, compare, convert, logical, select, unary)

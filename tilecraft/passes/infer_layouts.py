@@ -32,7 +32,7 @@ from ..ir.expr import BufferLoad
 from ..ir.stmt import BufferStore, For, Kernel
 from ..ir.visitor import walk
 from ..ir.tileop import AnnotateLayout, Copy, CumSum, Gemm, Reduce
-from ..arith.linear import structural_key
+from ..ir.linear import structural_key
 from .. import layout as lay
 from ..layout.layout import evaluate as lay_evaluate
 from .parallel_nests import (access_map, allocated, fragment_accesses, fragments_of,

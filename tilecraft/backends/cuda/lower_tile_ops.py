@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from ...arith.bounds import bounds_under
-from ...arith.linear import constant_value
+from ...ir.linear import constant_value
 from ...errors import TileError, warn_at
 from ...ir import tileop as top
 from ...ir.buffer import FRAGMENT, GLOBAL, BufferRegion, is_shared

@@ -27,6 +27,9 @@ from .index_checks import check_indices_at_run
 from .machine import Emulator
 
 
+# The pipelines the emulator runs: sm_90a's, and the mma.sync one of the archs below it.
+EMULATED_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90a")
+
 
 class EmulatorError(TileError):
     """The checker found problems; `.reports` lists them all."""
@@ -51,7 +54,7 @@ def lower(func, arch="sm_80", configs: dict | None = None):
     from ....pass_config import PassConfigKey
     from ....target import arch_of, smem_limit
     target, arch = arch, arch_of(arch)   # an arch name, or a Target (a model of one GPU)
-    if arch not in ("sm_80", "sm_86", "sm_89", "sm_90a"):
+    if arch not in EMULATED_ARCHS:
         raise TileError(f"the emulator runs sm_80, sm_86, sm_89 and sm_90a kernels, not {arch}")
     # Blocks run one at a time here, so clusters (blocks writing into each other's shared
     # memory) are not modelled: the kernel is checked as it runs without TMA multicast.

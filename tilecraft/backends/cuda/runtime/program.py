@@ -340,7 +340,7 @@ def _launch_grid(k):
 
 
 def _int_or_expr(e):
-    from ....arith.linear import constant_value
+    from ....ir.linear import constant_value
     value = constant_value(e) if not isinstance(e, int) else e
     return int(value) if value is not None else e
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ....arith.linear import constant_value
+from ....ir.linear import constant_value
 from ....analysis.counts import tile_counts, with_hbm_reads
 from ....target import model_of
 from ....ir.ftg import FTG

@@ -33,6 +33,7 @@ from ....ir.stmt import Kernel, SeqStmt, seq
 from ....ir.buffer import FRAGMENT, GLOBAL, is_shared
 from ....ir.tileop import Atomic, Copy, Gemm
 from ....ir.visitor import Mutator
+from ....target import parse_arch
 from ....pass_config import PassConfigKey
 from ..tileops.tma import tma_add_unfit_reason, tma_plan
 from ..tileops.wgmma import wgmma_unfit_reason
@@ -62,7 +63,7 @@ _ADVICE = {"float16": "keep the values in a float32 tensor", "bfloat16": "keep t
 
 def compute_capability(arch: str) -> int:
     """80 for "sm_80", 90 for "sm_90a"."""
-    return int("".join(ch for ch in arch[3:] if ch.isdigit()))
+    return parse_arch(arch)[0]
 
 
 def atomic_unsupported(kind: str, dtype: str, arch: str) -> str | None:

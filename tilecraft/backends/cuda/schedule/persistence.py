@@ -5,7 +5,7 @@ the measurements behind them. warp_specialize builds what these decide; stage_ep
 the staging tile by them."""
 from __future__ import annotations
 
-from ....arith.linear import constant_value
+from ....ir.linear import constant_value
 from ....ir.buffer import GLOBAL, is_shared
 from ....ir.stmt import Allocate, For, Kernel, stmts_of
 from ....ir.tileop import Copy, Gemm

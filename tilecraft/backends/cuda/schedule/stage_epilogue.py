@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from ....arith.linear import simplify
+from ....ir.linear import simplify
 from ....ir.buffer import FRAGMENT, GLOBAL, Buffer, BufferRegion, is_shared
 from ....ir.expr import const
 from ....ir.stmt import Allocate, For, Kernel, SeqStmt, seq, stmts_of

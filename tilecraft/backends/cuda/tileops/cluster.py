@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ....arith.bounds import simplify
-from ....arith.linear import constant_value
+from ....ir.linear import constant_value
 from ....ir.expr import Var
 from ....ir.visitor import substitute
 from .lowering import uses_var

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....arith.linear import linear_form
+from ....ir.linear import linear_form
 from ....errors import TileError
 from ....ir import dtypes as dt
 from ....ir.buffer import FRAGMENT, GLOBAL, LOCAL, LOCAL_VAR, BufferRegion, is_shared

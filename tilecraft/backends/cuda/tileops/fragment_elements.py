@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....arith.linear import constant_value
+from ....ir.linear import constant_value
 from ....errors import TileError
 from ....ir.buffer import FRAGMENT, LOCAL, SHARED, Buffer
 from ....ir.expr import BufferLoad, Expr, const, logical

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....arith.linear import constant_value
+from ....ir.linear import constant_value
 
 
 def locals_of_part(op, layout) -> list | None:

@@ -15,7 +15,7 @@ from itertools import product
 import numpy as np
 
 from ....arith.bounds import bound_of, simplify
-from ....arith.linear import linear_form
+from ....ir.linear import linear_form
 from ....errors import TileError
 from ....ir import dtypes as dt
 from ....ir.buffer import FRAGMENT, GLOBAL, LOCAL, Buffer, is_shared

@@ -104,7 +104,7 @@ def _first_replica_writes(body, frag, ctx: ThreadContext, l: Var):
 
 
 def _resolver(ctx: ThreadContext, l: Var, n: int, l_value, loop_layout=None, logical=None):
-    from ....arith.linear import structural_key
+    from ....ir.linear import structural_key
     logical_key = structural_key(tuple(logical)) if logical is not None else None
 
     def local_index(frag_buffer, indices):

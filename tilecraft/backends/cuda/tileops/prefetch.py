@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from ....arith.linear import constant_value
+from ....ir.linear import constant_value
 from ....analysis.counts import block_env
 from ....analysis.l2model import distinct_groups
 from ....errors import TileError

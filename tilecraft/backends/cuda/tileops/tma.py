@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ....arith.linear import constant_value
+from ....ir.linear import constant_value
 from ....ir import dtypes as dt
 from ....ir.buffer import GLOBAL, Buffer, is_shared
 from ....ir.expr import Call, Var, address_of, const

@@ -18,7 +18,7 @@ where the branch is uniform over the block (it names no thread), so no warp dive
 """
 from __future__ import annotations
 
-from ....arith.linear import linear_form, simplify
+from ....ir.linear import linear_form, simplify
 from ....ir.expr import Binary, BufferLoad, Const, Expr, Var, const, logical
 from ....ir.visitor import Mutator, walk
 

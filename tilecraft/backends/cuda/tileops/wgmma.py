@@ -23,7 +23,7 @@ The batch of one T.gemm is fenced, committed and waited for in full before C is 
 """
 from __future__ import annotations
 
-from ....arith.linear import constant_value
+from ....ir.linear import constant_value
 from ....errors import TileError
 from ....ir import dtypes as dt
 from ....ir.buffer import FRAGMENT, LOCAL, Buffer, is_shared

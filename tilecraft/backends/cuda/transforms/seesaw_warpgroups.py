@@ -54,6 +54,7 @@ from ....ir.stmt import (Allocate, For, IfThenElse, Kernel, SeqStmt, BufferStore
 from ....ir.tileop import Copy, Gemm, TileOp
 from ....ir.annotations import WARPGROUP_FRAGMENTS, WARPGROUP_INDEX
 from ....ir.visitor import Mutator, substitute, walk
+from ....target import parse_arch
 from ....pass_config import PassConfigKey
 from .overlap_wgmma import ConsumerLoops
 from ..tileops.wgmma import WARPGROUP, wgmma_partition
@@ -374,7 +375,7 @@ class _Rewriter:
 
 
 def seesaw_warpgroups(func, arch: str = "sm_90a", configs: dict | None = None):
-    if not arch.startswith("sm_90") or \
+    if parse_arch(arch)[0] != 90 or \
             (configs or {}).get(PassConfigKey.TL_DISABLE_SEESAW_WARPGROUPS):
         return func
 

@@ -6,7 +6,7 @@ structurally.
 """
 from __future__ import annotations
 
-from ..ir.expr import Binary, Cast, Const, Expr, Unary, Var, const, convert
+from .expr import Binary, Cast, Const, Expr, Unary, Var, const, convert
 
 
 def structural_key(e) -> tuple:
