@@ -242,3 +242,20 @@ def test_bounds_under_takes_each_conjunct_and_ignores_other_shapes():
     assert bounds_under(compare("<", binary("+", k, j), 10), bounds) == {}
     free = Var("n")
     assert bounds_under(compare("<", free, 10), bounds) == {}
+
+
+def test_known_multiples_leave_div_and_mod():
+    """Terms that are multiples of the divisor (or of a g dividing it, beside a rest in
+    [0, g)) keep the division to themselves, and a multiple of g modulo d is at most d - g."""
+    tx = Var("tx")
+    vb = var_range(tx, 128)
+    x = tx * 16 % 512
+    assert str(simplify((x * 2 + 1) // 32, vb)) == str(simplify(x * 2 // 32, vb))
+    assert str(simplify((tx * 16 + 3) % 512, vb)) == str(simplify(tx * 16 % 512 + 3, vb))
+    assert str(simplify((tx * 16 + 3) // 512, vb)) == str(simplify(tx * 16 // 512, vb))
+    assert bound_of((tx * 4) % 48, vb) == (0, 44)
+    assert bound_of(Binary("&", tx - 200, const(15), tx.dtype), vb) == (0, 15)
+    for e in [(x * 2 + 1) // 32, (tx * 16 + 3) % 512, (tx * 16 + 3) // 512, (x * 2 + 5) % 32]:
+        s = simplify(e, vb)
+        for t in range(128):
+            assert evaluate(s, {tx: t}) == evaluate(e, {tx: t})

@@ -7,6 +7,8 @@ is in [0, 64): the generated code gets shorter and register indices become const
 """
 from __future__ import annotations
 
+import math
+
 from ..ir.expr import (Binary, BufferLoad, Cast, Const, Expr, Select, Unary, Var, binary,
                        const, convert)
 from ..ir.linear import linear_form, simplify as linear_simplify
@@ -54,15 +56,17 @@ def bound_of(e, var_bounds: dict) -> tuple:
             return a
         if a[0] != -INF and a[1] != INF and _floordiv(a[0], d) == _floordiv(a[1], d):
             return (a[0] % d, a[1] % d)
-        return (0, d - 1)
+        # A multiple of g (dividing d) stays one: (tx * 4) % 48 is at most 44.
+        return (0, d - math.gcd(divisor_of(e.a), d))
     if op == "min":
         return (min(a[0], b[0]), min(a[1], b[1]))
     if op == "max":
         return (max(a[0], b[0]), max(a[1], b[1]))
     if op in ("<", "<=", ">", ">=", "==", "!=", "and", "or"):
         return (0, 1)
-    if op == "&" and a[0] >= 0 and b[0] >= 0:
-        return (0, min(a[1], b[1]))
+    if op == "&" and (a[0] >= 0 or b[0] >= 0):
+        # A nonnegative mask keeps the result in [0, mask] whatever the other operand's sign.
+        return (0, min(x[1] for x in (a, b) if x[0] >= 0))
     return (-INF, INF)
 
 
@@ -106,14 +110,51 @@ def _rewrite(e, vb):
     return e
 
 
+def divisor_of(e) -> int:
+    """A positive integer that always divides the integer expression e (1 when nothing is
+    known; 0 for the constant 0, which every integer divides): `tx * 16 % 512 * 2` is a
+    multiple of 32."""
+    if isinstance(e, Const):
+        return abs(int(e.value)) if isinstance(e.value, (int, bool)) else 1
+    if isinstance(e, Cast) and e.dtype.is_int and e.value.dtype.is_int:
+        return divisor_of(e.value)
+    if not isinstance(e, Binary) or not e.dtype.is_int:
+        return 1
+    if e.op == "*":
+        return divisor_of(e.a) * divisor_of(e.b)
+    if e.op in ("+", "-"):
+        return math.gcd(divisor_of(e.a), divisor_of(e.b))
+    if e.op == "%" and isinstance(e.b, Const) and e.b.value > 0:
+        return math.gcd(divisor_of(e.a), int(e.b.value))
+    if e.op == "<<" and isinstance(e.b, Const) and 0 <= e.b.value < 32:
+        return divisor_of(e.a) << int(e.b.value)
+    if e.op == "&" and isinstance(e.b, Const) and e.b.value > 0:
+        m = int(e.b.value)
+        return max(m & -m, math.gcd(divisor_of(e.a), 1 << 30))   # the larger power of two
+    return 1
+
+
 def _divmod(op: str, a, d: int, vb, original):
     """x // d or x % d where x = sum(c_i * t_i) + k: move the terms whose coefficients d
-    divides out of the division, and drop the division when the rest lies in [0, d)."""
+    divides out of the division, and drop the division when the rest lies in [0, d). Terms
+    known to be multiples of d (divisor_of) leave the division as one exact quotient; terms
+    that are multiples of some g dividing d, next to a rest in [0, g), keep the division to
+    themselves: (tx * 16 % 512 * 2 + 1) // 32 is tx * 16 % 512 * 2 // 32, and
+    (tx * 16 + 3) % 512 is tx * 16 % 512 + 3 (the loads of one group's scale, or of one
+    16-byte run, become one expression that nvcc loads or computes once)."""
     terms, k = linear_form(a)
-    whole, rest = [], []
+    whole, multiple, rest = [], [], []
     for atom, coeff in terms.values():
-        (whole if coeff % d == 0 else rest).append((atom, coeff))
+        if coeff % d == 0:
+            whole.append((atom, coeff))
+        elif (coeff * divisor_of(atom)) % d == 0:
+            multiple.append((atom, coeff))
+        else:
+            rest.append((atom, coeff))
     whole_k, rest_k = (k // d) * d, k % d
+    if multiple:
+        exact = binary("//", _sum(multiple, 0, a), const(d, a.dtype), original.span)
+        whole.append((exact, d))
     rest_expr = _sum(rest, rest_k, a)
     lo, hi = bound_of(rest_expr, vb)
     quotient = _sum([(t, c // d) for t, c in whole], whole_k // d, a)
@@ -121,6 +162,22 @@ def _divmod(op: str, a, d: int, vb, original):
         if op == "//":
             return quotient
         return rest_expr
+    aligned, small, g = [], [], 0
+    for atom, coeff in rest:
+        t = abs(coeff) * divisor_of(atom)
+        if t > 1:
+            aligned.append((atom, coeff))
+            g = math.gcd(g, t)
+        else:
+            small.append((atom, coeff))
+    if aligned and d % g == 0:
+        small_expr = _sum(small, rest_k, a)
+        slo, shi = bound_of(small_expr, vb)
+        if 0 <= slo and shi < g:
+            inner = binary(op, _sum(aligned, 0, a), const(d, a.dtype), original.span)
+            if op == "//":
+                return linear_simplify(quotient + inner)
+            return linear_simplify(inner + small_expr)
     if not whole and whole_k == 0:
         if 0 <= lo and hi < d:
             return rest_expr if op == "%" else const(0, a.dtype)

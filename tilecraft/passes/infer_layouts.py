@@ -472,9 +472,12 @@ def _fragments_tied(op) -> list:
 # In bytes of a thread's registers: each fragment costs what it keeps per thread; each memory
 # instruction, and each 128-byte line a warp instruction touches, a register's worth (4); the
 # global bytes a warp's accesses bring, its share of them; a shuffle step of a reduction an
-# instruction per register (a step across warps, through shared memory and a barrier, eight).
+# instruction per register (a step across warps, through shared memory, eight), and a reduction
+# that crosses warps its two block barriers besides: every warp of the block waits there for
+# the slowest, so loads another warp could have in flight stop being issued (_BARRIER each).
 _INSTRUCTION = 4
 _WARP_STEP = 8
+_BARRIER = 32
 
 
 def free_cost(inference, component) -> float | None:
@@ -554,7 +557,8 @@ def _reduces_into(src, dst, dim: int) -> bool:
 
 
 def _reduce_cost(src, dst, dim: int) -> float:
-    """Shuffle steps of a reduction: one per output register and thread bit its rows span."""
+    """Shuffle steps of a reduction: one per output register and thread bit its rows span,
+    and the block barriers of a step across warps."""
     table = src.table()[..., 0, 0]
     table = np.moveaxis(table, dim, -1).reshape(-1, table.shape[dim])
     bits = 0
@@ -562,7 +566,8 @@ def _reduce_cost(src, dst, dim: int) -> float:
         bits |= int(np.bitwise_or.reduce(row ^ row[0]))
     lane = bin(bits & 31).count("1")
     warp = bin(bits >> 5).count("1")
-    return dst.locals_per_thread * (lane + _WARP_STEP * warp) * _INSTRUCTION
+    barriers = 2 * _BARRIER if warp else 0
+    return (dst.locals_per_thread * (lane + _WARP_STEP * warp) + barriers) * _INSTRUCTION
 
 
 def _loop_cost(m, loop, threads: int) -> float | None:

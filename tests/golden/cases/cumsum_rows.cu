@@ -26,7 +26,7 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(float* __restrict
   float* x_scan = reinterpret_cast<float*>(tc_smem + 0);
   #pragma unroll
   for (int l = 0; l < 12; ++l) {
-    x_scan[(l / 4 * 512 + tx * 4 + l % 4) / 48 * 48 + (l / 4 * 512 + tx * 4 + l % 4) % 48] = x[l];
+    x_scan[(l / 4 * 512 + tx * 4) / 48 * 48 + (l / 4 * 512 + tx * 4) % 48 + l % 4] = x[l];
   }
   tc::syncthreads();
   for (int r = 0; r < 1; ++r) {
@@ -41,7 +41,7 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(float* __restrict
   tc::syncthreads();
   #pragma unroll
   for (int l_1 = 0; l_1 < 12; ++l_1) {
-    x[l_1] = x_scan[(l_1 / 4 * 512 + tx * 4 + l_1 % 4) / 48 * 48 + (l_1 / 4 * 512 + tx * 4 + l_1 % 4) % 48];
+    x[l_1] = x_scan[(l_1 / 4 * 512 + tx * 4) / 48 * 48 + (l_1 / 4 * 512 + tx * 4) % 48 + l_1 % 4];
   }
   tc::syncthreads();
   // golden_corpus.py:98

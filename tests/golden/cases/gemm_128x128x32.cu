@@ -136,6 +136,6 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(half_t* __restric
   // gemm.py:37
   #pragma unroll
   for (int l_7 = 0; l_7 < 64; ++l_7) {
-    tc::st_global_32((&C[((by * 128 + tx / 32 % 2 * 64 + l_7 * 2 / 32 * 16 + tx % 32 / 4 + l_7 * 2 % 4 / 2 * 8)) * 128 + bx * 128 + tx / 64 * 64 + l_7 * 2 / 4 % 8 * 8 + tx % 32 % 4 * 2 + l_7 * 2 % 4 % 2]), tc::pack_half2(C_local[l_7 * 2], C_local[l_7 * 2 + 1]));
+    tc::st_global_32((&C[((by * 128 + tx / 32 % 2 * 64 + l_7 * 2 / 32 * 16 + tx % 32 / 4 + l_7 * 2 % 4 / 2 * 8)) * 128 + bx * 128 + tx / 64 * 64 + l_7 * 2 / 4 % 8 * 8 + tx % 32 % 4 * 2]), tc::pack_half2(C_local[l_7 * 2], C_local[l_7 * 2 + 1]));
   }
 }

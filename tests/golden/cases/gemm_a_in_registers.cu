@@ -76,6 +76,6 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(half_t* __restric
   // golden_corpus.py:83
   #pragma unroll
   for (int l_4 = 0; l_4 < 16; ++l_4) {
-    tc::st_global_32((&C[((by * 64 + tx / 32 * 16 + tx % 32 / 4 + l_4 * 2 % 4 / 2 * 8)) * 64 + bx * 64 + l_4 * 2 / 4 * 8 + tx % 32 % 4 * 2 + l_4 * 2 % 4 % 2]), tc::pack_half2(C_f[l_4 * 2], C_f[l_4 * 2 + 1]));
+    tc::st_global_32((&C[((by * 64 + tx / 32 * 16 + tx % 32 / 4 + l_4 * 2 % 4 / 2 * 8)) * 64 + bx * 64 + l_4 * 2 / 4 * 8 + tx % 32 % 4 * 2]), tc::pack_half2(C_f[l_4 * 2], C_f[l_4 * 2 + 1]));
   }
 }

@@ -24,7 +24,7 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(half_t* __restric
   // golden_corpus.py:53
   #pragma unroll
   for (int l = 0; l < 8; ++l) {
-    x[l] = tc::cvt<float>((bx * 16 + l / 4 * 8 + (tx * 4 + l % 4) / 64 < 100 ? X[((bx * 16 + l / 4 * 8 + (tx * 4 + l % 4) / 64)) * 64 + (tx * 4 + l % 4) % 64] : tc::cvt<half_t>(0.0f)));
+    x[l] = tc::cvt<float>((bx * 16 + l / 4 * 8 + tx * 4 / 64 < 100 ? X[((bx * 16 + l / 4 * 8 + tx * 4 / 64)) * 64 + tx * 4 % 64 + l % 4] : tc::cvt<half_t>(0.0f)));
   }
   float row_max_red[2];
   // golden_corpus.py:54

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ....arith.bounds import bound_of
+from ....ir.linear import simplify as linear_simplify
 from ....errors import TileError
 from .reserved_names import c_identifier
 from ....ir.buffer import GLOBAL, LOCAL, LOCAL_VAR, Buffer, is_shared
@@ -169,12 +172,34 @@ class CudaEmitter:
         return bound_of(e.a, self.var_bounds)[0] >= 0 and bound_of(e.b, self.var_bounds)[0] > 0
 
     def cast(self, value, d) -> str:
+        if value.dtype.is_int and d.name in ("float32", "float16"):
+            fast = self.small_int_cast(value, d)
+            if fast is not None:
+                return fast
         if d.name in _NATIVE and value.dtype.name in _NATIVE or d.is_handle:
             # A C cast binds tighter than any binary operator: (float)(a / b), not
             # (float)a / b, which would divide in float.
             inner = self.expr(value, 11)
             return f"(({'void*' if d.is_handle else d.c_type}){inner})"
         return f"tc::cvt<{d.c_type}>({self.expr(value)})"
+
+    def small_int_cast(self, value, d) -> str | None:
+        """An integer whose bounds fit the mantissa converted through its bits (types.h,
+        biased_int_to_float / _half): unpacked 4-bit weights and other small integers become
+        float16 or float32 without the conversion unit; None where the bounds do not allow."""
+        lo, hi = bound_of(value, self.var_bounds)
+        if not all(isinstance(x, int) for x in (lo, hi)):
+            return None
+        if d.name == "float32" and -(1 << 22) <= lo and hi < (1 << 22):
+            bias = f"{float((1 << 23) - lo)!r}f"
+            fn = "biased_int_to_float"
+        elif d.name == "float16" and -1024 <= lo and hi - lo < 1024 and hi <= 1024:
+            bias = f"{int(np.float16(1024 - lo).view(np.uint16)):#06x}"
+            fn = "biased_int_to_half"
+        else:
+            return None
+        y = value if lo == 0 else linear_simplify(value - lo)
+        return f"tc::{fn}((uint32_t)({self.expr(y)}), {bias})"
 
     def call(self, e: Call) -> str:
         if e.name == "address_of":

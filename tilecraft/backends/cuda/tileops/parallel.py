@@ -61,7 +61,7 @@ def lower_parallel(loop: For, ctx: ThreadContext) -> object:
         except _NeedsUnroll:
             parts = []
             for value in range(n):
-                concrete = substitute(sub, {id(l): const(value)})
+                concrete = _simplify_ints(substitute(sub, {id(l): const(value)}), ctx)
                 part = AccessRewriter(ctx, _resolver(ctx, l, n, value, frag, own)).visit(concrete)
                 if guard is not None:
                     part = IfThenElse(substitute(guard, {id(l): const(value)}), part, None,
@@ -82,6 +82,23 @@ def lower_parallel(loop: For, ctx: ThreadContext) -> object:
         else:  # the ranges decide it: one body, without the mask where it always holds
             out = lower(fast if whole.value else body)
     return relayout.around(_thread_guard(out, frag, ctx, loop.span))
+
+
+def _simplify_ints(node, ctx: ThreadContext):
+    """Every integer expression of an unrolled iteration simplified with its register index
+    now a constant: shift amounts and indices such as ((tx * 16 + 1 // 2 % 16) % 512 * 2 +
+    1 % 2) % 2 * 4 fold (to 4), and the loads of one element per register group become the
+    same expression, which nvcc then loads once."""
+    from ....ir.expr import Binary
+    from ....ir.visitor import Mutator
+
+    class Simplify(Mutator):
+        def visit_Binary(self, e):
+            out = self.generic_visit(e)
+            if isinstance(out, Binary) and out.dtype.is_int:
+                return ctx.simplify(out)
+            return out
+    return Simplify().visit(node)
 
 
 def _first_replica_writes(body, frag, ctx: ThreadContext, l: Var):

@@ -175,6 +175,22 @@ template <typename To, typename From> TC_DEVICE To cvt(From x) {
   }
 }
 
+// Exact integer -> float conversions of a value the compiler knows to lie in a small range,
+// done with a bitwise OR and one subtraction instead of the conversion unit (which issues at a
+// fraction of the rate of ordinary arithmetic, and int -> half takes two conversions):
+//   * float: for 0 <= y < 2^23 the float with bits 0x4B000000 | y is 2^23 + y, so
+//     biased_int_to_float(y, bias) = 2^23 + y - bias, exact when the result and bias are
+//     integers of magnitude below 2^24 (the compiler passes bias = 2^23 - lo, y = x - lo).
+//   * half: for 0 <= y < 1024 the half with bits 0x6400 | y is 1024 + y; `bias_bits` is the
+//     bit pattern of the half 1024 - lo (|lo| <= 1024, so the bias and the result are exact).
+TC_DEVICE float biased_int_to_float(uint32_t y, float bias) {
+  return __uint_as_float(0x4B000000u | y) - bias;
+}
+TC_DEVICE half_t biased_int_to_half(uint32_t y, unsigned short bias_bits) {
+  return __hsub(__ushort_as_half(static_cast<unsigned short>(0x6400u | y)),
+                __ushort_as_half(bias_bits));
+}
+
 // Two floats -> one 32-bit word holding two halves / bf16s: `lo` in bits 0..15, `hi` in
 // bits 16..31 (the element order of a .f16x2 register: lower address = lower half).
 TC_DEVICE uint32_t pack_half2(float lo, float hi) {
