@@ -3,7 +3,9 @@
 Every FTG node is charged per execution (its tile sizes are static in a specialized program)
 and then multiplied by how often it runs: the trip counts of its enclosing serial / pipelined
 loops, evaluated for every block of the grid (loop bounds may depend on block indices, as a
-causal attention's do), summed over the grid.
+causal attention's do), summed over the grid. A tile op's charges are the cost rule of its
+contract (tilecraft/ops); T.Parallel nests and scalar statements are charged here. What each
+kind of node is charged:
 
 - Global memory: a T.copy whose source (destination) is global loads (stores) the region's
   elements, clipped to the tensor's extent per dimension. Everything goes through L2, so the
