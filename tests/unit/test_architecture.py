@@ -14,7 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "tilecraft"
-CORE = ("ir", "frontend", "language", "arith", "layout", "passes", "interp", "carver", "analysis")
+CORE = ("ir", "frontend", "language", "arith", "layout", "passes", "interp", "carver", "analysis",
+        "ops")
 
 
 def _module_name(path: Path) -> str:

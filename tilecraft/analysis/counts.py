@@ -3,7 +3,9 @@
 Every FTG node is charged per execution (its tile sizes are static in a specialized program)
 and then multiplied by how often it runs: the trip counts of its enclosing serial / pipelined
 loops, evaluated for every block of the grid (loop bounds may depend on block indices, as a
-causal attention's do), summed over the grid.
+causal attention's do), summed over the grid. A tile op's charges are the cost rule of its
+contract (tilecraft/ops); T.Parallel nests and scalar statements are charged here. What each
+kind of node is charged:
 
 - Global memory: a T.copy whose source (destination) is global loads (stores) the region's
   elements, clipped to the tensor's extent per dimension. Everything goes through L2, so the
@@ -44,7 +46,7 @@ from ..ir.buffer import GLOBAL, BufferRegion, is_shared
 from ..ir.expr import Binary, BufferLoad, Call, Cast, Const, Expr, Select, Unary, Var
 from ..ir.ftg import FTG
 from ..ir.stmt import BufferStore, For, Kernel
-from ..ir.tileop import Atomic, Copy, CumSum, Fill, Gemm, Reduce, UseSwizzle
+from ..ir.tileop import TileOp, UseSwizzle, contract_of
 from ..ir.visitor import walk
 from .l2model import fetched_tiles, grid_indices
 
@@ -145,7 +147,7 @@ def block_env(kernel: Kernel, swz=None) -> tuple[_Env, tuple]:
     return _Env(env, int(np.prod(dims))), grid
 
 
-def _region_elems(region: BufferRegion, clip: bool) -> int:
+def region_elems(region: BufferRegion, clip: bool) -> int:
     ext = region.static_extents()
     if ext is None:
         raise TileError(f"the cost model needs static tile extents ({region.buffer.name})")
@@ -211,67 +213,13 @@ def _parallel(node, loop: For, c: NodeCount):
 
 
 def charge(node, gemm_plan) -> NodeCount:
-    """Per-execution charges of one FTG node. gemm_plan(gemm, m, n) -> (instruction, split
-    along M, split along N): warps for "mma", warpgroups for "wgmma"."""
+    """Per-execution charges of one FTG node: a tile op's come from its contract, the rest
+    (T.Parallel nests, scalar statements) are counted here. gemm_plan(gemm, m, n) ->
+    (instruction, split along M, split along N): warps for "mma", warpgroups for "wgmma"."""
     s = node.stmt
     c = NodeCount(node.index, node.kind)
-    if isinstance(s, Copy):
-        src, dst = s.src.buffer, s.dst.buffer
-        elems = _region_elems(s.src if src.scope == GLOBAL else s.dst, clip=True)
-        if src.scope == GLOBAL:
-            c.gmem_load, c.buffer = elems * src.dtype.bytes, src
-            if is_shared(dst.scope):
-                c.zero_fill = (_region_elems(s.src, clip=False) - elems) * src.dtype.bytes
-        if dst.scope == GLOBAL:
-            c.gmem_store = elems * dst.dtype.bytes
-        if is_shared(src.scope):
-            c.smem += elems * src.dtype.bytes
-        if is_shared(dst.scope):
-            c.smem += elems * dst.dtype.bytes
-        if src.dtype is not dst.dtype:
-            c.cuda_ops = elems
-    elif isinstance(s, Gemm):
-        m, n, k = s.dims()
-        if s.A.buffer.dtype.name in MMA_DTYPES and s.B.buffer.dtype.name in MMA_DTYPES:
-            c.tensor_flops = 2 * m * n * k
-        else:
-            c.cuda_ops = m * n * k
-        instruction, sm, sn = gemm_plan(s, m, n)
-        c.instruction, c.dtype = instruction, s.A.buffer.dtype.name
-        a_bytes, b_bytes = s.A.buffer.dtype.bytes, s.B.buffer.dtype.bytes
-        if instruction == "wgmma":
-            # Each m64nNk16 instruction reads its A rows (64 x 16) and its whole B slice
-            # (16 x N of its warpgroup) from shared memory: A once per warpgroup column, B
-            # once per 64 rows of the tile, whatever the split.
-            if is_shared(s.A.buffer.scope):
-                c.smem += m * k * a_bytes * sn
-            c.smem += (m // WGMMA_M) * k * n * b_bytes
-        else:
-            # ldmatrix: every warp loads its A rows and B columns, so A is read once per
-            # warp column and B once per warp row.
-            if is_shared(s.A.buffer.scope):
-                c.smem += m * k * a_bytes * sn
-            if is_shared(s.B.buffer.scope):
-                c.smem += k * n * b_bytes * sm
-    elif isinstance(s, (Reduce, CumSum)):
-        elems = _region_elems(s.src, clip=False)
-        abs_kind = isinstance(s, Reduce) and s.kind.startswith("abs")
-        c.cuda_ops = elems * (2 if abs_kind else 1)
-        if is_shared(s.src.buffer.scope):
-            c.smem += elems * s.src.buffer.dtype.bytes
-    elif isinstance(s, Fill):
-        b = s.dst.buffer
-        elems = _region_elems(s.dst, clip=b.scope == GLOBAL)
-        if is_shared(b.scope):
-            c.smem = elems * b.dtype.bytes
-        elif b.scope == GLOBAL:
-            c.gmem_store = elems * b.dtype.bytes
-    elif isinstance(s, Atomic):
-        dst = s.dst.buffer
-        if dst.scope == GLOBAL:
-            elems = _region_elems(s.dst, clip=True)
-            c.gmem_load = c.gmem_store = elems * dst.dtype.bytes
-            c.cuda_ops = elems
+    if isinstance(s, TileOp):   # what a tile op costs is its contract (tilecraft/ops)
+        contract_of(s).charge(s, c, gemm_plan)
     elif isinstance(s, For):
         _parallel(node, s, c)
     elif node.kind in ("store", "call"):

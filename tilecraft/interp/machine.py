@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import TileError
 from ..ir.buffer import GLOBAL, Buffer, BufferRegion
 from ..ir.stmt import (Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt)
-from .tileops import TILE_OPS
+from ..ir.tileop import TileOp, contract_of
 from .values import Evaluator, first_bad, in_bounds, to_dtype
 
 _MAX_PARALLEL_DEPTH = 8
@@ -78,6 +78,9 @@ class Machine:
             self.exec(self.func.body, None)
 
     def exec(self, s, mask):
+        if isinstance(s, TileOp):   # what a tile op means is its contract (tilecraft/ops)
+            contract_of(s).interpret(self, s, mask)
+            return
         getattr(self, "exec_" + type(s).__name__)(s, mask)
 
     def exec_SeqStmt(self, s: SeqStmt, mask):
@@ -165,14 +168,6 @@ class Machine:
 
     def exec_Evaluate(self, s: Evaluate, mask):
         self.ev.eval(s.value, mask)
-
-    def __getattr__(self, name):
-        if name.startswith("exec_"):
-            kind = name[len("exec_"):]
-            handler = TILE_OPS.get(kind)
-            if handler is not None:
-                return lambda s, mask: handler(self, s, mask)
-        raise AttributeError(name)
 
     # --- regions ----------------------------------------------------------------
     def region_box(self, r: BufferRegion):

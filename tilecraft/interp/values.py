@@ -27,6 +27,15 @@ def compute_dtype(d: dt.DType) -> np.dtype:
     return np.dtype(np.uint64) if d.name == "uint64" else np.dtype(np.int64)
 
 
+def widen(values: np.ndarray) -> np.ndarray:
+    """values in a type numpy computes with: ml_dtypes' narrow floats convert best through
+    float32."""
+    if values.dtype.kind == "V" or values.dtype.name in ("bfloat16", "float8_e4m3fn",
+                                                         "float8_e5m2"):
+        return values.astype(np.float32)
+    return values
+
+
 def to_dtype(value, d: dt.DType):
     """Round / wrap a computed value into IR dtype d."""
     with np.errstate(all="ignore"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from . import tileop as top
+from .tileop import contract_of, has_contract
 from .buffer import Buffer, BufferRegion, GLOBAL, LOCAL_VAR
 from .expr import Binary, BufferLoad, Call, Cast, Const, Expr, Select, Unary, Var
 from .stmt import (Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel, PrimFunc, SeqStmt,
@@ -181,46 +182,9 @@ class Printer:
         return f'{self.name(b)} = T.{fn}(({shape}{"," if len(b.shape) == 1 else ""}), "{b.dtype}")'
 
     def tile_op(self, s) -> str:
-        if isinstance(s, top.Copy):
-            return f"T.copy({self.region(s.src)}, {self.region(s.dst)}{self.kwargs(s.annotations)})"
-        if isinstance(s, top.Gemm):
-            opts = {}
-            for key in ("transpose_A", "transpose_B", "clear_accum"):
-                if getattr(s, key):
-                    opts[key] = True
-            if s.policy != top.GemmWarpPolicy.Square:
-                opts["policy"] = f"T.GemmWarpPolicy.{s.policy.name}"
-            if s.k_pack != 1:
-                opts["k_pack"] = s.k_pack
-            if s.instruction:
-                opts["instruction"] = repr(s.instruction)
-            return (f"T.gemm({self.region(s.A)}, {self.region(s.B)}, {self.region(s.C)}"
-                    f"{self.kwargs(opts, raw=True)})")
-        if isinstance(s, top.Reduce):
-            clear = "" if s.clear else ", clear=False"
-            trailing = "" if s.trailing_barrier else ", trailing_barrier=False"
-            return (f"T.reduce_{s.kind}({self.region(s.src)}, {self.region(s.dst)}, "
-                    f"dim={s.dim}{clear}{trailing})")
-        if isinstance(s, top.CumSum):
-            rev = ", reverse=True" if s.reverse else ""
-            return f"T.cumsum({self.region(s.src)}, {self.region(s.dst)}, dim={s.dim}{rev})"
-        if isinstance(s, top.Fill):
-            if isinstance(s.value, Const) and s.value.value == 0:
-                return f"T.clear({self.region(s.dst)})"
-            return f"T.fill({self.region(s.dst)}, {self.expr(s.value)})"
-        if isinstance(s, top.Atomic):
-            value = self.region(s.value) if isinstance(s.value, BufferRegion) else self.expr(s.value)
-            notes = "".join(f", {k}={v!r}" for k, v in s.annotations.items())
-            return f"T.atomic_{s.kind}({self.region(s.dst)}, {value}{notes})"
-        if isinstance(s, top.AnnotateLayout):
-            items = ", ".join(f"{self.name(b)}: {getattr(l, 'describe', lambda: repr(l))()}"
-                              for b, l in s.layouts.items())
-            return f"T.annotate_layout({{{items}}})"
-        if isinstance(s, top.UseSwizzle):
-            return f'T.use_swizzle({s.panel_size}, order="{s.order}", enable={s.enable})'
-        if isinstance(s, top.Print):
-            value = self.name(s.value) if isinstance(s.value, Buffer) else self.expr(s.value)
-            return f'T.print({value}, msg="{s.msg}")'
+        """The op as the user's T.* call: its contract's text (tilecraft/ops)."""
+        if has_contract(s):
+            return contract_of(s).text(self, s)
         return f"<{type(s).__name__}>"
 
     def kwargs(self, d: dict, raw: bool = False) -> str:

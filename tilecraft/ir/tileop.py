@@ -1,17 +1,23 @@
 """Tile-operator nodes: whole-tile operations the compiler lowers onto threads.
 
-Each node says which buffers it reads and writes (the FTG's dataflow edges come from that);
-what an op *means* on a target lives in tileops/<op>.py.
+Each node says which buffers it reads and writes (the FTG's dataflow edges come from that).
+What an op means everywhere else is its contract (TileOpContract): its text in the printer,
+its effect on the reference interpreter and its charges in the cost model, written in one
+module of tilecraft/ops and registered here for the node class. The registry lives in ir, the
+bottom layer, so that the printer, the interpreter and the cost model can look a contract up
+without importing the modules that define them (those import the interpreter and the cost
+model's helpers). A backend keeps its own table of lowerings per node class.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Callable
 
 from .buffer import Buffer, BufferRegion
 from .expr import Expr
 from .stmt import Stmt
-from ..errors import Span
+from ..errors import Span, TileError
 
 
 class GemmWarpPolicy(IntEnum):
@@ -29,6 +35,51 @@ class TileOp(Stmt):
 
     def writes(self) -> tuple:
         return ()
+
+
+@dataclass(frozen=True)
+class TileOpContract:
+    """What a tile op means, target-neutrally.
+
+    text(printer, op) -> str: the op as the user's T.* call (ir/printer.py);
+    interpret(machine, op, mask): its effect on the reference interpreter's numpy arrays
+        (interp/machine.py); mask marks the live lanes inside a T.Parallel nest, or is None;
+    charge(op, count, gemm_plan): fills count (analysis/counts.py's NodeCount) with what one
+        execution moves and computes; gemm_plan(gemm, m, n) -> (instruction, split along M,
+        split along N) answers a gemm's instruction and warp split.
+    """
+    text: Callable
+    interpret: Callable
+    charge: Callable
+
+
+_CONTRACTS: dict = {}
+
+
+def register_contract(node_class: type, contract: TileOpContract):
+    """Make `contract` the meaning of every node of exactly `node_class`."""
+    if node_class in _CONTRACTS:
+        raise ValueError(f"{node_class.__name__} already has a contract")
+    _CONTRACTS[node_class] = contract
+
+
+def contract_of(op) -> TileOpContract:
+    """The contract of a tile-op node. The contracts register when tilecraft.ops is imported,
+    which importing tilecraft does."""
+    try:
+        return _CONTRACTS[type(op)]
+    except KeyError:
+        raise TileError(f"internal: T.{op.op_name} ({type(op).__name__}) has no contract; "
+                        "register one in tilecraft/ops", getattr(op, "span", None)) from None
+
+
+def has_contract(op) -> bool:
+    return type(op) in _CONTRACTS
+
+
+def registered_contracts() -> dict:
+    """Node class -> contract, for every op registered so far."""
+    return dict(_CONTRACTS)
 
 
 @dataclass(eq=False, repr=False)

@@ -1,9 +1,10 @@
 """lower_tile_ops: tile-level kernels -> code for one thread (paper algorithm 3).
 
 Per kernel: infer the layouts, then replace each tile op and T.Parallel nest by its thread-level
-code (tileops/<op>.py), fragments by register arrays and shared tiles by flat arrays. What stays
-tile-level in form (serial loops, block-uniform ifs, scalar statements) runs on every thread,
-except that a scalar statement's effects happen once: see _KernelLowering.scalar.
+code (the op's entry in the table of tileops/dispatch.py; tileops/parallel.py for nests),
+fragments by register arrays and shared tiles by flat arrays. What stays tile-level in form
+(serial loops, block-uniform ifs, scalar statements) runs on every thread, except that a scalar
+statement's effects happen once: see _KernelLowering.scalar.
 """
 from __future__ import annotations
 
@@ -11,27 +12,21 @@ import dataclasses
 
 from ...arith.bounds import bounds_under
 from ...ir.linear import constant_value
-from ...errors import TileError, warn_at
+from ...errors import TileError
 from ...ir import tileop as top
 from ...ir.buffer import FRAGMENT, GLOBAL, BufferRegion, is_shared
 from ...ir.expr import Expr, Var
 from ...ir.visitor import walk
 from ...ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, Evaluate, For, IfThenElse,
                        Kernel, SeqStmt, seq)
-from .tileops.cumsum import lower_cumsum
-from .tileops.copy import lower_copy, lower_twin_copy
-from .tileops.fill_atomic import lower_atomic_tile, lower_fill
+from .tileops.dispatch import LOWERINGS
 from .tileops.fragment_elements import broadcast_reads, element_writer, guard_for_holders
 from .tileops.wgmma import WARPGROUP
-from .tileops.gemm import lower_gemm
 from ...pass_config import PassConfigKey
 from .tileops.lowering import AccessRewriter, ThreadContext
 from .tileops.parallel import lower_parallel
-from .tileops.cache_hints import warn_unhinted
-from .tileops.tma import as_copy, is_tma_store, lower_tma_copy, lower_tma_store
-from .tileops.reduce import lower_reduce
-from ...passes.infer_layouts import infer_layouts, same_layout, tma_tile_layout
-from ...passes.parallel_nests import is_twin_copy, on_warpgroup_fragments
+from ...passes.infer_layouts import infer_layouts
+from ...passes.parallel_nests import on_warpgroup_fragments
 from ...passes.plan_shared_memory import footprint
 from ...ir.annotations import WARPGROUP_FRAGMENTS, is_warpgroup_branch
 from .rules import CUDA_RULES
@@ -198,59 +193,12 @@ class _KernelLowering:
 
     def tile_op(self, op):
         prefix = []
-        if not isinstance(op, (top.AnnotateLayout, top.UseSwizzle)):
-            op = self.operands_read(op, prefix)
-        lowered = self.lower_op(op)
+        op = self.operands_read(op, prefix)
+        lowering = LOWERINGS.get(type(op))
+        if lowering is None:
+            raise TileError(f"T.{op.op_name} is not supported by the CUDA backend yet", op.span)
+        lowered = lowering(op, self.context(op), self)
         return seq(prefix + [lowered], op.span) if prefix else lowered
-
-    def lower_op(self, op):
-        ctx = self.context(op)
-        if isinstance(op, top.Copy) and is_twin_copy(op, self.local):
-            return lower_twin_copy(op, self.ctx, self.kernel.num_threads, WARPGROUP)
-        if isinstance(op, top.Copy):
-            if "tma_barrier" in op.annotations:
-                return warn_unhinted(op, lower_tma_copy(op, ctx))
-            if is_tma_store(op) and same_layout(ctx.layouts.buffer(op.src.buffer),
-                                                tma_tile_layout(op.src.buffer)):
-                return warn_unhinted(op, lower_tma_store(op, ctx))
-            return warn_unhinted(op, lower_copy(op, ctx))
-        if isinstance(op, top.Fill):
-            return lower_fill(op, ctx)
-        if isinstance(op, top.Gemm):
-            return lower_gemm(op, ctx)
-        if isinstance(op, top.Reduce):
-            return lower_reduce(op, ctx)
-        if isinstance(op, top.CumSum):
-            return lower_cumsum(op, ctx)
-        if isinstance(op, top.Atomic):
-            if isinstance(op.value, BufferRegion):
-                return self.atomic_tile(op, ctx)
-            return self.on_one_thread(self.scalar_rewriter().visit(op))
-        if isinstance(op, top.AnnotateLayout):
-            return None
-        if isinstance(op, top.UseSwizzle):
-            if op.enable:
-                self.swizzle = (op.panel_size, op.order)
-            return None
-        raise TileError(f"T.{op.op_name} is not supported by the CUDA backend yet", op.span)
-
-    @staticmethod
-    def atomic_tile(op, ctx):
-        """A tile-form atomic: TMA stores that add where infer_instructions chose them (and
-        the tile has the layout TMA boxes read), element-wise atomics otherwise; use_tma=True
-        left unhonored is said at the user's line."""
-        if not op.annotations.get("use_tma"):
-            return lower_atomic_tile(op, ctx)
-        reason = op.annotations.get("unfit")
-        if op.annotations.get("instruction") == "tma":
-            if same_layout(ctx.layouts.buffer(op.value.buffer), tma_tile_layout(op.value.buffer)):
-                return lower_tma_store(as_copy(op), ctx, adds=True)
-            reason = f"the shared tile {op.value.buffer.name} does not have the layout TMA " \
-                     "boxes read"
-        warn_at(op.span, f"tilecraft: T.atomic_{op.kind} into {op.dst.buffer.name} runs as "
-                f"element-wise atomics, not TMA (use_tma=True): {reason}")
-        return lower_atomic_tile(op, ctx)
-
 
 
 def lower_tile_ops(func, configs: dict | None = None):
