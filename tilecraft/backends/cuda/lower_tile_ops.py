@@ -15,7 +15,7 @@ from ...errors import TileError, warn_at
 from ...ir import tileop as top
 from ...ir.buffer import FRAGMENT, GLOBAL, BufferRegion, is_shared
 from ...ir.expr import Expr, Var
-from ...ir.visitor import walk
+from ...ir.visitor import map_kernels, walk
 from ...ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, Evaluate, For, IfThenElse,
                        Kernel, SeqStmt, seq)
 from .tileops.cumsum import lower_cumsum
@@ -259,34 +259,30 @@ def lower_tile_ops(func, configs: dict | None = None):
     arena = {}
     planned = func.attrs.get("smem_offsets", {})
 
-    def rebuild(s):
-        if isinstance(s, Kernel):
-            lowering = _KernelLowering(s, unswitch)
-            kernel = lowering.run()
-            top = kernel.attrs.get("smem_bytes", 0)
-            for key, flat in lowering.ctx.flat_shared.items():
-                if key in planned:
-                    arena[id(flat)] = planned[key][0]
-            # Shared scratch the lowering itself added (cross-warp reduction slots, scan and
-            # staging tiles) goes above the planned tiles. Each reduction that keeps no
-            # barrier after its reads (insert_barriers) gets bytes of its own; the rest share
-            # one offset above those: each such user ends with a barrier after its last
-            # read, so the next one may take the bytes.
-            base = (top + 15) // 16 * 16
-            scratch = [n.buffer for n in walk(kernel.body) if isinstance(n, Allocate) and
-                       is_shared(n.buffer.scope) and id(n.buffer) not in arena]
-            private = lowering.ctx.private_scratch
-            for b in [b for b in scratch if id(b) in private]:
-                arena[id(b)] = base
-                base = (base + footprint(b) + 15) // 16 * 16
-            top = max(top, base)
-            for b in [b for b in scratch if id(b) not in private]:
-                arena[id(b)] = base
-                top = max(top, base + footprint(b))
-            return dataclasses.replace(kernel, attrs={**kernel.attrs, "smem_bytes": top})
-        if isinstance(s, SeqStmt):
-            return seq([rebuild(x) for x in s.stmts])
-        return s
+    def lower_kernel(k):
+        lowering = _KernelLowering(k, unswitch)
+        kernel = lowering.run()
+        top = kernel.attrs.get("smem_bytes", 0)
+        for key, flat in lowering.ctx.flat_shared.items():
+            if key in planned:
+                arena[id(flat)] = planned[key][0]
+        # Shared scratch the lowering itself added (cross-warp reduction slots, scan and
+        # staging tiles) goes above the planned tiles. Each reduction that keeps no
+        # barrier after its reads (insert_barriers) gets bytes of its own; the rest share
+        # one offset above those: each such user ends with a barrier after its last
+        # read, so the next one may take the bytes.
+        base = (top + 15) // 16 * 16
+        scratch = [n.buffer for n in walk(kernel.body) if isinstance(n, Allocate) and
+                   is_shared(n.buffer.scope) and id(n.buffer) not in arena]
+        private = lowering.ctx.private_scratch
+        for b in [b for b in scratch if id(b) in private]:
+            arena[id(b)] = base
+            base = (base + footprint(b) + 15) // 16 * 16
+        top = max(top, base)
+        for b in [b for b in scratch if id(b) not in private]:
+            arena[id(b)] = base
+            top = max(top, base + footprint(b))
+        return dataclasses.replace(kernel, attrs={**kernel.attrs, "smem_bytes": top})
 
-    body = rebuild(func.body)
-    return dataclasses.replace(func, body=body, attrs={**func.attrs, "smem_arena": arena})
+    lowered = map_kernels(func, lower_kernel)
+    return dataclasses.replace(lowered, attrs={**lowered.attrs, "smem_arena": arena})

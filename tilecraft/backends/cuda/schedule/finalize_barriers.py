@@ -31,7 +31,7 @@ import dataclasses
 from ....ir.buffer import is_shared
 from ....ir.expr import BufferLoad, Call, const
 from ....ir.stmt import BufferStore, Evaluate, Kernel, SeqStmt, call_stmt, seq
-from ....ir.visitor import Mutator, walk
+from ....ir.visitor import Mutator, map_kernels, walk
 from ....ir.annotations import is_sync
 
 CONSUMER_BARRIER = 1
@@ -135,20 +135,16 @@ class _Barriers(Mutator):
 
 
 def finalize_barriers(func):
-    def rebuild(s):
-        if isinstance(s, Kernel):
-            consumers = s.num_threads if s.attrs.get("producer_threads") else None
-            stores = _issues(s, "tc::tma_store_")
-            fence = stores or _issues(s, "tc::wgmma_m64")
-            if consumers is None and not fence:
-                return s
-            kernel = _Barriers(fence, consumers, stores, _async_read(s),
-                               stores and _stores_from_stages(s)).visit(s)
-            if stores:
-                kernel = dataclasses.replace(kernel, body=seq(
-                    [kernel.body, call_stmt(STORE_READ_WAIT, span=kernel.span)]))
-            return kernel
-        if isinstance(s, SeqStmt):
-            return seq([rebuild(x) for x in s.stmts])
-        return s
-    return dataclasses.replace(func, body=rebuild(func.body))
+    def finalize(k):
+        consumers = k.num_threads if k.attrs.get("producer_threads") else None
+        stores = _issues(k, "tc::tma_store_")
+        fence = stores or _issues(k, "tc::wgmma_m64")
+        if consumers is None and not fence:
+            return k
+        kernel = _Barriers(fence, consumers, stores, _async_read(k),
+                           stores and _stores_from_stages(k)).visit(k)
+        if stores:
+            kernel = dataclasses.replace(kernel, body=seq(
+                [kernel.body, call_stmt(STORE_READ_WAIT, span=kernel.span)]))
+        return kernel
+    return map_kernels(func, finalize)

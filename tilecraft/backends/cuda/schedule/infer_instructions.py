@@ -29,10 +29,9 @@ from __future__ import annotations
 import dataclasses
 
 from ....errors import TileError
-from ....ir.stmt import Kernel, SeqStmt, seq
 from ....ir.buffer import FRAGMENT, GLOBAL, is_shared
 from ....ir.tileop import Atomic, Copy, Gemm
-from ....ir.visitor import Mutator
+from ....ir.visitor import Mutator, map_kernels
 from ....target import parse_arch
 from ....pass_config import PassConfigKey
 from ..tileops.tma import tma_add_unfit_reason, tma_plan
@@ -141,11 +140,7 @@ def infer_instructions(func, arch: str | None = None, configs: dict | None = Non
     tma_store = hopper and not configs.get(PassConfigKey.TL_DISABLE_TMA_LOWER) and \
         not configs.get(PassConfigKey.TL_DISABLE_TMA_STORE)
 
-    def rebuild(s):
-        if isinstance(s, Kernel):
-            choose = _Choose(arch, s.num_threads, wgmma, tma_store, stmatrix=hopper)
-            return dataclasses.replace(s, body=choose.visit(s.body))
-        if isinstance(s, SeqStmt):
-            return seq([rebuild(x) for x in s.stmts])
-        return s
-    return dataclasses.replace(func, body=rebuild(func.body))
+    def choose(k):
+        chooser = _Choose(arch, k.num_threads, wgmma, tma_store, stmatrix=hopper)
+        return dataclasses.replace(k, body=chooser.visit(k.body))
+    return map_kernels(func, choose)

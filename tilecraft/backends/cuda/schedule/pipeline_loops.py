@@ -34,10 +34,10 @@ import dataclasses
 from ....errors import TileError
 from ....ir.buffer import Buffer, BufferRegion
 from ....ir.expr import const, convert
-from ....ir.stmt import Allocate, For, IfThenElse, Kernel, SeqStmt, call_stmt, seq, stmts_of
+from ....ir.stmt import Allocate, For, IfThenElse, SeqStmt, call_stmt, seq, stmts_of
 from ....ir.tileop import Copy, Gemm
 from ....passes.infer_pipeline import is_async_copy
-from ....ir.visitor import Mutator, substitute, walk
+from ....ir.visitor import Mutator, map_kernels, substitute, walk
 from ....ir.annotations import sync_stmt
 
 
@@ -185,19 +185,14 @@ class Reallocate(Mutator):
 
 def pipeline_loops(func):
     """Return func with its T.Pipelined loops software-pipelined."""
-    def rebuild(s):
-        if isinstance(s, Kernel):
-            p = _Pipeliner()
-            body = p.stmt(s.body)
-            if p.versions:
-                body = Reallocate(p.versions).visit(body)
-                check_unversioned(body, p.versions)
-            return dataclasses.replace(s, body=body)
-        if isinstance(s, SeqStmt):
-            return seq([rebuild(x) for x in s.stmts])
-        return s
-
-    return dataclasses.replace(func, body=rebuild(func.body))
+    def pipeline(k):
+        p = _Pipeliner()
+        body = p.stmt(k.body)
+        if p.versions:
+            body = Reallocate(p.versions).visit(body)
+            check_unversioned(body, p.versions)
+        return dataclasses.replace(k, body=body)
+    return map_kernels(func, pipeline)
 
 
 def check_unversioned(body, versions):

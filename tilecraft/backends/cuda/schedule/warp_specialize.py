@@ -64,10 +64,10 @@ import dataclasses
 from ....ir import dtypes as dt
 from ....ir.buffer import LOCAL_VAR, Buffer
 from ....ir.expr import BufferLoad, Call, Var, address_of, const, minmax
-from ....ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, For, IfThenElse, Kernel, SeqStmt,
+from ....ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, For, IfThenElse, Kernel,
                        call_stmt, seq, stmts_of)
 from ....ir.tileop import Copy
-from ....ir.visitor import buffers_used, walk
+from ....ir.visitor import buffers_used, map_kernels, walk
 from ....pass_config import PassConfigKey
 from ..tileops.cluster import cluster_plan
 from ..tileops.prefetch import next_tile_prefetch
@@ -334,12 +334,7 @@ def warp_specialize(func, target=None, configs: dict | None = None):
     multicast = bool(configs.get(PassConfigKey.TL_ENABLE_TMA_MULTICAST))
     prefetch = not configs.get(PassConfigKey.TL_DISABLE_L2_PREFETCH)
 
-    def rebuild(s):
-        if isinstance(s, Kernel):
-            return _Specializer(s, multicast, persistent_for(s, configs, target),
-                                producer_preload_for(s, configs, target), prefetch).run()
-        if isinstance(s, SeqStmt):
-            return seq([rebuild(x) for x in s.stmts])
-        return s
-    return dataclasses.replace(func, body=rebuild(func.body))
+    return map_kernels(func, lambda k: _Specializer(
+        k, multicast, persistent_for(k, configs, target), producer_preload_for(k, configs, target),
+        prefetch).run())
 

@@ -25,8 +25,8 @@ from __future__ import annotations
 import dataclasses
 
 from ....ir.expr import BufferLoad, Call, const
-from ....ir.stmt import Evaluate, For, IfThenElse, Kernel, SeqStmt, seq, stmts_of
-from ....ir.visitor import Mutator, substitute, walk
+from ....ir.stmt import Evaluate, For, IfThenElse, SeqStmt, seq, stmts_of
+from ....ir.visitor import Mutator, map_kernels, substitute, walk
 
 WAIT_ALL = "tc::wgmma_wait_group<0>"
 WAIT_ONE = "tc::wgmma_wait_group<1>"
@@ -128,13 +128,8 @@ class ConsumerLoops(Mutator):
 def rewrite_consumer_loops(func, rewrite):
     """func with each warp-specialized consumer loop replaced by the statements rewrite(loop)
     returns (a loop it returns None for stays as it is)."""
-    def rebuild(s):
-        if isinstance(s, Kernel):
-            return ConsumerLoops(rewrite).visit(s) if s.attrs.get("producer_threads") else s
-        if isinstance(s, SeqStmt):
-            return seq([rebuild(x) for x in s.stmts])
-        return s
-    return dataclasses.replace(func, body=rebuild(func.body))
+    return map_kernels(func, lambda k: ConsumerLoops(rewrite).visit(k)
+                       if k.attrs.get("producer_threads") else k)
 
 
 def overlap_wgmma(func):

@@ -27,8 +27,8 @@ from __future__ import annotations
 import dataclasses
 
 from ....ir.expr import Call, const
-from ....ir.stmt import For, IfThenElse, Kernel, SeqStmt, call_stmt, called, seq, stmts_of
-from ....ir.visitor import Mutator, walk
+from ....ir.stmt import For, IfThenElse, Kernel, call_stmt, called, seq, stmts_of
+from ....ir.visitor import Mutator, map_kernels, walk
 from ....pass_config import PassConfigKey
 from ....ir.annotations import is_sync
 from .overlap_wgmma import ConsumerLoops
@@ -95,13 +95,11 @@ def pingpong_warpgroups(func, configs: dict | None = None):
     if (configs or {}).get(PassConfigKey.TL_DISABLE_WARPGROUP_PINGPONG):
         return func
 
-    def rebuild(s):
-        if isinstance(s, Kernel) and s.attrs.get("producer_threads") and \
-                s.thread_var is not None and s.num_threads % WARPGROUP == 0:
-            state = _Kernel(s)
-            out = ConsumerLoops(state.turns).visit(s)
-            return _Consumers(state).visit(out) if state.taken else out
-        if isinstance(s, SeqStmt):
-            return seq([rebuild(x) for x in s.stmts])
-        return s
-    return dataclasses.replace(func, body=rebuild(func.body))
+    def alternate(k):
+        if not (k.attrs.get("producer_threads") and k.thread_var is not None and
+                k.num_threads % WARPGROUP == 0):
+            return k
+        state = _Kernel(k)
+        out = ConsumerLoops(state.turns).visit(k)
+        return _Consumers(state).visit(out) if state.taken else out
+    return map_kernels(func, alternate)

@@ -49,11 +49,11 @@ from ....ir.buffer import FRAGMENT, SHARED, Buffer, BufferRegion, is_shared
 from ....ir import dtypes as dt
 from ....ir.ftg import element_accesses
 from ....ir.expr import BufferLoad, Call, Const, Var, const
-from ....ir.stmt import (Allocate, For, IfThenElse, Kernel, SeqStmt, BufferStore,
+from ....ir.stmt import (Allocate, For, IfThenElse, Kernel, BufferStore,
                        call_stmt, called, flat_stmts, seq)
 from ....ir.tileop import Copy, Gemm, TileOp
 from ....ir.annotations import WARPGROUP_FRAGMENTS, WARPGROUP_INDEX
-from ....ir.visitor import Mutator, substitute, walk
+from ....ir.visitor import Mutator, map_kernels, substitute, walk
 from ....target import parse_arch
 from ....pass_config import PassConfigKey
 from .overlap_wgmma import ConsumerLoops
@@ -379,18 +379,15 @@ def seesaw_warpgroups(func, arch: str = "sm_90a", configs: dict | None = None):
             (configs or {}).get(PassConfigKey.TL_DISABLE_SEESAW_WARPGROUPS):
         return func
 
-    def rebuild(s):
-        if isinstance(s, Kernel) and s.attrs.get("producer_threads") and \
-                s.num_threads == 2 * WARPGROUP:
-            rewriter = _Rewriter(s)
-            out = ConsumerLoops(rewriter.rewrite).visit(s)
-            if not rewriter.new_buffers:
-                return s
-            allocs = [Allocate(b, s.span) for b in rewriter.new_buffers]
-            local = set(s.attrs.get(WARPGROUP_FRAGMENTS, ())) | rewriter.local
-            return dataclasses.replace(out, body=seq(allocs + [out.body], s.span),
-                                       attrs={**out.attrs, WARPGROUP_FRAGMENTS: local})
-        if isinstance(s, SeqStmt):
-            return seq([rebuild(x) for x in s.stmts])
-        return s
-    return dataclasses.replace(func, body=rebuild(func.body))
+    def split(k):
+        if not (k.attrs.get("producer_threads") and k.num_threads == 2 * WARPGROUP):
+            return k
+        rewriter = _Rewriter(k)
+        out = ConsumerLoops(rewriter.rewrite).visit(k)
+        if not rewriter.new_buffers:
+            return k
+        allocs = [Allocate(b, k.span) for b in rewriter.new_buffers]
+        local = set(k.attrs.get(WARPGROUP_FRAGMENTS, ())) | rewriter.local
+        return dataclasses.replace(out, body=seq(allocs + [out.body], k.span),
+                                   attrs={**out.attrs, WARPGROUP_FRAGMENTS: local})
+    return map_kernels(func, split)
