@@ -33,7 +33,10 @@ from .tileops.reduce import lower_reduce
 from ...passes.infer_layouts import infer_layouts, same_layout, tma_tile_layout
 from ...passes.parallel_nests import is_twin_copy, on_warpgroup_fragments
 from ...passes.plan_shared_memory import footprint
-from ...ir.annotations import WARPGROUP_FRAGMENTS, is_warpgroup_branch
+from ...ir.annotations import (INSTRUCTION, LAYOUTS, SMEM_ARENA, SMEM_BYTES, SMEM_OFFSETS,
+                               SOFTWARE_PIPELINED, TENSOR_MAPS, TMA_BARRIER, TMA_UNFIT, USE_SWIZZLE,
+                               WARPGROUP_FRAGMENTS, WARPGROUP_THREAD, WARP_SPECIALIZED,
+                               is_warpgroup_branch)
 from .rules import CUDA_RULES
 
 
@@ -41,7 +44,7 @@ class _KernelLowering:
     def __init__(self, kernel: Kernel, unswitch_masks: bool = True):
         self.kernel = kernel
         tx = Var("tx")
-        layouts = kernel.attrs.get("layouts") or infer_layouts(kernel, CUDA_RULES)
+        layouts = kernel.attrs.get(LAYOUTS) or infer_layouts(kernel, CUDA_RULES)
         self.ctx = ThreadContext(tx, kernel.num_threads, layouts, unswitch_masks=unswitch_masks)
         self.ctx.var_bounds[id(tx)] = (0, kernel.num_threads - 1)
         for v, g in zip(kernel.block_vars, kernel.grid):
@@ -76,11 +79,11 @@ class _KernelLowering:
         body = self.stmt(self.kernel.body)
         attrs = dict(self.kernel.attrs)
         if self.wg_ctx is not None:
-            attrs["warpgroup_thread"] = self.wg_ctx.tx
+            attrs[WARPGROUP_THREAD] = self.wg_ctx.tx
         if self.swizzle is not None:
-            attrs["use_swizzle"] = self.swizzle
+            attrs[USE_SWIZZLE] = self.swizzle
         if self.ctx.tensor_maps:
-            attrs["tensor_maps"] = list(self.ctx.tensor_maps.values())
+            attrs[TENSOR_MAPS] = list(self.ctx.tensor_maps.values())
         return dataclasses.replace(self.kernel, body=body, thread_var=self.ctx.tx, attrs=attrs)
 
     def scalar_rewriter(self):
@@ -106,7 +109,7 @@ class _KernelLowering:
             # (overlap_wgmma), a cp.async pipeline (rotate_mma_loop) or a persistent kernel's
             # loop over tiles (the code generator) stays known to thread-level code.
             kept = {k: v for k, v in s.annotations.items()
-                    if k in ("warp_specialized", "pipelined", PERSISTENT_TILES)}
+                    if k in (WARP_SPECIALIZED, SOFTWARE_PIPELINED, PERSISTENT_TILES)}
             return dataclasses.replace(s, body=self.stmt(s.body), kind=kind, annotations=kept)
         if isinstance(s, IfThenElse):
             prefix, cond = broadcast_reads(ctx, s.cond, lowering=self)
@@ -208,7 +211,7 @@ class _KernelLowering:
         if isinstance(op, top.Copy) and is_twin_copy(op, self.local):
             return lower_twin_copy(op, self.ctx, self.kernel.num_threads, WARPGROUP)
         if isinstance(op, top.Copy):
-            if "tma_barrier" in op.annotations:
+            if TMA_BARRIER in op.annotations:
                 return warn_unhinted(op, lower_tma_copy(op, ctx))
             if is_tma_store(op) and same_layout(ctx.layouts.buffer(op.src.buffer),
                                                 tma_tile_layout(op.src.buffer)):
@@ -241,8 +244,8 @@ class _KernelLowering:
         left unhonored is said at the user's line."""
         if not op.annotations.get("use_tma"):
             return lower_atomic_tile(op, ctx)
-        reason = op.annotations.get("unfit")
-        if op.annotations.get("instruction") == "tma":
+        reason = op.annotations.get(TMA_UNFIT)
+        if op.annotations.get(INSTRUCTION) == "tma":
             if same_layout(ctx.layouts.buffer(op.value.buffer), tma_tile_layout(op.value.buffer)):
                 return lower_tma_store(as_copy(op), ctx, adds=True)
             reason = f"the shared tile {op.value.buffer.name} does not have the layout TMA " \
@@ -252,17 +255,16 @@ class _KernelLowering:
         return lower_atomic_tile(op, ctx)
 
 
-
 def lower_tile_ops(func, configs: dict | None = None):
     """Return func with every kernel lowered to thread-level code."""
     unswitch = not (configs or {}).get(PassConfigKey.TL_DISABLE_UNIFORM_MASKS)
     arena = {}
-    planned = func.attrs.get("smem_offsets", {})
+    planned = func.attrs.get(SMEM_OFFSETS, {})
 
     def lower_kernel(k):
         lowering = _KernelLowering(k, unswitch)
         kernel = lowering.run()
-        top = kernel.attrs.get("smem_bytes", 0)
+        top = kernel.attrs.get(SMEM_BYTES, 0)
         for key, flat in lowering.ctx.flat_shared.items():
             if key in planned:
                 arena[id(flat)] = planned[key][0]
@@ -282,7 +284,7 @@ def lower_tile_ops(func, configs: dict | None = None):
         for b in [b for b in scratch if id(b) not in private]:
             arena[id(b)] = base
             top = max(top, base + footprint(b))
-        return dataclasses.replace(kernel, attrs={**kernel.attrs, "smem_bytes": top})
+        return dataclasses.replace(kernel, attrs={**kernel.attrs, SMEM_BYTES: top})
 
     lowered = map_kernels(func, lower_kernel)
-    return dataclasses.replace(lowered, attrs={**lowered.attrs, "smem_arena": arena})
+    return dataclasses.replace(lowered, attrs={**lowered.attrs, SMEM_ARENA: arena})

@@ -34,7 +34,7 @@ from ....ir.visitor import map_kernels, walk
 from ....pass_config import PassConfigKey
 from ....target import arch_of
 from .persistence import persistent_for, ring_tiles
-from ....ir.annotations import EPILOGUE_STAGING
+from ....ir.annotations import EPILOGUE_STAGING, NUM_STAGES
 
 
 def _tile_bytes(buffer: Buffer) -> int:
@@ -43,7 +43,7 @@ def _tile_bytes(buffer: Buffer) -> int:
 
 def _ring_bytes(loop: For) -> int:
     """Shared memory of the tiles the pipelined loop copies into, all their versions."""
-    stages = max(1, int(loop.annotations.get("num_stages", 1) or 1))
+    stages = max(1, int(loop.annotations.get(NUM_STAGES, 1) or 1))
     return sum(_tile_bytes(b) for b in ring_tiles(loop).values()) * stages
 
 
