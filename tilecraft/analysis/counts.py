@@ -49,6 +49,7 @@ from ..ir.stmt import BufferStore, For, Kernel
 from ..ir.tileop import TileOp, UseSwizzle, contract_of
 from ..ir.visitor import walk
 from .l2model import fetched_tiles, grid_indices
+from ..ir.annotations import NUM_STAGES
 
 MMA_DTYPES = ("float16", "bfloat16")
 WGMMA_M = 64   # rows of one wgmma instruction (m64nNk16)
@@ -263,7 +264,7 @@ def _static_or_none(e):
 def _stages(loop) -> int:
     if loop.kind != "pipelined":
         return 1
-    n = loop.annotations.get("num_stages", 1)
+    n = loop.annotations.get(NUM_STAGES, 1)
     return int(n.value) if isinstance(n, Const) else int(n or 1)
 
 

@@ -41,6 +41,7 @@ from ..ir.visitor import walk
 from ..passes.parallel_nests import allocated
 from ..analysis.counts import MMA_DTYPES, LaunchCounts, _stages, tile_counts, with_hbm_reads
 from ..target import Target, get_target
+from ..ir.annotations import LAYOUTS, PRODUCER_THREADS, SMEM_BYTES
 
 REG_OVERHEAD = 32      # addresses, loop counters, indices, predicates (estimate)
 REG_GRANULE = 8        # registers per thread are allocated in multiples of 8
@@ -319,8 +320,8 @@ def plan(func: PrimFunc, target="h100", configs: dict | None = None) -> list:
     tile, planned = stages["infer_instructions"], stages["result"]
     # Fragments keep their identity through these passes, so the planned program's layout
     # maps serve the tile program's fragments; gemm splits are recomputed from the policy.
-    return [(k, p.attrs.get("layouts"), p.attrs.get("smem_bytes"),
-             p.attrs.get("producer_threads", 0))
+    return [(k, p.attrs.get(LAYOUTS), p.attrs.get(SMEM_BYTES),
+             p.attrs.get(PRODUCER_THREADS, 0))
             for k, p in zip(tile.kernels(), planned.kernels())]
 
 

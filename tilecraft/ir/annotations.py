@@ -11,6 +11,9 @@ Loop annotations (For.annotations) and kernel attributes (Kernel.attrs):
   into warpgroup branches lays them out over that warpgroup's threads only).
 - EPILOGUE_STAGING: kernel attr, names of shared tiles added to carry an accumulator to global
   memory (not the user's: defaults that look at the user's tiles skip them).
+
+The constants below the first group are the other keys one module writes and another reads;
+each says who writes it and what its value is.
 """
 from __future__ import annotations
 
@@ -19,13 +22,68 @@ from .stmt import PERSISTENT_TILES, Evaluate, IfThenElse, call_stmt
 from .visitor import walk
 
 __all__ = ["PERSISTENT_TILES", "FRAGMENT_LOOP", "ROTATED", "WARPGROUP_FRAGMENTS",
-           "EPILOGUE_STAGING", "BLOCK_BARRIER", "WARPGROUP_INDEX", "sync_stmt", "is_sync",
-           "is_warpgroup_branch"]
+           "EPILOGUE_STAGING", "LAYOUTS", "SMEM_OFFSETS", "SMEM_BYTES", "SMEM_ARENA",
+           "PRODUCER_THREADS", "TMA_TILES", "CLUSTER_DIMS", "PERSISTENT_BLOCKS",
+           "WARPGROUP_THREAD", "USE_SWIZZLE", "TENSOR_MAPS", "NUM_STAGES", "PIPELINE_ORDER",
+           "PIPELINE_STAGE", "SOFTWARE_PIPELINED", "WARP_SPECIALIZED", "INSTRUCTION",
+           "TMA_UNFIT", "ASYNC_COPY", "SCHEDULED", "TMA_BARRIER", "TMA_MULTICAST", "TILE_RANK",
+           "BLOCK_BARRIER", "WARPGROUP_INDEX", "sync_stmt", "is_sync", "is_warpgroup_branch"]
 
 FRAGMENT_LOOP = "mma_fragments"
 ROTATED = "wgmma_rotated"
 WARPGROUP_FRAGMENTS = "warpgroup_fragments"
 EPILOGUE_STAGING = "epilogue_staging"
+
+# Kernel and function attributes, in the order the pipeline writes them.
+# infer_layouts: {buffer: Layout} of the kernel, for planning, barriers and lowering.
+LAYOUTS = "layouts"
+# plan_shared_memory (function attr): {id(buffer): (byte offset, bytes)} of each shared tile.
+SMEM_OFFSETS = "smem_offsets"
+# plan_shared_memory, raised by the lowering's scratch: the kernel's dynamic shared bytes.
+SMEM_BYTES = "smem_bytes"
+# lower_tile_ops (function attr): {id(flat shared buffer): byte offset} for codegen/emulator.
+SMEM_ARENA = "smem_arena"
+# warp_specialize: threads of the producer warpgroup launched beside the kernel's own.
+PRODUCER_THREADS = "producer_threads"
+# warp_specialize: ids of the shared tiles TMA loads, laid out as the bulk copy writes them.
+TMA_TILES = "tma_tiles"
+# warp_specialize: the thread-block cluster shape, when TMA multicast shares loads.
+CLUSTER_DIMS = "cluster_dims"
+# warp_specialize: the number of resident blocks a persistent kernel's grid is launched with.
+PERSISTENT_BLOCKS = "persistent_blocks"
+# lower_tile_ops: the Var of the thread's index within its warpgroup (split kernels).
+WARPGROUP_THREAD = "warpgroup_thread"
+# lower_tile_ops: (panel size, order) of T.use_swizzle's block rasterization.
+USE_SWIZZLE = "use_swizzle"
+# lower_tile_ops: the TMA descriptors the kernel takes as parameters.
+TENSOR_MAPS = "tensor_maps"
+
+# Loop annotations.
+# T.Pipelined: the stages the user asked for.
+NUM_STAGES = "num_stages"
+# infer_pipeline: the issue order and the stage of each statement of a pipelined body.
+PIPELINE_ORDER = "pipeline_order"
+PIPELINE_STAGE = "pipeline_stage"
+# pipeline_loops: the steady-state loop of a cp.async pipeline, valued with its depth.
+SOFTWARE_PIPELINED = "pipelined"
+# warp_specialize: a consumer loop fed by the producer's mbarrier ring, valued with its depth.
+WARP_SPECIALIZED = "warp_specialized"
+
+# Tile-op annotations.
+# infer_instructions: the instruction a copy is lowered with ("tma", "stmatrix").
+INSTRUCTION = "instruction"
+# infer_instructions: why a copy the user asked to do with TMA cannot be (a warning's text).
+TMA_UNFIT = "unfit"
+# pipeline_loops: a copy issued as cp.async, waited for by the pipeline.
+ASYNC_COPY = "async"
+# pipeline_loops, warp_specialize, seesaw_warpgroups: a copy its schedule orders with its own
+# waits, which insert_barriers leaves out of its hazard analysis.
+SCHEDULED = "scheduled"
+# warp_specialize: the mbarrier a TMA load completes on, the cluster size it is multicast to,
+# and the rank of the tile it fills.
+TMA_BARRIER = "tma_barrier"
+TMA_MULTICAST = "tma_multicast"
+TILE_RANK = "tile_rank"
 
 BLOCK_BARRIER = "tc::syncthreads"       # every thread of the block waits for every other
 WARPGROUP_INDEX = "tc::warpgroup_index"  # which 128-thread warpgroup runs this thread

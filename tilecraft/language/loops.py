@@ -6,6 +6,7 @@ from ..frontend import builder as bld
 from ..frontend.frames import (KernelFrame, LoopFrame, loop_range, not_a_loop, serial_loop,
                                simple_loop)
 from ..ir.expr import Const, Expr
+from ..ir.annotations import NUM_STAGES
 
 
 def Kernel(*blocks, threads=128, prelude=None, is_cpu=False):
@@ -46,7 +47,7 @@ def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None,
     if not isinstance(num_stages, int) or isinstance(num_stages, bool) or num_stages < 0:
         raise TileError(f"T.Pipelined num_stages must be a non-negative int, got {num_stages!r}",
                         current_span())
-    annotations = {"num_stages": num_stages}
+    annotations = {NUM_STAGES: num_stages}
     for key, value in (("order", order), ("stage", stage), ("sync", sync), ("group", group)):
         if value is not None:
             if not isinstance(value, (list, tuple)):

@@ -38,7 +38,7 @@ from ..layout.layout import evaluate as lay_evaluate
 from .parallel_nests import (access_map, allocated, fragment_accesses, fragments_of,
                              is_identity_access, is_twin_copy, nest_extents, nest_vars,
                              on_warpgroup_fragments, tile_ops)
-from ..ir.annotations import WARPGROUP_FRAGMENTS
+from ..ir.annotations import INSTRUCTION, LAYOUTS, TMA_TILES, WARPGROUP_FRAGMENTS
 from ..ir.visitor import map_kernels
 
 
@@ -166,9 +166,9 @@ class _Inference:
         self.fragments = [b for b in allocated(kernel.body) if b.scope == FRAGMENT]
         self.shared = [b for b in allocated(kernel.body) if is_shared(b.scope)]
         # Tiles TMA writes (warp_specialize) or reads (a TMA store): boxes know no padding.
-        self.tma_tiles = set(kernel.attrs.get("tma_tiles", set())) | {
+        self.tma_tiles = set(kernel.attrs.get(TMA_TILES, set())) | {
             id(op.src.buffer) for op in self.ops
-            if isinstance(op, Copy) and op.annotations.get("instruction") == "tma"}
+            if isinstance(op, Copy) and op.annotations.get(INSTRUCTION) == "tma"}
 
     def run(self) -> LayoutMap:
         for op in self.ops:
@@ -720,5 +720,5 @@ def infer_layouts(node, rules):
         return _Inference(node, rules).run()
     import dataclasses
     return map_kernels(node, lambda k: dataclasses.replace(
-        k, attrs={**k.attrs, "layouts": _Inference(k, rules).run()}))
+        k, attrs={**k.attrs, LAYOUTS: _Inference(k, rules).run()}))
 

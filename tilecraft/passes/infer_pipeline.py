@@ -47,6 +47,7 @@ from ..ir.expr import BufferLoad
 from ..ir.stmt import BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt, seq, stmts_of
 from ..ir.tileop import Copy, Fill, TileOp
 from ..ir.visitor import walk
+from ..ir.annotations import NUM_STAGES, PIPELINE_ORDER, PIPELINE_STAGE
 
 
 @dataclasses.dataclass(eq=False)
@@ -235,7 +236,7 @@ def _validate(loop: For, infos: list, order: list, stage: list):
 def _schedule(loop: For) -> For:
     body = list(stmts_of(loop.body))
     infos = [_summarize(i, s) for i, s in enumerate(body)]
-    num = loop.annotations["num_stages"]
+    num = loop.annotations[NUM_STAGES]
     given_order = loop.annotations.get("order")
     given_stage = loop.annotations.get("stage")
     if given_stage is None:
@@ -247,8 +248,8 @@ def _schedule(loop: For) -> For:
         order = list(given_order) if given_order is not None else list(range(len(body)))
     if given_order is not None or given_stage is not None:
         _validate(loop, infos, order, stage)
-    return dataclasses.replace(loop, annotations={**loop.annotations, "pipeline_order": order,
-                                                  "pipeline_stage": stage})
+    return dataclasses.replace(loop, annotations={**loop.annotations, PIPELINE_ORDER: order,
+                                                  PIPELINE_STAGE: stage})
 
 
 def _visit(s):
@@ -258,7 +259,7 @@ def _visit(s):
         return dataclasses.replace(s, body=_visit(s.body))
     if isinstance(s, For) and s.kind != "parallel":
         s = dataclasses.replace(s, body=_visit(s.body))
-        if s.kind == "pipelined" and s.annotations.get("num_stages", 0) >= 2:
+        if s.kind == "pipelined" and s.annotations.get(NUM_STAGES, 0) >= 2:
             return _schedule(s)
         return s
     if isinstance(s, IfThenElse):

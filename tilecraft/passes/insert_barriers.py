@@ -21,7 +21,8 @@ from ..ir.expr import BufferLoad
 from ..ir.stmt import BufferStore, For, IfThenElse, Kernel, seq, stmts_of
 from ..ir.tileop import Reduce, TileOp
 from ..ir.visitor import map_kernels, walk
-from ..ir.annotations import is_sync, is_warpgroup_branch, sync_stmt
+from ..ir.annotations import (LAYOUTS, SCHEDULED, SMEM_OFFSETS, is_sync, is_warpgroup_branch,
+                              sync_stmt)
 import dataclasses
 
 
@@ -42,7 +43,7 @@ def shared_accesses(s) -> tuple[set, set]:
     """(ids read, ids written) of shared buffers by a tile-level statement."""
     reads, writes = set(), set()
     for n in walk(s):
-        if isinstance(n, TileOp) and getattr(n, "annotations", {}).get("scheduled"):
+        if isinstance(n, TileOp) and getattr(n, "annotations", {}).get(SCHEDULED):
             continue  # ordered by its software pipeline's own waits and barriers
         if isinstance(n, TileOp):
             reads |= {id(b) for b in n.reads() if is_shared(b.scope)}
@@ -90,7 +91,7 @@ class _Inserter:
         through shared memory between two block barriers (tileops/reduce.py): every access
         before it is ordered before every access after it, as by a barrier of our own.
         (Asked once per reduction: a loop body is scanned more than once.)"""
-        layouts = self.kernel.attrs.get("layouts") if self.kernel is not None else None
+        layouts = self.kernel.attrs.get(LAYOUTS) if self.kernel is not None else None
         if not isinstance(s, Reduce) or layouts is None or \
                 FRAGMENT != s.src.buffer.scope or s.dst.buffer.scope != FRAGMENT:
             return False   # (a reduction of a shared tile is refused by its lowering)
@@ -239,6 +240,6 @@ def _overlap_table(offsets: dict) -> dict:
 def insert_barriers(func, rules):
     """Return func with barriers added to every kernel. `rules` are the backend's instruction
     facts (passes/instruction_rules.py)."""
-    _State.overlaps = _overlap_table(func.attrs.get("smem_offsets", {}))
+    _State.overlaps = _overlap_table(func.attrs.get(SMEM_OFFSETS, {}))
     return map_kernels(func, lambda k: dataclasses.replace(
         k, body=seq(_Inserter(k, rules).block(stmts_of(k.body), _State()))))

@@ -19,6 +19,8 @@ from ..ir.buffer import is_shared
 from ..ir.stmt import Allocate, For, IfThenElse, Kernel, SeqStmt, stmts_of
 from ..ir.tileop import Copy, TileOp
 from ..ir.visitor import map_kernels
+from ..ir.annotations import (CLUSTER_DIMS, INSTRUCTION, LAYOUTS, SMEM_BYTES, SMEM_OFFSETS,
+                              TMA_BARRIER)
 
 
 def _align(x: int, a: int) -> int:
@@ -102,11 +104,11 @@ def footprint(b, layouts=None) -> int:
 
 
 def _plan_kernel(k: Kernel, limit, offsets: dict, rules) -> int:
-    layouts = k.attrs.get("layouts")
+    layouts = k.attrs.get(LAYOUTS)
     live = _Liveness()
     live.visit(k.body)
     allocated = [n.buffer for n in _allocations(k.body) if is_shared(n.buffer.scope)]
-    if k.attrs.get("cluster_dims"):
+    if k.attrs.get(CLUSTER_DIMS):
         # A block's mbarriers take arrivals from its cluster peer's consumers until the
         # cluster's last barrier, also after this block's own loop has ended: no tile may
         # reuse their bytes (the 64-bit words an arrival updates).
@@ -144,8 +146,8 @@ def _bulk_copied(body) -> set:
     out = set()
     for n in walk(body):
         notes = getattr(n, "annotations", None) or {}
-        if isinstance(n, TileOp) and (notes.get("tma_barrier") is not None or
-                                      notes.get("instruction") == "tma"):
+        if isinstance(n, TileOp) and (notes.get(TMA_BARRIER) is not None or
+                                      notes.get(INSTRUCTION) == "tma"):
             for region in (getattr(n, "dst", None), getattr(n, "src", None),
                            getattr(n, "value", None)):
                 if region is not None and is_shared(region.buffer.scope):
@@ -164,5 +166,5 @@ def plan_shared_memory(func, rules, limit: int | None = None):
     facts (passes/instruction_rules.py); `limit` the bytes one block may use."""
     offsets: dict = {}
     planned = map_kernels(func, lambda k: dataclasses.replace(
-        k, attrs={**k.attrs, "smem_bytes": _plan_kernel(k, limit, offsets, rules)}))
-    return dataclasses.replace(planned, attrs={**func.attrs, "smem_offsets": offsets})
+        k, attrs={**k.attrs, SMEM_BYTES: _plan_kernel(k, limit, offsets, rules)}))
+    return dataclasses.replace(planned, attrs={**func.attrs, SMEM_OFFSETS: offsets})

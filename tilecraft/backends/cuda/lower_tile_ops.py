@@ -16,7 +16,7 @@ from ...errors import TileError
 from ...ir import tileop as top
 from ...ir.buffer import FRAGMENT, GLOBAL, BufferRegion, is_shared
 from ...ir.expr import Expr, Var
-from ...ir.visitor import walk
+from ...ir.visitor import map_kernels, walk
 from ...ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, Evaluate, For, IfThenElse,
                        Kernel, SeqStmt, seq)
 from .tileops.dispatch import LOWERINGS
@@ -28,7 +28,9 @@ from .tileops.parallel import lower_parallel
 from ...passes.infer_layouts import infer_layouts
 from ...passes.parallel_nests import on_warpgroup_fragments
 from ...passes.plan_shared_memory import footprint
-from ...ir.annotations import WARPGROUP_FRAGMENTS, is_warpgroup_branch
+from ...ir.annotations import (LAYOUTS, SMEM_ARENA, SMEM_BYTES, SMEM_OFFSETS, SOFTWARE_PIPELINED,
+                               TENSOR_MAPS, USE_SWIZZLE, WARPGROUP_FRAGMENTS, WARPGROUP_THREAD,
+                               WARP_SPECIALIZED, is_warpgroup_branch)
 from .rules import CUDA_RULES
 
 
@@ -36,7 +38,7 @@ class _KernelLowering:
     def __init__(self, kernel: Kernel, unswitch_masks: bool = True):
         self.kernel = kernel
         tx = Var("tx")
-        layouts = kernel.attrs.get("layouts") or infer_layouts(kernel, CUDA_RULES)
+        layouts = kernel.attrs.get(LAYOUTS) or infer_layouts(kernel, CUDA_RULES)
         self.ctx = ThreadContext(tx, kernel.num_threads, layouts, unswitch_masks=unswitch_masks)
         self.ctx.var_bounds[id(tx)] = (0, kernel.num_threads - 1)
         for v, g in zip(kernel.block_vars, kernel.grid):
@@ -71,11 +73,11 @@ class _KernelLowering:
         body = self.stmt(self.kernel.body)
         attrs = dict(self.kernel.attrs)
         if self.wg_ctx is not None:
-            attrs["warpgroup_thread"] = self.wg_ctx.tx
+            attrs[WARPGROUP_THREAD] = self.wg_ctx.tx
         if self.swizzle is not None:
-            attrs["use_swizzle"] = self.swizzle
+            attrs[USE_SWIZZLE] = self.swizzle
         if self.ctx.tensor_maps:
-            attrs["tensor_maps"] = list(self.ctx.tensor_maps.values())
+            attrs[TENSOR_MAPS] = list(self.ctx.tensor_maps.values())
         return dataclasses.replace(self.kernel, body=body, thread_var=self.ctx.tx, attrs=attrs)
 
     def scalar_rewriter(self):
@@ -101,7 +103,7 @@ class _KernelLowering:
             # (overlap_wgmma), a cp.async pipeline (rotate_mma_loop) or a persistent kernel's
             # loop over tiles (the code generator) stays known to thread-level code.
             kept = {k: v for k, v in s.annotations.items()
-                    if k in ("warp_specialized", "pipelined", PERSISTENT_TILES)}
+                    if k in (WARP_SPECIALIZED, SOFTWARE_PIPELINED, PERSISTENT_TILES)}
             return dataclasses.replace(s, body=self.stmt(s.body), kind=kind, annotations=kept)
         if isinstance(s, IfThenElse):
             prefix, cond = broadcast_reads(ctx, s.cond, lowering=self)
@@ -205,36 +207,32 @@ def lower_tile_ops(func, configs: dict | None = None):
     """Return func with every kernel lowered to thread-level code."""
     unswitch = not (configs or {}).get(PassConfigKey.TL_DISABLE_UNIFORM_MASKS)
     arena = {}
-    planned = func.attrs.get("smem_offsets", {})
+    planned = func.attrs.get(SMEM_OFFSETS, {})
 
-    def rebuild(s):
-        if isinstance(s, Kernel):
-            lowering = _KernelLowering(s, unswitch)
-            kernel = lowering.run()
-            top = kernel.attrs.get("smem_bytes", 0)
-            for key, flat in lowering.ctx.flat_shared.items():
-                if key in planned:
-                    arena[id(flat)] = planned[key][0]
-            # Shared scratch the lowering itself added (cross-warp reduction slots, scan and
-            # staging tiles) goes above the planned tiles. Each reduction that keeps no
-            # barrier after its reads (insert_barriers) gets bytes of its own; the rest share
-            # one offset above those: each such user ends with a barrier after its last
-            # read, so the next one may take the bytes.
-            base = (top + 15) // 16 * 16
-            scratch = [n.buffer for n in walk(kernel.body) if isinstance(n, Allocate) and
-                       is_shared(n.buffer.scope) and id(n.buffer) not in arena]
-            private = lowering.ctx.private_scratch
-            for b in [b for b in scratch if id(b) in private]:
-                arena[id(b)] = base
-                base = (base + footprint(b) + 15) // 16 * 16
-            top = max(top, base)
-            for b in [b for b in scratch if id(b) not in private]:
-                arena[id(b)] = base
-                top = max(top, base + footprint(b))
-            return dataclasses.replace(kernel, attrs={**kernel.attrs, "smem_bytes": top})
-        if isinstance(s, SeqStmt):
-            return seq([rebuild(x) for x in s.stmts])
-        return s
+    def lower_kernel(k):
+        lowering = _KernelLowering(k, unswitch)
+        kernel = lowering.run()
+        top = kernel.attrs.get(SMEM_BYTES, 0)
+        for key, flat in lowering.ctx.flat_shared.items():
+            if key in planned:
+                arena[id(flat)] = planned[key][0]
+        # Shared scratch the lowering itself added (cross-warp reduction slots, scan and
+        # staging tiles) goes above the planned tiles. Each reduction that keeps no
+        # barrier after its reads (insert_barriers) gets bytes of its own; the rest share
+        # one offset above those: each such user ends with a barrier after its last
+        # read, so the next one may take the bytes.
+        base = (top + 15) // 16 * 16
+        scratch = [n.buffer for n in walk(kernel.body) if isinstance(n, Allocate) and
+                   is_shared(n.buffer.scope) and id(n.buffer) not in arena]
+        private = lowering.ctx.private_scratch
+        for b in [b for b in scratch if id(b) in private]:
+            arena[id(b)] = base
+            base = (base + footprint(b) + 15) // 16 * 16
+        top = max(top, base)
+        for b in [b for b in scratch if id(b) not in private]:
+            arena[id(b)] = base
+            top = max(top, base + footprint(b))
+        return dataclasses.replace(kernel, attrs={**kernel.attrs, SMEM_BYTES: top})
 
-    body = rebuild(func.body)
-    return dataclasses.replace(func, body=body, attrs={**func.attrs, "smem_arena": arena})
+    lowered = map_kernels(func, lower_kernel)
+    return dataclasses.replace(lowered, attrs={**lowered.attrs, SMEM_ARENA: arena})

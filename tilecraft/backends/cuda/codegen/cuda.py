@@ -22,7 +22,12 @@ from ....ir.buffer import GLOBAL, LOCAL, LOCAL_VAR, Buffer, is_shared
 from ....ir.expr import Binary, BufferLoad, Call, Cast, Const, Select, Unary, Var
 from ....ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel,
                        PrimFunc, SeqStmt)
+from ....ir.annotations import (CLUSTER_DIMS, PERSISTENT_BLOCKS, PRODUCER_THREADS, SMEM_ARENA,
+                                TENSOR_MAPS, USE_SWIZZLE, WARPGROUP_THREAD)
+from ..intrinsics import (BIASED_INT_TO_FLOAT, BIASED_INT_TO_HALF, CVT, MAX, MIN, NAMESPACE,
+                          RASTERIZE, RASTERIZE_CLUSTERED)
 
+_MIN_MAX = {"min": MIN, "max": MAX}
 _NATIVE = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
            "float32", "float64"}
 _F32_MATH = {"exp": "expf", "exp2": "exp2f", "exp10": "exp10f", "log": "logf", "log2": "log2f",
@@ -69,7 +74,7 @@ def kernel_signature(func: PrimFunc) -> list:
             seen.add(id(w))
             args.append(("workspace", w))
     for k in func.kernels():
-        for m in k.attrs.get("tensor_maps", ()):
+        for m in k.attrs.get(TENSOR_MAPS, ()):
             if id(m) not in seen:
                 seen.add(id(m))
                 args.append(("tensormap", m))
@@ -85,7 +90,7 @@ def workspaces(func: PrimFunc) -> list:
 
 def launch_threads(k: Kernel) -> int:
     """Threads per block at launch: the kernel's own plus a warp-specialized producer's."""
-    return k.num_threads + k.attrs.get("producer_threads", 0)
+    return k.num_threads + k.attrs.get(PRODUCER_THREADS, 0)
 
 
 class CudaEmitter:
@@ -152,11 +157,11 @@ class CudaEmitter:
             text = text if not text.startswith("-") else f"({text})"
         if d.name in ("float32", "float64"):
             return text
-        return f"tc::cvt<{d.c_type}>({text})"
+        return f"{CVT.format(type=d.c_type)}({text})"
 
     def binary(self, e: Binary, prec: int) -> str:
         if e.op in ("min", "max"):
-            return f"tc::{e.op}({self.expr(e.a)}, {self.expr(e.b)})"
+            return f"{_MIN_MAX[e.op].name}({self.expr(e.a)}, {self.expr(e.b)})"
         if e.op in ("//", "%") and e.dtype.is_int and not self.nonnegative(e):
             fn = "tc_floordiv" if e.op == "//" else "tc_floormod"
             return f"(({e.dtype.c_type}){fn}({self.expr(e.a)}, {self.expr(e.b)}))"
@@ -181,7 +186,7 @@ class CudaEmitter:
             # (float)a / b, which would divide in float.
             inner = self.expr(value, 11)
             return f"(({'void*' if d.is_handle else d.c_type}){inner})"
-        return f"tc::cvt<{d.c_type}>({self.expr(value)})"
+        return f"{CVT.format(type=d.c_type)}({self.expr(value)})"
 
     def small_int_cast(self, value, d) -> str | None:
         """An integer whose bounds fit the mantissa converted through its bits (types.h,
@@ -192,14 +197,14 @@ class CudaEmitter:
             return None
         if d.name == "float32" and -(1 << 22) <= lo and hi < (1 << 22):
             bias = f"{float((1 << 23) - lo)!r}f"
-            fn = "biased_int_to_float"
+            fn = BIASED_INT_TO_FLOAT
         elif d.name == "float16" and -1024 <= lo and hi - lo < 1024 and hi <= 1024:
             bias = f"{int(np.float16(1024 - lo).view(np.uint16)):#06x}"
-            fn = "biased_int_to_half"
+            fn = BIASED_INT_TO_HALF
         else:
             return None
         y = value if lo == 0 else linear_simplify(value - lo)
-        return f"tc::{fn}((uint32_t)({self.expr(y)}), {bias})"
+        return f"{fn.name}((uint32_t)({self.expr(y)}), {bias})"
 
     def call(self, e: Call) -> str:
         if e.name == "address_of":
@@ -209,7 +214,7 @@ class CudaEmitter:
             return f"(&{self.name(load.buffer)}[{self.flat_index(load.buffer, load.indices)}])"
         if e.name == "call_extern":
             return f"{e.args[0]}({', '.join(self.arg(a) for a in e.args[1:])})"
-        if e.name.startswith("tc::"):
+        if e.name.startswith(NAMESPACE):
             return f"{e.name}({', '.join(self.arg(a) for a in e.args)})"
         if e.name in ("isnan", "isinf", "isfinite"):  # double stays double: 1e300 is finite
             x = e.args[0]
@@ -231,7 +236,7 @@ class CudaEmitter:
         return self.expr(a) if a.dtype.name == "float32" else self.cast(a, _f32())
 
     def back(self, text: str, d) -> str:
-        return text if d.name == "float32" else f"tc::cvt<{d.c_type}>({text})"
+        return text if d.name == "float32" else f"{CVT.format(type=d.c_type)}({text})"
 
     def arg(self, a) -> str:
         if isinstance(a, str):
@@ -347,7 +352,7 @@ class CudaEmitter:
         b = s.buffer
         name, ctype = self.name(b), b.dtype.c_type
         if is_shared(b.scope):
-            offset = self.func.attrs["smem_arena"][id(b)]
+            offset = self.func.attrs[SMEM_ARENA][id(b)]
             self.emit(depth, f"{ctype}* {name} = reinterpret_cast<{ctype}*>(tc_smem + {offset});",
                       s.span)
         elif b.scope in (LOCAL, LOCAL_VAR):
@@ -374,9 +379,9 @@ class CudaEmitter:
         threads = k.num_threads
         # A warp-specialized kernel shares its register file between roles (setmaxnreg), which
         # ptxas honours only with a register count fixed at entry: one block per SM.
-        bounds = (f"{launch_threads(k)}, 1" if k.attrs.get("producer_threads")
+        bounds = (f"{launch_threads(k)}, 1" if k.attrs.get(PRODUCER_THREADS)
                   else f"{threads}")
-        cluster = k.attrs.get("cluster_dims")
+        cluster = k.attrs.get(CLUSTER_DIMS)
         # Compile-time cluster dimensions: an ordinary launch then runs the grid as clusters.
         dims_text = f"__cluster_dims__({', '.join(map(str, cluster))}) " if cluster else ""
         self.emit(0, f'extern "C" __global__ void __launch_bounds__({bounds}) {dims_text}'
@@ -389,12 +394,12 @@ class CudaEmitter:
             f"threadIdx.x + {dims[0]} * (threadIdx.y + {dims[1]} * threadIdx.z)")
         self.emit(1, f"const int {tx} = {flat};")
         self.var_bounds[id(k.thread_var)] = (0, threads - 1)
-        wtx = k.attrs.get("warpgroup_thread")
+        wtx = k.attrs.get(WARPGROUP_THREAD)
         if wtx is not None:  # the thread's index within its warpgroup (seesaw_warpgroups)
             self.emit(1, f"const int {self.name(wtx)} = {tx} % 128;")
             self.var_bounds[id(wtx)] = (0, 127)
         self.kernel_node = k
-        if k.attrs.get("persistent_blocks") is None:
+        if k.attrs.get(PERSISTENT_BLOCKS) is None:
             self.bind_block_vars(k, 1, ("blockIdx.x", "blockIdx.y", "blockIdx.z"), "gridDim")
         self.stmt(k.body, 1)
         self.emit(0, "}")
@@ -404,15 +409,16 @@ class CudaEmitter:
                         prefix: str = ""):
         """`const int bx = ...` for each block variable, from the block's (or, in a persistent
         kernel, the tile's) coordinates `index` in a launch grid `grid` (a uint3)."""
-        swizzle = k.attrs.get("use_swizzle")
+        swizzle = k.attrs.get(USE_SWIZZLE)
         if swizzle is not None and len(k.block_vars) >= 2:
             # T.use_swizzle: blocks that run together cover a compact patch of the grid.
             panel, order = swizzle
-            kind = "row" if order == "row" else "col"
-            cluster = k.attrs.get("cluster_dims")
+            order = "row" if order == "row" else "col"
+            cluster = k.attrs.get(CLUSTER_DIMS)
             # Over the grid of clusters, so the blocks of a cluster keep sharing their tiles.
-            kind += f"_clustered<{cluster[0]}, {cluster[1]}>" if cluster else ""
-            self.emit(depth, f"const int2 tc_raster = tc::rasterize_{kind}"
+            fn = (RASTERIZE_CLUSTERED.format(order=order, x=cluster[0], y=cluster[1]) if cluster
+                  else RASTERIZE.format(order=order))
+            self.emit(depth, f"const int2 tc_raster = {fn}"
                              f"({panel}, {grid}, {index[0]}, {index[1]});")
             index = ("tc_raster.x", "tc_raster.y", index[2])
         for var, axis, extent in zip(k.block_vars, index, k.grid):

@@ -32,11 +32,13 @@ from ....ir.expr import Call
 from ....ir.stmt import Evaluate, For, IfThenElse, Kernel, SeqStmt
 from .checker import Site
 from .hopper import WARPGROUP
+from ..intrinsics import (MBARRIER_ARRIVE_WARP, MBARRIER_WAIT_PARITY, NAMED_BARRIER_ARRIVE,
+                          NAMED_BARRIER_SYNC, NAMESPACE)
 
-BLOCKING = ("tc::mbarrier_wait_parity", "tc::named_barrier_sync")
+BLOCKING = (MBARRIER_WAIT_PARITY.name, NAMED_BARRIER_SYNC.name)
 # arrivals that release a resource to another role (an arrival with expect_tx is followed by
 # the copies that complete its phase: handing over there would only delay them)
-HANDOVER = ("tc::mbarrier_arrive", "tc::mbarrier_arrive_warp", "tc::named_barrier_arrive")
+HANDOVER = (NAMESPACE + "mbarrier_arrive", MBARRIER_ARRIVE_WARP.name, NAMED_BARRIER_ARRIVE.name)
 
 
 def blocking_statements(body) -> set:
@@ -260,7 +262,7 @@ class Scheduler:
                 yield Handover()
             return
         args = [m.ev.eval(a, m.mask) for a in call.args]
-        if call.name == "tc::mbarrier_wait_parity":
+        if call.name == MBARRIER_WAIT_PARITY.name:
             wait = m.barriers.wait_request(*args)
         else:
             wait = m.barriers.named_arrive(*args)

@@ -20,8 +20,9 @@ from ....ir.buffer import FRAGMENT, LOCAL
 from ....ir.expr import BufferLoad, Call, Var, const
 from ....ir.visitor import Mutator, walk
 from .checker import Site
+from ..intrinsics import CHECKED_INDEX as CHECKED_INDEX_INTRINSIC
 
-CHECKED_INDEX = "tc::checked_index"
+CHECKED_INDEX = CHECKED_INDEX_INTRINSIC.name
 
 
 def check_indices_at_run(func):

@@ -32,6 +32,10 @@ from .bulk_stores import BulkStores
 from .copies import AsyncCopies
 from .hopper import WARPGROUP, Hopper
 from .memory import BlockMemory, Pointer
+from ....ir.annotations import (PERSISTENT_BLOCKS, PRODUCER_THREADS, SMEM_BYTES, USE_SWIZZLE,
+                                WARPGROUP_THREAD)
+from ..intrinsics import (NAMESPACE, TMA_LOAD, TMA_LOAD_MULTICAST, TMA_STORES, WGMMA_ISSUES,
+                          is_call_to)
 
 
 class ThreadEvaluator(Evaluator):
@@ -54,12 +58,12 @@ class ThreadEvaluator(Evaluator):
             idx = [self.eval(i, mask) for i in load.indices]
             flat, ok = m.mem.flat_index(load.buffer, idx)
             return Pointer(load.buffer, flat, ok)
-        if e.name.startswith("tc::"):
+        if e.name.startswith(NAMESPACE):
             args = [a if isinstance(a, str) else self.eval(a, mask) for a in e.args]
             saved = m.lanes
             m.lanes = m.lanes_of(mask)
             try:
-                return intrinsics.call(m, e.name[4:], args)
+                return intrinsics.call(m, e.name[len(NAMESPACE):], args)
             finally:
                 m.lanes = saved
         if e.name == "call_extern":
@@ -78,9 +82,9 @@ class BlockMachine:
         self.reports = emulator.reports
         self.plan = plan
         self.consumers = kernel.num_threads
-        self.T = kernel.num_threads + int(kernel.attrs.get("producer_threads", 0))
+        self.T = kernel.num_threads + int(kernel.attrs.get(PRODUCER_THREADS, 0))
         self.tx = np.arange(self.T, dtype=np.int64)
-        smem = int(kernel.attrs.get("smem_bytes", 0))
+        smem = int(kernel.attrs.get(SMEM_BYTES, 0))
         self.tracker = SharedTracker(smem, self.reports, emulator.check)
         self.mem = BlockMemory(emulator.func, emulator.globals, self.T, smem, self.reports,
                                self.tracker)
@@ -102,7 +106,7 @@ class BlockMachine:
             raise TileError("the emulator runs lowered kernels; this one has no thread index "
                             "(run the sm_80 pipeline first)", kernel.span)
         self.env[id(kernel.thread_var)] = self.tx
-        wtx = kernel.attrs.get("warpgroup_thread")
+        wtx = kernel.attrs.get(WARPGROUP_THREAD)
         if wtx is not None:
             self.env[id(wtx)] = self.tx % 128
 
@@ -310,9 +314,9 @@ class KernelPlan:
 
     def __init__(self, k: Kernel):
         names = {n.name for n in walk(k.body) if isinstance(n, Call)}
-        self.tma = any(n.startswith("tc::tma_") for n in names)
-        self.wgmma = any(n.startswith("tc::wgmma_m64") for n in names)
-        self.tma_store = any(n.startswith("tc::tma_store_") for n in names)
+        self.tma = any(is_call_to(n, TMA_LOAD, TMA_LOAD_MULTICAST, *TMA_STORES) for n in names)
+        self.wgmma = any(is_call_to(n, *WGMMA_ISSUES) for n in names)
+        self.tma_store = any(is_call_to(n, *TMA_STORES) for n in names)
         self.blocking = blocking_statements(k.body)
 
 
@@ -353,11 +357,11 @@ class Emulator:
         ev = Evaluator(self)
         grid = [int(np.asarray(ev.eval(g))) for g in k.grid] + [1, 1]
         gx, gy, gz = grid[:3]
-        swizzle = k.attrs.get("use_swizzle")
+        swizzle = k.attrs.get(USE_SWIZZLE)
         plan = KernelPlan(k)
         # Blocks run in launch order. A persistent kernel's blocks bind their variables per
         # tile (TileWalk); the others each own the tile of their own linear index.
-        persistent = k.attrs.get("persistent_blocks")
+        persistent = k.attrs.get(PERSISTENT_BLOCKS)
         tiles = gx * gy * gz
         count = tiles if persistent is None else min(tiles, persistent or intrinsics.EMULATED_SMS)
         for b in range(count):

@@ -17,6 +17,7 @@ from ....errors import TileError
 from ....interp.machine import poison
 from ....ir.buffer import GLOBAL, LOCAL, LOCAL_VAR, is_shared
 from .checker import Site
+from ....ir.annotations import SMEM_ARENA
 
 ARENA_FILL = 0xFF  # never-written shared bytes read back as NaN (fp16 and fp32 alike)
 
@@ -56,7 +57,7 @@ class BlockMemory:
         self.T = threads
         self.tx = np.arange(threads, dtype=np.int64)
         self.arena = np.full(smem_bytes, ARENA_FILL, np.uint8)
-        self.offsets = func.attrs.get("smem_arena", {})
+        self.offsets = func.attrs.get(SMEM_ARENA, {})
         self.regs: dict[int, np.ndarray] = {}
         self.reports = reports
         self.tracker = tracker

@@ -22,6 +22,7 @@ from ....target import smem_limit
 from ....ir.buffer import Buffer
 from . import cache, launcher
 from .toolchain import compile_cubin
+from ....ir.annotations import PERSISTENT_BLOCKS, SMEM_BYTES
 
 _memory: dict = {}
 _lock = threading.Lock()
@@ -129,8 +130,8 @@ class CudaProgram:
             lowered = pipelines.lower(func, device_target(arch), configs)
         limit = smem_limit(arch)
         for k in lowered.kernels():
-            if limit is not None and k.attrs["smem_bytes"] > limit:
-                raise TileError(f"kernel needs {k.attrs['smem_bytes']} bytes of shared memory "
+            if limit is not None and k.attrs[SMEM_BYTES] > limit:
+                raise TileError(f"kernel needs {k.attrs[SMEM_BYTES]} bytes of shared memory "
                                 f"with its scratch space; {arch} allows {limit} per block (use "
                                 "smaller tiles or fewer stages)", k.span)
         source, names = emit_cuda(lowered)
@@ -142,7 +143,7 @@ class CudaProgram:
         positions = _positions(lowered, signature)
         binds = [(obj, pos) for (kind, obj), pos in zip(signature, positions)
                  if kind in ("scalar", "size")]
-        launches = [(name, _launch_grid(k), launch_threads(k), k.attrs["smem_bytes"])
+        launches = [(name, _launch_grid(k), launch_threads(k), k.attrs[SMEM_BYTES])
                     for name, k in zip(names, lowered.kernels())]
         return {"source": source, "cubin": compiled.cubin, "kernel_info": dict(compiled.kernels),
                 "lowering_warnings": [(str(w.message), w.category, w.filename, w.lineno)
@@ -335,7 +336,7 @@ def _planned_for(arch: str):
 def _launch_grid(k):
     # Constant grid extents are stored as ints: a launch then evaluates nothing.
     tiles = tuple(_int_or_expr(g) for g in k.grid)
-    blocks = k.attrs.get("persistent_blocks")
+    blocks = k.attrs.get(PERSISTENT_BLOCKS)
     return tiles if blocks is None else PersistentGrid(tiles, blocks)
 
 

@@ -31,25 +31,29 @@ import dataclasses
 from ....ir.buffer import is_shared
 from ....ir.expr import BufferLoad, Call, const
 from ....ir.stmt import BufferStore, Evaluate, Kernel, SeqStmt, call_stmt, seq
-from ....ir.visitor import Mutator, walk
-from ....ir.annotations import is_sync
+from ....ir.visitor import Mutator, map_kernels, walk
+from ....ir.annotations import PRODUCER_THREADS, is_sync
+from ..intrinsics import (FENCE_PROXY_ASYNC_SHARED, LD_SHARED, LDMATRIX, LDMATRIX_TRANS,
+                          MAKE_SMEM_DESC, MBARRIER_ARRIVE_WARP, MBARRIER_ARRIVE_WARP_CLUSTER, MBARRIER_CALLS,
+                          NAMED_BARRIER_SYNC, TMA_LOAD, TMA_LOAD_MULTICAST, TMA_STORE_WAIT,
+                          TMA_STORES, WGMMA_ISSUES, NAMESPACE, is_call_to)
 
 CONSUMER_BARRIER = 1
 
 
-def _issues(kernel: Kernel, prefix: str) -> bool:
-    return any(isinstance(n, Call) and n.name.startswith(prefix) for n in walk(kernel))
+def _issues(kernel: Kernel, *entries) -> bool:
+    return any(isinstance(n, Call) and is_call_to(n.name, *entries) for n in walk(kernel))
 
 
-STORE_READ_WAIT = "tc::tma_store_wait<0>"
+STORE_READ_WAIT = TMA_STORE_WAIT.format(n=0)
 # The consumers' release of a pipeline stage (warp_specialize, overlap_wgmma, seesaw_warpgroups).
-STAGE_RELEASE = "tc::mbarrier_arrive_warp"
+STAGE_RELEASES = (MBARRIER_ARRIVE_WARP, MBARRIER_ARRIVE_WARP_CLUSTER)
 
 
 # Calls that read (or only order) the shared memory whose address they take; any other call
 # taking a shared address may write it. The first two read it through the async proxy.
-_ASYNC_READERS = ("tc::make_smem_desc", "tc::tma_store_")
-_READ_ONLY = _ASYNC_READERS + ("tc::ldmatrix", "tc::ld_shared", "tc::mbarrier_")
+_ASYNC_READERS = (MAKE_SMEM_DESC, *TMA_STORES)
+_READ_ONLY = _ASYNC_READERS + (LDMATRIX, LDMATRIX_TRANS, LD_SHARED, *MBARRIER_CALLS)
 
 
 def _shared_addresses(call: Call) -> set:
@@ -62,9 +66,9 @@ def _stores_from_stages(kernel: Kernel) -> bool:
     """Whether a TMA store reads a tile that TMA loads fill (a stage of a pipelined loop)."""
     loaded, stored = set(), set()
     for n in walk(kernel):
-        if isinstance(n, Call) and n.name.startswith("tc::tma_load_"):
+        if isinstance(n, Call) and is_call_to(n.name, TMA_LOAD, TMA_LOAD_MULTICAST):
             loaded |= _shared_addresses(n)
-        elif isinstance(n, Call) and n.name.startswith("tc::tma_store_"):
+        elif isinstance(n, Call) and is_call_to(n.name, *TMA_STORES):
             stored |= _shared_addresses(n)
     return bool(loaded & stored)
 
@@ -73,7 +77,7 @@ def _async_read(kernel: Kernel) -> set:
     """ids of the shared buffers wgmma or a TMA store reads."""
     out = set()
     for n in walk(kernel):
-        if isinstance(n, Call) and n.name.startswith(_ASYNC_READERS):
+        if isinstance(n, Call) and is_call_to(n.name, *_ASYNC_READERS):
             out |= _shared_addresses(n)
     return out
 
@@ -85,8 +89,8 @@ def _generic_writes(stmts) -> set:
         for n in walk(s):
             if isinstance(n, BufferStore) and is_shared(n.buffer.scope):
                 out.add(id(n.buffer))
-            elif isinstance(n, Call) and n.name.startswith("tc::") and \
-                    not n.name.startswith(_READ_ONLY):
+            elif isinstance(n, Call) and n.name.startswith(NAMESPACE) and \
+                    not is_call_to(n.name, *_READ_ONLY):
                 out |= _shared_addresses(n)
     return out
 
@@ -116,7 +120,7 @@ class _Barriers(Mutator):
         if is_sync(s):
             return self.barrier(s, None)
         if self.stage_stores and isinstance(s.value, Call) and \
-                s.value.name.startswith(STAGE_RELEASE):
+                is_call_to(s.value.name, *STAGE_RELEASES):
             return seq([call_stmt(STORE_READ_WAIT, span=s.span), s])
         return s
 
@@ -125,30 +129,26 @@ class _Barriers(Mutator):
         barrier of its list (None: it is the list's first)."""
         out = [s]
         if self.consumers is not None:
-            out = [call_stmt("tc::named_barrier_sync", const(CONSUMER_BARRIER),
+            out = [call_stmt(NAMED_BARRIER_SYNC.name, const(CONSUMER_BARRIER),
                              const(self.consumers), span=s.span)]
         if self.stores:
             out.insert(0, call_stmt(STORE_READ_WAIT, span=s.span))
         if self.fence and (since is None or _generic_writes(since) & self.async_read):
-            out.insert(0, call_stmt("tc::fence_proxy_async_shared", span=s.span))
+            out.insert(0, call_stmt(FENCE_PROXY_ASYNC_SHARED.name, span=s.span))
         return seq(out) if len(out) > 1 else out[0]
 
 
 def finalize_barriers(func):
-    def rebuild(s):
-        if isinstance(s, Kernel):
-            consumers = s.num_threads if s.attrs.get("producer_threads") else None
-            stores = _issues(s, "tc::tma_store_")
-            fence = stores or _issues(s, "tc::wgmma_m64")
-            if consumers is None and not fence:
-                return s
-            kernel = _Barriers(fence, consumers, stores, _async_read(s),
-                               stores and _stores_from_stages(s)).visit(s)
-            if stores:
-                kernel = dataclasses.replace(kernel, body=seq(
-                    [kernel.body, call_stmt(STORE_READ_WAIT, span=kernel.span)]))
-            return kernel
-        if isinstance(s, SeqStmt):
-            return seq([rebuild(x) for x in s.stmts])
-        return s
-    return dataclasses.replace(func, body=rebuild(func.body))
+    def finalize(k):
+        consumers = k.num_threads if k.attrs.get(PRODUCER_THREADS) else None
+        stores = _issues(k, *TMA_STORES)
+        fence = stores or _issues(k, *WGMMA_ISSUES)
+        if consumers is None and not fence:
+            return k
+        kernel = _Barriers(fence, consumers, stores, _async_read(k),
+                           stores and _stores_from_stages(k)).visit(k)
+        if stores:
+            kernel = dataclasses.replace(kernel, body=seq(
+                [kernel.body, call_stmt(STORE_READ_WAIT, span=kernel.span)]))
+        return kernel
+    return map_kernels(func, finalize)

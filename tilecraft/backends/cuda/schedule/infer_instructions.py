@@ -29,14 +29,14 @@ from __future__ import annotations
 import dataclasses
 
 from ....errors import TileError
-from ....ir.stmt import Kernel, SeqStmt, seq
 from ....ir.buffer import FRAGMENT, GLOBAL, is_shared
 from ....ir.tileop import Atomic, Copy, Gemm
-from ....ir.visitor import Mutator
+from ....ir.visitor import Mutator, map_kernels
 from ....target import parse_arch
 from ....pass_config import PassConfigKey
 from ..tileops.tma import tma_add_unfit_reason, tma_plan
 from ..tileops.wgmma import wgmma_unfit_reason
+from ....ir.annotations import INSTRUCTION, TMA_UNFIT
 
 WGMMA_ARCHS = ("sm_90a",)
 
@@ -91,7 +91,7 @@ class _Choose(Mutator):
         self.stmatrix = stmatrix
 
     def visit_Copy(self, op: Copy):
-        if "instruction" in op.annotations:
+        if INSTRUCTION in op.annotations:
             return op
         src, dst = op.src.buffer, op.dst.buffer
         choice = None
@@ -103,16 +103,16 @@ class _Choose(Mutator):
             choice = "stmatrix"
         if choice is None:
             return op
-        return dataclasses.replace(op, annotations={**op.annotations, "instruction": choice})
+        return dataclasses.replace(op, annotations={**op.annotations, INSTRUCTION: choice})
 
     def visit_Atomic(self, op: Atomic):
         reason = atomic_unsupported(op.kind, op.dst.buffer.dtype.name, self.arch)
         if reason is not None:
             raise TileError(f"T.atomic_{op.kind} into {op.dst.buffer.name}: {reason}", op.span)
-        if not op.annotations.get("use_tma") or "instruction" in op.annotations:
+        if not op.annotations.get("use_tma") or INSTRUCTION in op.annotations:
             return op
         reason = tma_add_unfit_reason(op, self.tma_store)
-        notes = {"instruction": "tma"} if reason is None else {"unfit": reason}
+        notes = {INSTRUCTION: "tma"} if reason is None else {TMA_UNFIT: reason}
         return dataclasses.replace(op, annotations={**op.annotations, **notes})
 
     def visit_Gemm(self, op: Gemm):
@@ -141,11 +141,7 @@ def infer_instructions(func, arch: str | None = None, configs: dict | None = Non
     tma_store = hopper and not configs.get(PassConfigKey.TL_DISABLE_TMA_LOWER) and \
         not configs.get(PassConfigKey.TL_DISABLE_TMA_STORE)
 
-    def rebuild(s):
-        if isinstance(s, Kernel):
-            choose = _Choose(arch, s.num_threads, wgmma, tma_store, stmatrix=hopper)
-            return dataclasses.replace(s, body=choose.visit(s.body))
-        if isinstance(s, SeqStmt):
-            return seq([rebuild(x) for x in s.stmts])
-        return s
-    return dataclasses.replace(func, body=rebuild(func.body))
+    def choose(k):
+        chooser = _Choose(arch, k.num_threads, wgmma, tma_store, stmatrix=hopper)
+        return dataclasses.replace(k, body=chooser.visit(k.body))
+    return map_kernels(func, choose)

@@ -34,16 +34,18 @@ import dataclasses
 from ....errors import TileError
 from ....ir.buffer import Buffer, BufferRegion
 from ....ir.expr import const, convert
-from ....ir.stmt import Allocate, For, IfThenElse, Kernel, SeqStmt, call_stmt, seq, stmts_of
+from ....ir.stmt import Allocate, For, IfThenElse, SeqStmt, call_stmt, seq, stmts_of
 from ....ir.tileop import Copy, Gemm
 from ....passes.infer_pipeline import is_async_copy
-from ....ir.visitor import Mutator, substitute, walk
-from ....ir.annotations import sync_stmt
+from ....ir.visitor import Mutator, map_kernels, substitute, walk
+from ....ir.annotations import (ASYNC_COPY, NUM_STAGES, PIPELINE_ORDER, PIPELINE_STAGE, SCHEDULED,
+                                SOFTWARE_PIPELINED, sync_stmt)
+from ..intrinsics import CP_ASYNC_COMMIT, CP_ASYNC_WAIT, CP_ASYNC_WAIT_ALL
 
 
 def schedule_of(loop: For) -> tuple[list, list]:
-    order = loop.annotations.get("pipeline_order")
-    stages = loop.annotations.get("pipeline_stage")
+    order = loop.annotations.get(PIPELINE_ORDER)
+    stages = loop.annotations.get(PIPELINE_STAGE)
     if order is None or stages is None:
         raise TileError("internal error: pipeline_loops needs the schedule that infer_pipeline "
                         "records on each T.Pipelined loop", loop.span)
@@ -88,7 +90,7 @@ class _Pipeliner:
         if isinstance(s, SeqStmt):
             return seq([self.stmt(x) for x in s.stmts], s.span)
         if isinstance(s, For):
-            if s.kind == "pipelined" and s.annotations.get("num_stages", 0) >= 2:
+            if s.kind == "pipelined" and s.annotations.get(NUM_STAGES, 0) >= 2:
                 return self.pipeline(s)
             if s.kind != "parallel":
                 return dataclasses.replace(s, body=self.stmt(s.body))
@@ -102,7 +104,7 @@ class _Pipeliner:
     def pipeline(self, loop: For):
         body = list(stmts_of(loop.body))
         order, stages = schedule_of(loop)
-        num = loop.annotations["num_stages"]
+        num = loop.annotations[NUM_STAGES]
         last = max(stages)
         ahead = {i for i, st in enumerate(stages) if st < last}
         if not ahead:
@@ -130,7 +132,7 @@ class _Pipeliner:
                 if isinstance(moved, Copy):
                     # In the loop the schedule itself orders these copies (see the module
                     # docstring), so insert_barriers leaves them out of its hazard analysis.
-                    marks = {"async": True, "scheduled": True} if in_loop else {"async": True}
+                    marks = {ASYNC_COPY: True, SCHEDULED: True} if in_loop else {ASYNC_COPY: True}
                     moved = dataclasses.replace(moved, annotations={**moved.annotations,
                                                                     **marks})
                 out.append(moved)
@@ -142,12 +144,12 @@ class _Pipeliner:
             it = start + s
             prologue.append(IfThenElse(convert(s) < n, seq(produce(early, it, False)), None,
                                        span))
-            prologue.append(call_stmt("tc::cp_async_commit", span=span))
+            prologue.append(call_stmt(CP_ASYNC_COMMIT.name, span=span))
         future = k + (depth - 1)
         # Iteration k's group is done once at most depth - 2 younger ones are in flight; the
         # barrier then publishes it to all threads and also ends every thread's reads of the
         # version consumed in iteration k - 1, which the copies issued next overwrite.
-        step = [call_stmt(f"tc::cp_async_wait<{depth - 2}>", span=span), sync_stmt(span)]
+        step = [call_stmt(CP_ASYNC_WAIT.format(n=depth - 2), span=span), sync_stmt(span)]
         version = _mod(k - start, depth)
         # The statements that run ahead work on iteration k + depth - 1 and read nothing the
         # last stage writes (infer_pipeline checks that), so they may go anywhere after the
@@ -158,16 +160,16 @@ class _Pipeliner:
         # path, causal and not: bench/mha_fwd.md). The recorded issue
         # order still orders them among themselves and the last stage among itself.
         issued = [IfThenElse(future < start + n, seq(produce(early, future, True)), None, span),
-                  call_stmt("tc::cp_async_commit", span=span)]
+                  call_stmt(CP_ASYNC_COMMIT.name, span=span)]
         last_stage = [Versioned(self.versions, version).visit(body[i]) for i in issue
                       if i not in ahead]
         gemms = [j for j, s in enumerate(last_stage) if isinstance(s, Gemm)]
         at = gemms[0] + 1 if len(gemms) >= 2 else 0
         step += last_stage[:at] + issued + last_stage[at:]
         new_loop = dataclasses.replace(loop, kind="serial", body=seq(step),
-                                       annotations={"pipelined": depth})
+                                       annotations={SOFTWARE_PIPELINED: depth})
         # Nothing may stay in flight past the loop (a later statement may reuse the bytes).
-        return seq(prologue + [new_loop, call_stmt("tc::cp_async_wait_all", span=span)])
+        return seq(prologue + [new_loop, call_stmt(CP_ASYNC_WAIT_ALL.name, span=span)])
 
 
 def _mod(e, m: int):
@@ -185,19 +187,14 @@ class Reallocate(Mutator):
 
 def pipeline_loops(func):
     """Return func with its T.Pipelined loops software-pipelined."""
-    def rebuild(s):
-        if isinstance(s, Kernel):
-            p = _Pipeliner()
-            body = p.stmt(s.body)
-            if p.versions:
-                body = Reallocate(p.versions).visit(body)
-                check_unversioned(body, p.versions)
-            return dataclasses.replace(s, body=body)
-        if isinstance(s, SeqStmt):
-            return seq([rebuild(x) for x in s.stmts])
-        return s
-
-    return dataclasses.replace(func, body=rebuild(func.body))
+    def pipeline(k):
+        p = _Pipeliner()
+        body = p.stmt(k.body)
+        if p.versions:
+            body = Reallocate(p.versions).visit(body)
+            check_unversioned(body, p.versions)
+        return dataclasses.replace(k, body=body)
+    return map_kernels(func, pipeline)
 
 
 def check_unversioned(body, versions):

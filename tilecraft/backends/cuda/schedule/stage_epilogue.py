@@ -28,13 +28,13 @@ import math
 from ....ir.linear import simplify
 from ....ir.buffer import FRAGMENT, GLOBAL, Buffer, BufferRegion, is_shared
 from ....ir.expr import const
-from ....ir.stmt import Allocate, For, Kernel, SeqStmt, seq, stmts_of
+from ....ir.stmt import Allocate, For, Kernel, seq, stmts_of
 from ....ir.tileop import Copy, Gemm
-from ....ir.visitor import walk
+from ....ir.visitor import map_kernels, walk
 from ....pass_config import PassConfigKey
 from ....target import arch_of
 from .persistence import persistent_for, ring_tiles
-from ....ir.annotations import EPILOGUE_STAGING
+from ....ir.annotations import EPILOGUE_STAGING, NUM_STAGES
 
 
 def _tile_bytes(buffer: Buffer) -> int:
@@ -43,7 +43,7 @@ def _tile_bytes(buffer: Buffer) -> int:
 
 def _ring_bytes(loop: For) -> int:
     """Shared memory of the tiles the pipelined loop copies into, all their versions."""
-    stages = max(1, int(loop.annotations.get("num_stages", 1) or 1))
+    stages = max(1, int(loop.annotations.get(NUM_STAGES, 1) or 1))
     return sum(_tile_bytes(b) for b in ring_tiles(loop).values()) * stages
 
 
@@ -126,10 +126,5 @@ def stage_epilogue(func, target=None, configs: dict | None = None,
                    smem_limit: int | None = None):
     if arch_of(target) != "sm_90a" or (configs or {}).get(PassConfigKey.TL_DISABLE_EPILOGUE_STAGING):
         return func
-    def rebuild(s):
-        if isinstance(s, Kernel):
-            return _stage_kernel(s, persistent_for(s, configs, target) is not None, smem_limit)
-        if isinstance(s, SeqStmt):
-            return seq([rebuild(x) for x in s.stmts])
-        return s
-    return dataclasses.replace(func, body=rebuild(func.body))
+    return map_kernels(func, lambda k: _stage_kernel(
+        k, persistent_for(k, configs, target) is not None, smem_limit))

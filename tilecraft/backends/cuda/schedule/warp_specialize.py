@@ -64,10 +64,10 @@ import dataclasses
 from ....ir import dtypes as dt
 from ....ir.buffer import LOCAL_VAR, Buffer
 from ....ir.expr import BufferLoad, Call, Var, address_of, const, minmax
-from ....ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, For, IfThenElse, Kernel, SeqStmt,
+from ....ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, For, IfThenElse, Kernel,
                        call_stmt, seq, stmts_of)
 from ....ir.tileop import Copy
-from ....ir.visitor import buffers_used, walk
+from ....ir.visitor import buffers_used, map_kernels, walk
 from ....pass_config import PassConfigKey
 from ..tileops.cluster import cluster_plan
 from ..tileops.prefetch import next_tile_prefetch
@@ -75,8 +75,15 @@ from ..tileops.tma import tma_plan
 from ....target import arch_of
 from .persistence import persistent_for, producer_preload_for
 from .pipeline_loops import Reallocate, Versioned, check_unversioned, schedule_of
+from ....ir.annotations import (CLUSTER_DIMS, NUM_STAGES, PERSISTENT_BLOCKS, PIPELINE_ORDER,
+                                PRODUCER_THREADS, SCHEDULED, TILE_RANK, TMA_BARRIER, TMA_MULTICAST,
+                                TMA_TILES, WARP_SPECIALIZED)
+from ..intrinsics import (BARRIER_ALL, CLUSTER_SYNC, FENCE_BARRIER_INIT, IS_BLOCK_LEADER,
+                          IS_PRODUCER_LEADER, IS_PRODUCER_THREAD, MBARRIER_ARRIVE_EXPECT_TX,
+                          MBARRIER_ARRIVE_WARP, MBARRIER_ARRIVE_WARP_CLUSTER, MBARRIER_INIT,
+                          MBARRIER_WAIT_PARITY, SETMAXNREG_DEC, SETMAXNREG_INC)
 
-PRODUCER_THREADS = 128
+PRODUCER_THREAD_COUNT = 128
 PRODUCER_REGISTERS = 40
 REGISTER_FILE = 65536
 
@@ -88,8 +95,8 @@ def _cond(name: str, *args):
 def _plan_loop(loop: For) -> dict | None:
     """{index of a statement run ahead: its TMA plan} when every statement ahead is a copy TMA
     can do (the loop qualifies for warp specialization), else None."""
-    if loop.kind != "pipelined" or loop.annotations.get("num_stages", 0) < 2 or \
-            "pipeline_order" not in loop.annotations:
+    if loop.kind != "pipelined" or loop.annotations.get(NUM_STAGES, 0) < 2 or \
+            PIPELINE_ORDER not in loop.annotations:
         return None
     body = list(stmts_of(loop.body))
     _, stages = schedule_of(loop)
@@ -104,9 +111,9 @@ def _plan_loop(loop: For) -> dict | None:
 def consumer_registers(threads: int) -> int | None:
     """setmaxnreg for the consumers when the block's register file is what limits them (3+
     warpgroups): what the producer gives back, spread over the consumer threads."""
-    if threads + PRODUCER_THREADS < 384:
+    if threads + PRODUCER_THREAD_COUNT < 384:
         return None
-    share = (REGISTER_FILE - PRODUCER_THREADS * PRODUCER_REGISTERS) // threads
+    share = (REGISTER_FILE - PRODUCER_THREAD_COUNT * PRODUCER_REGISTERS) // threads
     return min(240, share // 8 * 8)
 
 
@@ -152,25 +159,25 @@ class _Specializer:
         if preloads:
             # The consumers wait for the preloaded tiles where the first of them was loaded.
             moved, first = {id(c) for c in preloads}, preloads[0]
-            wait = call_stmt("tc::mbarrier_wait_parity", address_of(ready, const(0)), const(0),
+            wait = call_stmt(MBARRIER_WAIT_PARITY.name, address_of(ready, const(0)), const(0),
                              span=loop.span)
             before = [wait if s is first else s for s in before
                       if s is first or id(s) not in moved]
         work = before + [consumer] + after
         if tiled:
             work = [self.tile_loop(work + [self.advance(loop)], loop.span)]
-        leave = [call_stmt("tc::cluster_sync", span=loop.span)] if self.cluster else []
+        leave = [call_stmt(CLUSTER_SYNC.name, span=loop.span)] if self.cluster else []
         body = seq(allocs + barriers + [IfThenElse(
-            _cond("tc::is_producer_thread", const(self.T)), producer,
+            _cond(IS_PRODUCER_THREAD.name, const(self.T)), producer,
             seq(self.grow() + work), loop.span)] + leave)
         body = Reallocate(versions).visit(body)
         check_unversioned(body, versions)
-        attrs = {**self.kernel.attrs, "producer_threads": PRODUCER_THREADS,
-                 "tma_tiles": {id(v) for v in versions.values()}}
+        attrs = {**self.kernel.attrs, PRODUCER_THREADS: PRODUCER_THREAD_COUNT,
+                 TMA_TILES: {id(v) for v in versions.values()}}
         if self.cluster:
-            attrs["cluster_dims"] = self.cluster.dims
+            attrs[CLUSTER_DIMS] = self.cluster.dims
         if tiled:
-            attrs["persistent_blocks"] = self.persistent
+            attrs[PERSISTENT_BLOCKS] = self.persistent
         return dataclasses.replace(self.kernel, body=body, attrs=attrs)
 
     @staticmethod
@@ -207,12 +214,12 @@ class _Specializer:
 
     def grow(self):
         regs = consumer_registers(self.T)
-        return [] if regs is None else [call_stmt(f"tc::setmaxnreg_inc<{regs}>")]
+        return [] if regs is None else [call_stmt(SETMAXNREG_INC.format(regs=regs))]
 
     def split(self, loop: For, ahead: dict, preloads: list = (), ready: Buffer | None = None):
         body = list(stmts_of(loop.body))
         order, stages = schedule_of(loop)
-        num = loop.annotations["num_stages"]
+        num = loop.annotations[NUM_STAGES]
         depth = max(num, max(stages) + 1)
         versions = {}
         for i in ahead:
@@ -226,23 +233,23 @@ class _Specializer:
         slots = depth * len(groups)
         full = Buffer("tma_full", (slots,), u64, "shared", loop.span)
         empty = Buffer("tma_empty", (slots,), u64, "shared", loop.span)
-        init = [call_stmt("tc::mbarrier_init", address_of(full, const(s)), const(1)) for s in
+        init = [call_stmt(MBARRIER_INIT.name, address_of(full, const(s)), const(1)) for s in
                 range(slots)]
         blocks = self.cluster.size if self.cluster else 1
-        init += [call_stmt("tc::mbarrier_init", address_of(empty, const(s)),
+        init += [call_stmt(MBARRIER_INIT.name, address_of(empty, const(s)),
                            const(self.T // 32 * blocks)) for s in range(slots)]
-        init.append(call_stmt("tc::fence_barrier_init"))
+        init.append(call_stmt(FENCE_BARRIER_INIT.name))
         preload = []
         if ready is not None:
             signal = address_of(ready, const(0))
-            init.insert(0, call_stmt("tc::mbarrier_init", signal, const(1)))
-            note = {"scheduled": True, "tma_barrier": BufferLoad(ready, (const(0),))}
-            preload = [call_stmt("tc::mbarrier_arrive_expect_tx", signal,
+            init.insert(0, call_stmt(MBARRIER_INIT.name, signal, const(1)))
+            note = {SCHEDULED: True, TMA_BARRIER: BufferLoad(ready, (const(0),))}
+            preload = [call_stmt(MBARRIER_ARRIVE_EXPECT_TX.name, signal,
                                  const(sum(tma_plan(c).bytes for c in preloads)))] + \
                 [dataclasses.replace(c, annotations={**c.annotations, **note}) for c in preloads]
         barriers = [Allocate(b, loop.span) for b in (full, empty, ready) if b is not None] + [
-                    IfThenElse(_cond("tc::is_block_leader"), seq(init), None, loop.span),
-                    call_stmt("tc::cluster_sync" if self.cluster else "tc::barrier_all",
+                    IfThenElse(_cond(IS_BLOCK_LEADER.name), seq(init), None, loop.span),
+                    call_stmt(CLUSTER_SYNC.name if self.cluster else BARRIER_ALL.name,
                               span=loop.span)]
         k = loop.var
         step = k - loop.start
@@ -259,38 +266,38 @@ class _Specializer:
             for i in group.copies:
                 copy = Versioned(versions, stage).visit(body[i])
                 total += ahead[i].bytes
-                notes = {"tma_barrier": BufferLoad(full, (slot(g),)), "scheduled": True,
-                         "tile_rank": len(body[i].dst.buffer.shape)}
+                notes = {TMA_BARRIER: BufferLoad(full, (slot(g),)), SCHEDULED: True,
+                         TILE_RANK: len(body[i].dst.buffer.shape)}
                 if self.cluster and i in self.cluster.shared:
-                    notes["tma_multicast"] = self.cluster.size
+                    notes[TMA_MULTICAST] = self.cluster.size
                 copies.append(dataclasses.replace(copy, annotations={**copy.annotations,
                                                                      **notes}))
             fetch = (next_tile_prefetch(self.kernel, loop, body[i]) for i in group.copies
                      if self.prefetch and not self.cluster)
-            produce += [call_stmt("tc::mbarrier_wait_parity", address_of(empty, slot(g)),
+            produce += [call_stmt(MBARRIER_WAIT_PARITY.name, address_of(empty, slot(g)),
                                   parity ^ 1),
-                        call_stmt("tc::mbarrier_arrive_expect_tx", address_of(full, slot(g)),
+                        call_stmt(MBARRIER_ARRIVE_EXPECT_TX.name, address_of(full, slot(g)),
                                   const(total))] + copies + [f for f in fetch if f is not None]
         produce_loop = dataclasses.replace(loop, kind="serial", body=seq(produce),
                                            annotations={})
         shrink = [] if consumer_registers(self.T) is None else [
-            call_stmt(f"tc::setmaxnreg_dec<{PRODUCER_REGISTERS}>")]
+            call_stmt(SETMAXNREG_DEC.format(regs=PRODUCER_REGISTERS))]
         if self.rounds is not None:
             produce_loop = self.tile_loop([produce_loop, self.advance(loop)], loop.span)
-        producer = seq(shrink + [IfThenElse(_cond("tc::is_producer_leader", const(self.T)),
+        producer = seq(shrink + [IfThenElse(_cond(IS_PRODUCER_LEADER.name, const(self.T)),
                                             seq(preload + [produce_loop]), None, loop.span)])
-        release = (f"tc::mbarrier_arrive_warp_cluster<{self.cluster.size}>" if self.cluster
-                   else "tc::mbarrier_arrive_warp")
+        release = (MBARRIER_ARRIVE_WARP_CLUSTER.format(size=self.cluster.size) if self.cluster
+                   else MBARRIER_ARRIVE_WARP.name)
         consume = []
         for at, i in enumerate(rest + [None]):
             consume += [call_stmt(release, address_of(empty, slot(g)))
                         for g, group in enumerate(groups) if group.last == at - 1]
-            consume += [call_stmt("tc::mbarrier_wait_parity", address_of(full, slot(g)), parity)
+            consume += [call_stmt(MBARRIER_WAIT_PARITY.name, address_of(full, slot(g)), parity)
                         for g, group in enumerate(groups) if group.first == at]
             if i is not None:
                 consume.append(Versioned(versions, stage).visit(body[i]))
         consumer = dataclasses.replace(loop, kind="serial", body=seq(consume),
-                                       annotations={"warp_specialized": depth})
+                                       annotations={WARP_SPECIALIZED: depth})
         return producer, consumer, versions, barriers
 
 
@@ -334,12 +341,7 @@ def warp_specialize(func, target=None, configs: dict | None = None):
     multicast = bool(configs.get(PassConfigKey.TL_ENABLE_TMA_MULTICAST))
     prefetch = not configs.get(PassConfigKey.TL_DISABLE_L2_PREFETCH)
 
-    def rebuild(s):
-        if isinstance(s, Kernel):
-            return _Specializer(s, multicast, persistent_for(s, configs, target),
-                                producer_preload_for(s, configs, target), prefetch).run()
-        if isinstance(s, SeqStmt):
-            return seq([rebuild(x) for x in s.stmts])
-        return s
-    return dataclasses.replace(func, body=rebuild(func.body))
+    return map_kernels(func, lambda k: _Specializer(
+        k, multicast, persistent_for(k, configs, target), producer_preload_for(k, configs, target),
+        prefetch).run())
 

@@ -16,24 +16,27 @@ from ....ir import dtypes as dt
 from ....ir.buffer import GLOBAL
 from ....ir.expr import Call
 from ....ir.visitor import walk
+from ..intrinsics import (CP_ASYNC_CG_16, HINT_SUFFIX, L2_POLICY, NAMESPACE, TMA_LOAD, TMA_STORE,
+                          TMA_STORE_ADD, lookup)
 
 HINTED = ("evict_first", "evict_last")
-HINT_SUFFIX = "_hint"
 # Where the policy goes among a hinted instruction's arguments (the headers' *_hint
 # signatures); None: after the last.
-POLICY_AT = (("tma_load_", 3), ("tma_store_", 2), ("cp_async_", None))
+POLICY_AT = {TMA_LOAD: 3, TMA_STORE: 2, TMA_STORE_ADD: 2, CP_ASYNC_CG_16: None}
 
 
 def l2_policy(op) -> Call | None:
     """The createpolicy value a copy's hinted instructions take, or None (no policy asked for,
     or evict_normal: the plain instructions are that)."""
     policy = op.annotations.get("eviction_policy")
-    return Call(f"tc::l2_{policy}", (), dt.dtype("uint64")) if policy in HINTED else None
+    if policy not in HINTED:
+        return None
+    return Call(L2_POLICY.format(policy=policy), (), dt.dtype("uint64"))
 
 
 def _policy_at(name: str, plain_args: int) -> int:
-    base = name.rsplit("::", 1)[-1]
-    at = next(i for prefix, i in POLICY_AT if base.startswith(prefix))
+    # the emulator names intrinsics without their namespace
+    at = POLICY_AT[lookup(name if name.startswith(NAMESPACE) else NAMESPACE + name)]
     return plain_args if at is None else at
 
 

@@ -25,6 +25,9 @@ from .fragment_parts import aligned, locals_of_part, part_coords
 from .lowering import ThreadContext, in_bounds_condition, packed_pair
 from .parallel import lower_parallel
 from ....passes.infer_layouts import same_threads
+from ....ir.annotations import ASYNC_COPY, INSTRUCTION
+from ..intrinsics import (CP_ASYNC_CG_16, LD_GLOBAL, LD_GLOBAL_PRED, LD_REGS, LD_SHARED,
+                          STMATRIX_X4, ST_GLOBAL, ST_REGS, ST_SHARED)
 
 
 def _tile_extents(region: BufferRegion) -> list[int]:
@@ -87,7 +90,7 @@ def lower_copy(op, ctx: ThreadContext):
                     "such a band", op.span)
         if frag is src.buffer and _pairs_store_together(op, layout, ctx) and \
                 aligned(runs, 2):
-            if op.annotations.get("instruction") == "stmatrix" and aligned(runs, 8) and \
+            if op.annotations.get(INSTRUCTION) == "stmatrix" and aligned(runs, 8) and \
                     _stmatrix_blocks(op, layout, ctx):
                 return seq([_stmatrix_store(op, layout, ctx, run) for run in runs])
             return seq([_paired_store(op, layout, ctx, run) for run in runs])
@@ -146,11 +149,11 @@ def _register_vector_copy(op, frag, layout, v: int, ctx: ThreadContext):
             cond = c < e
             guard = cond if guard is None else logical("and", guard, cond)
     if loading:
-        stmt = Evaluate(Call(f"tc::st_regs_{bits}", (regs, _vector_load(region.buffer, idx,
+        stmt = Evaluate(Call(ST_REGS.format(bits=bits), (regs, _vector_load(region.buffer, idx,
                                                                         bits, ctx)),
                              dt.handle), op.span)
     else:
-        value = Call(f"tc::ld_regs_{bits}", (regs,), dt.handle)
+        value = Call(LD_REGS.format(bits=bits), (regs,), dt.handle)
         stmt = _vector_store(region.buffer, idx, value, bits, ctx, op.span)
         if layout.replicate > 1:
             rep = ctx.simplify(layout.rep_of(ctx.tx, first))
@@ -242,7 +245,7 @@ def _stmatrix_store(op, layout, ctx: ThreadContext, run: tuple):
     words = [packed_pair(op.dst.buffer.dtype.name, *(
         cast(BufferLoad(reg, (ctx.simplify(g * 8 + 2 * k + h),)), dt.float32) for h in (0, 1)))
              for k in range(4)]
-    store = Evaluate(Call("tc::stmatrix_x4", (_address(op.dst.buffer,
+    store = Evaluate(Call(STMATRIX_X4.name, (_address(op.dst.buffer,
                                                          region_index(op.dst, coords), ctx),
                                               *words), dt.handle), op.span)
     return For(gi, const(0), const(groups), "unroll", store, {}, op.span)
@@ -358,12 +361,12 @@ def _vector_copy(op, extents, v: int, ctx: ThreadContext):
     bits = src.buffer.dtype.bits * v
 
     def move(s_idx, d_idx):
-        if op.annotations.get("async") and src.buffer.scope == GLOBAL and \
+        if op.annotations.get(ASYNC_COPY) and src.buffer.scope == GLOBAL and \
                 is_shared(dst.buffer.scope) and bits == 128:
             # cp.async: the copy lands in shared memory later (a pipelined loop waits for it);
             # a chunk outside the tensor is zero-filled.
             cond = in_bounds_condition(ctx, src.buffer, s_idx)
-            name, args = hinted(op, "tc::cp_async_cg_16", (
+            name, args = hinted(op, CP_ASYNC_CG_16.name, (
                 _address(dst.buffer, d_idx, ctx), _address(src.buffer, s_idx, ctx),
                 cond if cond is not None else const(True)))
             return Evaluate(Call(name, args, dt.handle), op.span)
@@ -414,17 +417,17 @@ def _vector_load(buffer, idx, bits, ctx):
     if buffer.scope == GLOBAL:
         cond = in_bounds_condition(ctx, buffer, idx)
         if cond is not None:
-            return Call(f"tc::ld_global_{bits}_pred", (addr, cond), dt.handle)
-        return Call(f"tc::ld_global_{bits}", (addr,), dt.handle)
-    return Call(f"tc::ld_shared_{bits}", (addr,), dt.handle)
+            return Call(LD_GLOBAL_PRED.format(bits=bits), (addr, cond), dt.handle)
+        return Call(LD_GLOBAL.format(bits=bits), (addr,), dt.handle)
+    return Call(LD_SHARED.format(bits=bits), (addr,), dt.handle)
 
 
 def _vector_store(buffer, idx, value, bits, ctx, span):
     addr = _address(buffer, idx, ctx)
     if buffer.scope == GLOBAL:
-        return _where_inside(Evaluate(Call(f"tc::st_global_{bits}", (addr, value), dt.handle),
+        return _where_inside(Evaluate(Call(ST_GLOBAL.format(bits=bits), (addr, value), dt.handle),
                                       span), buffer, idx, ctx, span)
-    return Evaluate(Call(f"tc::st_shared_{bits}", (addr, value), dt.handle), span)
+    return Evaluate(Call(ST_SHARED.format(bits=bits), (addr, value), dt.handle), span)
 
 
 def _where_inside(stmt, buffer, idx, ctx, span):

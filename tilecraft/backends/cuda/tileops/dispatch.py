@@ -16,6 +16,7 @@ from __future__ import annotations
 from ....errors import TileError, warn_at
 from ....ir import tileop as top
 from ....ir.buffer import BufferRegion
+from ....ir.annotations import INSTRUCTION, TMA_BARRIER, TMA_UNFIT
 from ....passes.infer_layouts import same_layout, tma_tile_layout
 from ....passes.parallel_nests import is_twin_copy
 from .cache_hints import warn_unhinted
@@ -34,7 +35,7 @@ def lower_copy_op(op: top.Copy, ctx, kernel):
     TMA boxes read is a TMA store; everything else is per-thread accesses."""
     if is_twin_copy(op, kernel.local):
         return lower_twin_copy(op, kernel.ctx, kernel.kernel.num_threads, WARPGROUP)
-    if "tma_barrier" in op.annotations:
+    if TMA_BARRIER in op.annotations:
         return warn_unhinted(op, lower_tma_copy(op, ctx))
     if is_tma_store(op) and same_layout(ctx.layouts.buffer(op.src.buffer),
                                         tma_tile_layout(op.src.buffer)):
@@ -56,8 +57,8 @@ def lower_atomic_tile_op(op: top.Atomic, ctx):
     left unhonored is said at the user's line."""
     if not op.annotations.get("use_tma"):
         return lower_atomic_tile(op, ctx)
-    reason = op.annotations.get("unfit")
-    if op.annotations.get("instruction") == "tma":
+    reason = op.annotations.get(TMA_UNFIT)
+    if op.annotations.get(INSTRUCTION) == "tma":
         if same_layout(ctx.layouts.buffer(op.value.buffer), tma_tile_layout(op.value.buffer)):
             return lower_tma_store(as_copy(op), ctx, adds=True)
         reason = f"the shared tile {op.value.buffer.name} does not have the layout TMA " \

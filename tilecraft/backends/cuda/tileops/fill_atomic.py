@@ -20,11 +20,12 @@ from .copy import (_address, _in_chunks, _lower_with_layout, _multiple_of, _synt
                    _tile_extents, _vector_load, _vector_width, _where_inside,
                    registers_pair_columns, region_index)
 from .lowering import ThreadContext
+from ..intrinsics import ATOMIC_ADD_V2, ATOMIC_ADD_X2
 
 
 def _paired_add(op, s_idx, d_idx, ctx):
     pair = _vector_load(op.value.buffer, s_idx, 32, ctx)
-    add = Evaluate(Call("tc::atomic_add_x2", (_address(op.dst.buffer, d_idx, ctx), pair),
+    add = Evaluate(Call(ATOMIC_ADD_X2.name, (_address(op.dst.buffer, d_idx, ctx), pair),
                         dt.handle), op.span)
     return _where_inside(add, op.dst.buffer, d_idx, ctx, op.span)
 
@@ -52,7 +53,7 @@ def _register_pair_adds(op, ctx: ThreadContext):
     idx = region_index(op.dst, coords)
     reg = ctx.register_array(op.value.buffer)
     halves = [BufferLoad(reg, (ctx.simplify(pair * 2 + k),)) for k in (0, 1)]
-    add = Evaluate(Call("tc::atomic_add_v2", (_address(op.dst.buffer, idx, ctx), *halves),
+    add = Evaluate(Call(ATOMIC_ADD_V2.name, (_address(op.dst.buffer, idx, ctx), *halves),
                         dt.handle), op.span)
     return For(pair, const(0), const(n), "unroll",
                _where_inside(add, op.dst.buffer, idx, ctx, op.span), {}, op.span)

@@ -24,8 +24,9 @@ from ....errors import TileError
 from ....ir.buffer import FRAGMENT, LOCAL, SHARED, Buffer
 from ....ir.expr import BufferLoad, Expr, const, logical
 from ....ir.printer import expr_text
-from ....ir.stmt import Allocate, BufferStore, IfThenElse, call_stmt
+from ....ir.stmt import Allocate, BufferStore, IfThenElse
 from ....ir.visitor import Mutator
+from ....ir.annotations import sync_stmt
 
 
 def _constant_indices(ctx, indices) -> tuple | None:
@@ -184,8 +185,8 @@ def broadcast_reads(ctx, node, writer: _Element | None = None, lowering=None):
                                        None, element.span))
         reads.append(BufferStore(copy, (const(0),), BufferLoad(slot, (const(0),)),
                                  element.span))
-    out += owner_writes + [call_stmt("tc::syncthreads", span=span)] + reads + \
-        [call_stmt("tc::syncthreads", span=span)]
+    out += owner_writes + [sync_stmt(span)] + reads + \
+        [sync_stmt(span)]
     return out, node
 
 

@@ -22,10 +22,11 @@ from ....ir.stmt import Allocate, BufferStore, Evaluate, For, seq
 from ....ir.tileop import Gemm, GemmWarpPolicy
 from ....ir.annotations import FRAGMENT_LOOP
 from .lowering import hoistable_offset, packed_pair
+from ..intrinsics import LDMATRIX, LDMATRIX_TRANS, MMA
 
-_MMA = {("float16", "float32"): ("tc::mma_m16n8k16_f16_f32", 16),
-        ("bfloat16", "float32"): ("tc::mma_m16n8k16_bf16_f32", 16),
-        ("float16", "float16"): ("tc::mma_m16n8k16_f16_f16", 16)}
+_MMA = {("float16", "float32"): (MMA.format(types="f16_f32"), 16),
+        ("bfloat16", "float32"): (MMA.format(types="bf16_f32"), 16),
+        ("float16", "float16"): (MMA.format(types="f16_f16"), 16)}
 
 
 def warp_partition(op: Gemm, m: int, n: int, threads: int) -> tuple[int, int]:
@@ -104,29 +105,29 @@ def _lower_mma(op: Gemm, ctx, m, n, k, wm, wn, mma_name):
             row = warp_m * WM + mi * 16 + lane % 16
             col = kk * 16 + (lane // 16) * 8
             off = _shared_offset(ctx, op.A, ctx.simplify(row), ctx.simplify(col))
-            fn = "tc::ldmatrix_x4"
+            fn = LDMATRIX.format(count=4)
         else:
             q = lane // 8
             row = kk * 16 + (q // 2) * 8 + lane % 8
             col = warp_m * WM + mi * 16 + (q % 2) * 8
             off = _shared_offset(ctx, op.A, ctx.simplify(row), ctx.simplify(col))
-            fn = "tc::ldmatrix_x4_trans"
+            fn = LDMATRIX_TRANS.format(count=4)
         off = hoistable_offset(off, ctx, [(kk, KI), (mi, MI)])
         a_load = [Evaluate(Call(fn, (address_of(a_frag, mi * 4), address_of(ctx.flat(A), off)), dt.handle))]
     body.append(For(mi, const(0), const(MI), "unroll", seq(a_load), {}, op.span))
     # --- B atoms: two per ldmatrix.x4 when the warp has an even number of them ---------
     pair = 2 if NI % 2 == 0 else 1
     ni = ctx.fresh("ni", NI // pair)
-    x = "x4" if pair == 2 else "x2"
+    count = 4 if pair == 2 else 2
     if not op.transpose_B:  # stored K x N: rows are k, transposed loads give col-major atoms
         krow = kk * 16 + lane % 16
         ncol = warp_n * WN + (ni * pair + (lane // 16) * (pair - 1)) * 8
-        fn = f"tc::ldmatrix_{x}_trans"
+        fn = LDMATRIX_TRANS.format(count=count)
     else:  # stored N x K: rows are n
         q = lane // 8
         krow = warp_n * WN + (ni * pair + (q // 2) * (pair - 1)) * 8 + lane % 8
         ncol = kk * 16 + (q % 2) * 8
-        fn = f"tc::ldmatrix_{x}"
+        fn = LDMATRIX.format(count=count)
     off = hoistable_offset(_shared_offset(ctx, op.B, ctx.simplify(krow), ctx.simplify(ncol)),
                            ctx, [(kk, KI), (ni, NI // pair)])
     b_load = Evaluate(Call(fn, (address_of(b_frag, ni * 2 * pair), address_of(ctx.flat(B), off)),

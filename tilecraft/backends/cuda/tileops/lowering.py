@@ -23,6 +23,7 @@ from ....ir.expr import (BufferLoad, Call, Const, Expr, Var, binary, const, conv
                        select)
 from ....ir.stmt import BufferStore, Evaluate, IfThenElse
 from ....ir.visitor import Mutator, substitute, walk
+from ..intrinsics import ATOMIC, PACK_BF162, PACK_HALF2
 
 
 @dataclass
@@ -76,7 +77,7 @@ class ThreadContext:
 def packed_pair(dtype_name: str, low: Expr, high: Expr) -> Call:
     """One 32-bit word of two 16-bit values, `low` in bits 0..15: what mma, wgmma and stmatrix
     take for float16 (tc::pack_half2) and bfloat16 (tc::pack_bf162) register pairs."""
-    name = "tc::pack_half2" if dtype_name == "float16" else "tc::pack_bf162"
+    name = PACK_HALF2.name if dtype_name == "float16" else PACK_BF162.name
     return Call(name, (low, high), dt.dtype("uint32"))
 
 
@@ -233,7 +234,7 @@ class AccessRewriter(Mutator):
             target = BufferLoad(self.ctx.flat(b), (self.ctx.shared_offset(b, indices),))
         else:
             target = BufferLoad(b, indices)
-        call = Evaluate(Call(f"tc::atomic_{s.kind}", (Call("address_of", (target,), dt.handle),
+        call = Evaluate(Call(ATOMIC.format(kind=s.kind), (Call("address_of", (target,), dt.handle),
                                                        value), dt.handle), s.span)
         if b.scope == GLOBAL:
             cond = in_bounds_condition(self.ctx, b, indices)

@@ -30,6 +30,7 @@ from ....ir.expr import address_of, const, logical
 from ....ir.stmt import IfThenElse, call_stmt
 from ....ir.visitor import substitute
 from .lowering import uses_var
+from ..intrinsics import PREFETCH_L2
 
 STREAM_READERS = 2
 
@@ -88,6 +89,6 @@ def next_tile_prefetch(kernel, loop, copy):
     for s, e, n in zip(starts, copy.src.extents, copy.src.buffer.shape):
         if uses_var(s, loop.var):
             cond = logical("and", cond, s + e <= n)
-    fetch = call_stmt("tc::prefetch_l2", address_of(copy.src.buffer, *starts), const(nbytes),
+    fetch = call_stmt(PREFETCH_L2.name, address_of(copy.src.buffer, *starts), const(nbytes),
                       span=copy.span)
     return IfThenElse(cond, fetch, None, copy.span)

@@ -17,6 +17,7 @@ from ....ir.expr import BufferLoad, Call, Var, binary, call, cast, const
 from ....ir.stmt import Allocate, BufferStore, IfThenElse, seq
 from .lowering import evaluate_table
 from ....ir.annotations import sync_stmt
+from ..intrinsics import SHFL_XOR
 
 _INIT = {"sum": 0.0, "abssum": 0.0, "max": -np.inf, "absmax": -np.inf, "min": np.inf}
 _COMBINE = {"sum": "+", "abssum": "+", "max": "max", "absmax": "max", "min": "min"}
@@ -125,7 +126,7 @@ def lower_reduce(op, ctx):
     for mask in lane_masks:
         for dl in range(nd):
             mine = BufferLoad(acc, (const(dl),))
-            other = Call("tc::shfl_xor", (mine, const(mask)), acc_t)
+            other = Call(SHFL_XOR.name, (mine, const(mask)), acc_t)
             out.append(BufferStore(acc, (const(dl),), _combine(op.kind, mine, other), op.span))
     if warp_masks:
         # After the shuffles every lane of a lane group holds the same partial, so one slot per

@@ -21,9 +21,10 @@ import numpy as np
 from ....errors import TileError, warn_at
 from ....ir.buffer import SHARED, Buffer
 from ....ir.expr import BufferLoad, const, logical
-from ....ir.stmt import Allocate, BufferStore, For, IfThenElse, call_stmt, seq
+from ....ir.stmt import Allocate, BufferStore, For, IfThenElse, seq
 from ....ir.visitor import Mutator
 from ....layout.layout import LayoutError, linear_layout
+from ....ir.annotations import sync_stmt
 
 
 ROWS_ADVICE = ("Where one gemm's accumulator becomes another's A operand in registers, "
@@ -103,8 +104,8 @@ class Relayout:
         if not self.copies:
             return lowered
         span = self.loop.span
-        return seq(self.stores + [call_stmt("tc::syncthreads", span=span), lowered,
-                                  call_stmt("tc::syncthreads", span=span)], span)
+        return seq(self.stores + [sync_stmt(span), lowered,
+                                  sync_stmt(span)], span)
 
 
 def misowned(active: np.ndarray, owned: np.ndarray):

@@ -40,6 +40,9 @@ from ....ir.expr import Call, Var, address_of, const
 from ....ir.stmt import IfThenElse, call_stmt, seq
 from ....layout.swizzle import atom_row_bytes, swizzle_mode_for
 from .cache_hints import hinted
+from ....ir.annotations import INSTRUCTION, TILE_RANK, TMA_BARRIER, TMA_MULTICAST
+from ..intrinsics import (CLUSTER_CTARANK, TMA_LOAD, TMA_LOAD_MULTICAST, TMA_STORE, TMA_STORE_ADD,
+                          TMA_STORE_COMMIT)
 
 MAX_BOX = 256
 MAX_RANK = 5
@@ -93,7 +96,7 @@ def tma_plan(copy) -> TmaPlan | None:
         return None
     # A ring's versions of a tile add a leading dimension (warp_specialize notes the rank the
     # tile had); a one-dimensional tile [n] is one row of n.
-    rank = min(2, copy.annotations.get("tile_rank", len(tile)))
+    rank = min(2, copy.annotations.get(TILE_RANK, len(tile)))
     rows, cols = (tile[-2], tile[-1]) if rank == 2 else (1, tile[-1])
     dst_ext = _static_extents(dst)
     if dst_ext is None or [e for e in dst_ext if e != 1] != [e for e in (rows, cols) if e != 1]:
@@ -155,24 +158,24 @@ def _box(ctx, tile, tensor, plan: TmaPlan, j: int):
 def lower_tma_copy(op, ctx):
     """The TMA loads of one copy (issued by the one thread that runs it)."""
     plan = tma_plan(op)
-    barrier = op.annotations["tma_barrier"]
+    barrier = op.annotations[TMA_BARRIER]
     mbar = address_of(ctx.flat(barrier.buffer),
                       ctx.shared_offset(barrier.buffer, list(barrier.indices)))
     the_map = Call("address_of", (tensor_map(ctx, op.src.buffer, plan),), dt.handle)
     # A tile the blocks of a cluster share (tileops/cluster.py): box j is loaded by the block
     # of rank j % size and written into every block of the cluster.
-    cluster = op.annotations.get("tma_multicast", 0)
+    cluster = op.annotations.get(TMA_MULTICAST, 0)
     loads = []
     for j in range(plan.slabs):
         smem, coords = _box(ctx, op.dst, op.src, plan, j)
         if not cluster:
-            name, args = hinted(op, f"tc::tma_load_{plan.rank}d",
+            name, args = hinted(op, TMA_LOAD.format(rank=plan.rank),
                                 (smem, the_map, mbar, *reversed(coords)))
             loads.append(call_stmt(name, *args, span=op.span))
             continue
-        load = call_stmt(f"tc::tma_load_{plan.rank}d_multicast", smem, the_map, mbar,
+        load = call_stmt(TMA_LOAD_MULTICAST.format(rank=plan.rank), smem, the_map, mbar,
                          const((1 << cluster) - 1), *reversed(coords), span=op.span)
-        mine = Call("tc::cluster_ctarank", (), dt.dtype("uint32")) == const(j % cluster)
+        mine = Call(CLUSTER_CTARANK.name, (), dt.dtype("uint32")) == const(j % cluster)
         loads.append(IfThenElse(mine, load, None, op.span))
     return seq(loads)
 
@@ -206,7 +209,7 @@ def as_copy(op):
 
 def is_tma_store(op) -> bool:
     """A shared -> global copy infer_instructions gave to TMA."""
-    return op.annotations.get("instruction") == "tma" and op.dst.buffer.scope == GLOBAL
+    return op.annotations.get(INSTRUCTION) == "tma" and op.dst.buffer.scope == GLOBAL
 
 
 def lower_tma_store(op, ctx, adds: bool = False):
@@ -218,8 +221,8 @@ def lower_tma_store(op, ctx, adds: bool = False):
     stores = []
     for j in range(plan.slabs):
         smem, coords = _box(ctx, op.src, op.dst, plan, j)
-        name, args = hinted(op, f"tc::tma_store_{'add_' if adds else ''}{plan.rank}d",
+        name, args = hinted(op, (TMA_STORE_ADD if adds else TMA_STORE).format(rank=plan.rank),
                             (the_map, smem, *reversed(coords)))
         stores.append(call_stmt(name, *args, span=op.span))
-    stores.append(call_stmt("tc::tma_store_commit", span=op.span))
+    stores.append(call_stmt(TMA_STORE_COMMIT.name, span=op.span))
     return IfThenElse(ctx.tx == const(0), seq(stores), None, op.span)

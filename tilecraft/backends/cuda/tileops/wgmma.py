@@ -32,6 +32,8 @@ from ....ir.stmt import Allocate, BufferStore, For, call_stmt, seq
 from ....ir.tileop import Gemm, GemmWarpPolicy
 from ....layout.swizzle import atom_row_bytes, swizzle_mode_for
 from .lowering import packed_pair
+from ..intrinsics import (MAKE_SMEM_DESC, WGMMA, WGMMA_COMMIT_GROUP, WGMMA_FENCE,
+                          WGMMA_FENCE_REGISTERS, WGMMA_FP8, WGMMA_RS, WGMMA_WAIT_GROUP)
 
 WARPGROUP = 128
 _SUFFIX = {"float16": "f16", "bfloat16": "bf16"}
@@ -144,7 +146,7 @@ def _descriptor(ctx, region, k_major: bool, mn0, k0):
     offset = ctx.shared_offset(b, starts[:-2] + [starts[-2] + row, starts[-1] + col])
     address = address_of(ctx.flat(b), offset)
     lbo = 16 if k_major else rows * width
-    return Call("tc::make_smem_desc", (address, const(_DESC_MODE[mode]), const(lbo),
+    return Call(MAKE_SMEM_DESC.name, (address, const(_DESC_MODE[mode]), const(lbo),
                                        const(8 * width)), dt.dtype("uint64"))
 
 
@@ -172,7 +174,7 @@ def lower_wgmma(op: Gemm, ctx, m: int, n: int, k: int):
         body.append(For(w, const(0), const(steps * 4), "unroll", BufferStore(words, (w,),
             packed_pair(op.A.buffer.dtype.name, BufferLoad(a_reg, (w * 2,)),
                         BufferLoad(a_reg, (w * 2 + 1,)))), {}, op.span))
-    body.append(call_stmt("tc::wgmma_fence"))
+    body.append(call_stmt(WGMMA_FENCE.name))
     kk = ctx.fresh("kk", steps)
     scale = select(kk > 0, const(1), const(0)) if op.clear_accum else const(1)
     issue = []
@@ -181,7 +183,7 @@ def lower_wgmma(op: Gemm, ctx, m: int, n: int, k: int):
         desc_b = _descriptor(ctx, op.B, bool(not trans_b), ctx.simplify(g_n * ng), kk * kstep)
         if words is not None:
             a_words = address_of(words, kk * 4)
-            issue.append(call_stmt(f"tc::wgmma_m64n{ng}k16_f32_{suffix}_rs<{trans_b}>", acc,
+            issue.append(call_stmt(WGMMA_RS.format(n=ng, types=suffix, trans_b=trans_b), acc,
                                a_words, desc_b, scale))
         else:
             k_major_a = operand_is_k_major(op, "A")
@@ -189,13 +191,13 @@ def lower_wgmma(op: Gemm, ctx, m: int, n: int, k: int):
                                  kk * kstep)
             trans_a = 0 if k_major_a else 1
             # fp8 forms are K-major only and take no transpose immediates
-            name = (f"tc::wgmma_m64n{ng}k32_f32_{suffix}" if fp8 else
-                    f"tc::wgmma_m64n{ng}k16_f32_{suffix}<{trans_a}, {trans_b}>")
+            name = (WGMMA_FP8.format(n=ng, types=suffix) if fp8 else
+                    WGMMA.format(n=ng, types=suffix, trans_a=trans_a, trans_b=trans_b))
             issue.append(call_stmt(name, acc, desc_a, desc_b, scale))
     body.append(For(kk, const(0), const(steps), "unroll", seq(issue), {}, op.span))
     first = address_of(c_reg, const(0))
-    body += [call_stmt("tc::wgmma_commit_group"), call_stmt("tc::wgmma_wait_group<0>"),
-             call_stmt(f"tc::wgmma_fence_registers<{c_reg.shape[0]}>", first)]
+    body += [call_stmt(WGMMA_COMMIT_GROUP.name), call_stmt(WGMMA_WAIT_GROUP.format(n=0)),
+             call_stmt(WGMMA_FENCE_REGISTERS.format(regs=c_reg.shape[0]), first)]
     return seq(body)
 
 

@@ -31,8 +31,8 @@ from ....ir.stmt import Evaluate, For, Kernel, called, seq, stmts_of
 from ....ir.tileop import Copy, Gemm
 from ....ir.visitor import Mutator, substitute, walk
 from ....pass_config import PassConfigKey
-
-WAVE_PARITY = "tc::launch_wave_parity"
+from ....ir.annotations import PERSISTENT_BLOCKS, PRODUCER_THREADS, WARP_SPECIALIZED
+from ..intrinsics import LAUNCH_WAVE_PARITY, MBARRIER_CALLS, SETMAXNREG_INC, is_call_to
 
 
 def _order_free(loop: For) -> bool:
@@ -42,7 +42,7 @@ def _order_free(loop: For) -> bool:
     for s in stmts_of(loop.body):
         if isinstance(s, Gemm) and not s.clear_accum:
             gemms.append(s)
-        elif not (isinstance(s, Evaluate) and (called(s) or "").startswith("tc::mbarrier_")):
+        elif not (isinstance(s, Evaluate) and is_call_to(called(s), *MBARRIER_CALLS)):
             return False
     if not gemms:
         return False
@@ -55,7 +55,7 @@ def _order_free(loop: For) -> bool:
 def _one_block_per_sm(kernel: Kernel) -> bool:
     """Consumers that raise their registers with setmaxnreg take the register file: one block
     per SM, so a wave is one block per SM."""
-    return any(isinstance(n, Call) and n.name.startswith("tc::setmaxnreg_inc")
+    return any(isinstance(n, Call) and is_call_to(n.name, SETMAXNREG_INC)
                for n in walk(kernel.body))
 
 
@@ -63,7 +63,7 @@ def _producer_loops(kernel: Kernel, loop_vars: set) -> list:
     """The producer's loops over those variables (warp_specialize gives the producer's and the
     consumers' loop the same variable, start and extent)."""
     return [n for n in walk(kernel.body) if isinstance(n, For) and id(n.var) in loop_vars and
-            not n.annotations.get("warp_specialized")]
+            not n.annotations.get(WARP_SPECIALIZED)]
 
 
 def _loads_only_by_copies(loop: For) -> bool:
@@ -76,7 +76,7 @@ def _loads_only_by_copies(loop: For) -> bool:
 def _reversed_copy(copy: Copy, loop: For) -> Copy:
     """The copy of iteration k, reading iteration n - 1 - k on odd waves."""
     k = loop.var
-    odd = Call(WAVE_PARITY, (), k.dtype) != const(0)
+    odd = Call(LAUNCH_WAVE_PARITY.name, (), k.dtype) != const(0)
     reversed_k = select(odd, loop.start + loop.extent - const(1) - (k - loop.start), k)
     return dataclasses.replace(copy, src=substitute(copy.src, {id(k): reversed_k}))
 
@@ -93,12 +93,12 @@ class _ReverseProducerCopies(Mutator):
 
 
 def _rewrite(kernel: Kernel) -> Kernel:
-    if not kernel.attrs.get("producer_threads") or \
-            kernel.attrs.get("persistent_blocks") is not None or \
+    if not kernel.attrs.get(PRODUCER_THREADS) or \
+            kernel.attrs.get(PERSISTENT_BLOCKS) is not None or \
             not _one_block_per_sm(kernel):
         return kernel
     loop_vars = {id(n.var) for n in walk(kernel.body)
-                 if isinstance(n, For) and n.annotations.get("warp_specialized") and
+                 if isinstance(n, For) and n.annotations.get(WARP_SPECIALIZED) and
                  _order_free(n)}
     producers = _producer_loops(kernel, loop_vars)
     if not producers or not all(_loads_only_by_copies(p) for p in producers):

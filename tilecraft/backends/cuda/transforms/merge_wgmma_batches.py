@@ -29,14 +29,13 @@ from ....ir.stmt import For, IfThenElse, Kernel, SeqStmt, called, flat_stmts, se
 from ....ir.visitor import walk
 from ....pass_config import PassConfigKey
 from .overlap_wgmma import addressed_buffer
+from ..intrinsics import (MBARRIER_WAIT_PARITY, WGMMA_COMMIT_GROUP, WGMMA_FENCE,
+                          WGMMA_FENCE_REGISTERS, WGMMA_ISSUES, WGMMA_WAIT_GROUP, is_call_to)
 
-COMMIT = "tc::wgmma_commit_group"
-WAIT_ALL = "tc::wgmma_wait_group<0>"
-FENCE_REGISTERS = "tc::wgmma_fence_registers<"
-FENCE = "tc::wgmma_fence"
-BARRIER_WAIT = "tc::mbarrier_wait_parity"
-
-
+COMMIT = WGMMA_COMMIT_GROUP.name
+WAIT_ALL = WGMMA_WAIT_GROUP.format(n=0)
+FENCE = WGMMA_FENCE.name
+BARRIER_WAIT = MBARRIER_WAIT_PARITY.name
 
 
 def _shape(call: Call) -> str:
@@ -45,7 +44,7 @@ def _shape(call: Call) -> str:
 
 
 def _issued(s) -> list:
-    return [n for n in walk(s) if isinstance(n, Call) and n.name.startswith("tc::wgmma_m64")]
+    return [n for n in walk(s) if isinstance(n, Call) and is_call_to(n.name, *WGMMA_ISSUES)]
 
 
 def _batch(stmts: list, at: int):
@@ -74,7 +73,7 @@ def _merge(stmts: list) -> list:
     while i < len(stmts):
         name = called(stmts[i])
         if name == COMMIT and i + 2 < len(stmts) and called(stmts[i + 1]) == WAIT_ALL and \
-                (called(stmts[i + 2]) or "").startswith(FENCE_REGISTERS):
+                is_call_to(called(stmts[i + 2]), WGMMA_FENCE_REGISTERS):
             acc = addressed_buffer(stmts[i + 2].value)
             j = i + 3
             while j < len(stmts) and called(stmts[j]) == BARRIER_WAIT:

@@ -25,16 +25,19 @@ from __future__ import annotations
 import dataclasses
 
 from ....ir.expr import BufferLoad, Call, const
-from ....ir.stmt import Evaluate, For, IfThenElse, Kernel, SeqStmt, seq, stmts_of
-from ....ir.visitor import Mutator, substitute, walk
+from ....ir.stmt import Evaluate, For, IfThenElse, SeqStmt, called, seq, stmts_of
+from ....ir.visitor import Mutator, map_kernels, substitute, walk
+from ....ir.annotations import PRODUCER_THREADS, WARP_SPECIALIZED
+from ..intrinsics import (MBARRIER_ARRIVE_WARP, MBARRIER_ARRIVE_WARP_CLUSTER, WGMMA_COMMIT_GROUP,
+                          WGMMA_FENCE_REGISTERS, WGMMA_ISSUES, WGMMA_WAIT_GROUP, is_call_to)
 
-WAIT_ALL = "tc::wgmma_wait_group<0>"
-WAIT_ONE = "tc::wgmma_wait_group<1>"
-RELEASE = "tc::mbarrier_arrive_warp"   # and its _cluster<N> form
+WAIT_ALL = WGMMA_WAIT_GROUP.format(n=0)
+WAIT_ONE = WGMMA_WAIT_GROUP.format(n=1)
+RELEASES = (MBARRIER_ARRIVE_WARP, MBARRIER_ARRIVE_WARP_CLUSTER)
 
 
-def _call(s, prefix: str) -> Call | None:
-    if isinstance(s, Evaluate) and isinstance(s.value, Call) and s.value.name.startswith(prefix):
+def _call(s, *entries) -> Call | None:
+    if isinstance(s, Evaluate) and isinstance(s.value, Call) and is_call_to(s.value.name, *entries):
         return s.value
     return None
 
@@ -54,7 +57,7 @@ def _only_wgmma_touches(body, acc) -> bool:
     be overwritten while the batch still reading it is in flight."""
     allowed, operands = set(), {id(acc)}
     for node in walk(body):
-        if isinstance(node, Call) and node.name.startswith("tc::wgmma_m64"):
+        if isinstance(node, Call) and is_call_to(node.name, *WGMMA_ISSUES):
             if "_rs<" in node.name:
                 return False  # A from registers: rewritten every iteration, see above
             allowed.update(id(n) for n in walk(node))
@@ -63,7 +66,7 @@ def _only_wgmma_touches(body, acc) -> bool:
             operands.update(id(n.args[0].buffer) for n in walk(node)
                             if isinstance(n, Call) and n.name == "address_of" and
                             isinstance(n.args[0], BufferLoad))
-        elif isinstance(node, Call) and node.name.startswith("tc::wgmma_fence_registers"):
+        elif isinstance(node, Call) and is_call_to(node.name, WGMMA_FENCE_REGISTERS):
             allowed.update(id(n) for n in walk(node))
     return not any(id(getattr(n, "buffer", None)) in operands and id(n) not in allowed
                    for n in walk(body))
@@ -73,16 +76,16 @@ def _overlapped(loop: For):
     """(new loop, statements after it) for a qualifying consumer loop, else None."""
     body = list(stmts_of(loop.body))
     waits = [n for n in walk(loop.body) if isinstance(n, Call) and
-             n.name.startswith("tc::wgmma_wait_group")]
+             is_call_to(n.name, WGMMA_WAIT_GROUP)]
     commits = [n for n in walk(loop.body) if isinstance(n, Call) and
-               n.name == "tc::wgmma_commit_group"]
+               n.name == WGMMA_COMMIT_GROUP.name]
     if len(waits) != 1 or len(commits) != 1 or waits[0].name != WAIT_ALL:
         return None
-    at = next((i for i, s in enumerate(body) if _call(s, WAIT_ALL) is not None), None)
+    at = next((i for i, s in enumerate(body) if called(s) == WAIT_ALL), None)
     if at is None or at + 2 >= len(body):
         return None
-    fence = _call(body[at + 1], "tc::wgmma_fence_registers")
-    release = _call(body[-1], RELEASE)
+    fence = _call(body[at + 1], WGMMA_FENCE_REGISTERS)
+    release = _call(body[-1], *RELEASES)
     if fence is None or release is None or addressed_buffer(fence) is None:
         return None
     acc = addressed_buffer(fence)
@@ -116,7 +119,7 @@ class ConsumerLoops(Mutator):
     def visit_SeqStmt(self, s: SeqStmt):
         out = []
         for x in s.stmts:
-            if isinstance(x, For) and x.annotations.get("warp_specialized"):
+            if isinstance(x, For) and x.annotations.get(WARP_SPECIALIZED):
                 done = self.rewrite(x)
                 if done is not None:
                     out.extend(done)
@@ -128,13 +131,8 @@ class ConsumerLoops(Mutator):
 def rewrite_consumer_loops(func, rewrite):
     """func with each warp-specialized consumer loop replaced by the statements rewrite(loop)
     returns (a loop it returns None for stays as it is)."""
-    def rebuild(s):
-        if isinstance(s, Kernel):
-            return ConsumerLoops(rewrite).visit(s) if s.attrs.get("producer_threads") else s
-        if isinstance(s, SeqStmt):
-            return seq([rebuild(x) for x in s.stmts])
-        return s
-    return dataclasses.replace(func, body=rebuild(func.body))
+    return map_kernels(func, lambda k: ConsumerLoops(rewrite).visit(k)
+                       if k.attrs.get(PRODUCER_THREADS) else k)
 
 
 def overlap_wgmma(func):

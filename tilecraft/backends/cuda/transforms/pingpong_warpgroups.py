@@ -27,12 +27,14 @@ from __future__ import annotations
 import dataclasses
 
 from ....ir.expr import Call, const
-from ....ir.stmt import For, IfThenElse, Kernel, SeqStmt, call_stmt, called, seq, stmts_of
-from ....ir.visitor import Mutator, walk
+from ....ir.stmt import For, IfThenElse, Kernel, call_stmt, called, seq, stmts_of
+from ....ir.visitor import Mutator, map_kernels, walk
 from ....pass_config import PassConfigKey
-from ....ir.annotations import is_sync
+from ....ir.annotations import PRODUCER_THREADS, is_sync
 from .overlap_wgmma import ConsumerLoops
 from ..tileops.wgmma import WARPGROUP
+from ..intrinsics import (IS_PRODUCER_THREAD, NAMED_BARRIER_ARRIVE, NAMED_BARRIER_SYNC,
+                          SETMAXNREG_DEC, SETMAXNREG_INC, WGMMA_COMMIT_GROUP, is_call_to)
 from ....ir.annotations import ROTATED
 
 FIRST = 2   # named barriers 0 (__syncthreads) and 1 (all consumers) are taken
@@ -41,7 +43,7 @@ TURN = 2 * WARPGROUP  # threads per turn: the waiting and the handing-over warpg
 
 def _issue_end(body: list) -> int | None:
     """Index of the statement that commits the second batch (the end of the issue)."""
-    commits = [i for i, s in enumerate(body) if called(s) == "tc::wgmma_commit_group"]
+    commits = [i for i, s in enumerate(body) if called(s) == WGMMA_COMMIT_GROUP.name]
     return commits[1] if len(commits) >= 2 else None
 
 
@@ -60,9 +62,9 @@ class _Kernel:
         if end is None:
             return None
         span = loop.span
-        wait = call_stmt("tc::named_barrier_sync", const(FIRST) + self.wg, const(TURN),
+        wait = call_stmt(NAMED_BARRIER_SYNC.name, const(FIRST) + self.wg, const(TURN),
                          span=span)
-        hand = call_stmt("tc::named_barrier_arrive",
+        hand = call_stmt(NAMED_BARRIER_ARRIVE.name,
                          const(FIRST) + (self.wg + const(1)) % const(self.warpgroups),
                          const(TURN), span=span)
         self.taken = True
@@ -71,7 +73,7 @@ class _Kernel:
 
     def first_turn(self, span):
         return IfThenElse(self.wg == const(self.warpgroups - 1), call_stmt(
-            "tc::named_barrier_arrive", const(FIRST), const(TURN), span=span), None, span)
+            NAMED_BARRIER_ARRIVE.name, const(FIRST), const(TURN), span=span), None, span)
 
 
 class _Consumers(Mutator):
@@ -81,12 +83,12 @@ class _Consumers(Mutator):
         self.state = state
 
     def visit_IfThenElse(self, s: IfThenElse):
-        role = isinstance(s.cond, Call) and s.cond.name == "tc::is_producer_thread"
+        role = isinstance(s.cond, Call) and s.cond.name == IS_PRODUCER_THREAD.name
         if not role or s.else_body is None:
             return s
         body = list(stmts_of(s.else_body))
         # after the consumers' register raise (setmaxnreg), which opens their branch
-        at = 1 if body and (called(body[0]) or "").startswith("tc::setmaxnreg") else 0
+        at = 1 if body and is_call_to(called(body[0]), SETMAXNREG_INC, SETMAXNREG_DEC) else 0
         return dataclasses.replace(s, else_body=seq(
             body[:at] + [self.state.first_turn(s.span)] + body[at:], s.span))
 
@@ -95,13 +97,11 @@ def pingpong_warpgroups(func, configs: dict | None = None):
     if (configs or {}).get(PassConfigKey.TL_DISABLE_WARPGROUP_PINGPONG):
         return func
 
-    def rebuild(s):
-        if isinstance(s, Kernel) and s.attrs.get("producer_threads") and \
-                s.thread_var is not None and s.num_threads % WARPGROUP == 0:
-            state = _Kernel(s)
-            out = ConsumerLoops(state.turns).visit(s)
-            return _Consumers(state).visit(out) if state.taken else out
-        if isinstance(s, SeqStmt):
-            return seq([rebuild(x) for x in s.stmts])
-        return s
-    return dataclasses.replace(func, body=rebuild(func.body))
+    def alternate(k):
+        if not (k.attrs.get(PRODUCER_THREADS) and k.thread_var is not None and
+                k.num_threads % WARPGROUP == 0):
+            return k
+        state = _Kernel(k)
+        out = ConsumerLoops(state.turns).visit(k)
+        return _Consumers(state).visit(out) if state.taken else out
+    return map_kernels(func, alternate)

@@ -47,15 +47,13 @@ from ....ir.buffer import Buffer
 from ....ir.expr import BufferLoad, Call, Const, const
 from ....ir.stmt import Allocate, For, IfThenElse, SeqStmt, called, flat_stmts, seq
 from ....ir.visitor import Mutator, substitute, walk
-from ....ir.annotations import FRAGMENT_LOOP
+from ....ir.annotations import BLOCK_BARRIER, FRAGMENT_LOOP, SOFTWARE_PIPELINED
+from ..intrinsics import CP_ASYNC_COMMIT, CP_ASYNC_WAIT, MMA, is_call_to
 from ....pass_config import PassConfigKey
 
 
-
-
-
 def _issues_mma(s) -> bool:
-    return any(isinstance(n, Call) and n.name.startswith("tc::mma_") for n in walk(s))
+    return any(isinstance(n, Call) and is_call_to(n.name, MMA) for n in walk(s))
 
 
 class _Rebased(Mutator):
@@ -81,9 +79,9 @@ def _rotated(loop: For):
     if len(body) < 5:
         return None
     wait, sync, ahead, commit, *last = body
-    if not ((called(wait) or "").startswith("tc::cp_async_wait<") and
-            called(sync) == "tc::syncthreads" and isinstance(ahead, IfThenElse) and
-            ahead.else_body is None and called(commit) == "tc::cp_async_commit"):
+    if not (is_call_to(called(wait), CP_ASYNC_WAIT) and
+            called(sync) == BLOCK_BARRIER and isinstance(ahead, IfThenElse) and
+            ahead.else_body is None and called(commit) == CP_ASYNC_COMMIT.name):
         return None
     allocs = [s for s in last if isinstance(s, Allocate)]
     steps = [s for s in last if isinstance(s, For)]
@@ -161,7 +159,7 @@ class _Rotate(Mutator):
         return seq([self.visit(x) for x in s.stmts], s.span)
 
     def visit_For(self, s: For):
-        if s.annotations.get("pipelined") is not None:
+        if s.annotations.get(SOFTWARE_PIPELINED) is not None:
             out = _rotated(s)
             if out is not None:
                 return out

@@ -36,17 +36,15 @@ from ....ir.expr import BufferLoad, Call, const
 from ....ir.stmt import (Allocate, BufferStore, Evaluate, For, IfThenElse, called, seq,
                        stmts_of)
 from ....ir.visitor import substitute, walk
-from ....ir.annotations import ROTATED
+from ....ir.annotations import ROTATED, WARP_SPECIALIZED
 from ....pass_config import PassConfigKey
 from .overlap_wgmma import WAIT_ALL, WAIT_ONE, rewrite_consumer_loops
-
-BARRIER_CALLS = ("tc::mbarrier_",)
-
+from ..intrinsics import (MBARRIER_CALLS, WGMMA_COMMIT_GROUP, WGMMA_FENCE, WGMMA_FENCE_REGISTERS,
+                          is_call_to)
 
 
 def _is_barrier_call(s) -> bool:
-    name = called(s)
-    return name is not None and name.startswith(BARRIER_CALLS)
+    return is_call_to(called(s), *MBARRIER_CALLS)
 
 
 def _refs(s) -> set:
@@ -92,17 +90,17 @@ class _Batch:
 
 
 def _batches(body: list) -> list | None:
-    commits = [i for i, s in enumerate(body) if called(s) == "tc::wgmma_commit_group"]
+    commits = [i for i, s in enumerate(body) if called(s) == WGMMA_COMMIT_GROUP.name]
     nested = sum(1 for s in body for n in walk(s)
-                 if isinstance(n, Call) and n.name == "tc::wgmma_commit_group")
+                 if isinstance(n, Call) and n.name == WGMMA_COMMIT_GROUP.name)
     if nested != len(commits):
         return None
     out = []
     for c in commits:
         if c + 2 >= len(body) or called(body[c + 1]) != WAIT_ALL or \
-                not (called(body[c + 2]) or "").startswith("tc::wgmma_fence_registers"):
+                not is_call_to(called(body[c + 2]), WGMMA_FENCE_REGISTERS):
             return None
-        fences = [i for i in range(c) if called(body[i]) == "tc::wgmma_fence"]
+        fences = [i for i in range(c) if called(body[i]) == WGMMA_FENCE.name]
         if not fences:
             return None
         arg = body[c + 2].value.args[0]
@@ -137,7 +135,7 @@ MIN_DEPTH = 3
 
 def _rotated(loop: For):
     """The statements replacing a qualifying loop, else None."""
-    if loop.annotations.get("warp_specialized", 0) < MIN_DEPTH:
+    if loop.annotations.get(WARP_SPECIALIZED, 0) < MIN_DEPTH:
         return None
     body = list(stmts_of(loop.body))
     batches = _batches(body)

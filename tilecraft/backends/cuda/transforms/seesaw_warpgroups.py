@@ -49,22 +49,25 @@ from ....ir.buffer import FRAGMENT, SHARED, Buffer, BufferRegion, is_shared
 from ....ir import dtypes as dt
 from ....ir.ftg import element_accesses
 from ....ir.expr import BufferLoad, Call, Const, Var, const
-from ....ir.stmt import (Allocate, For, IfThenElse, Kernel, SeqStmt, BufferStore,
+from ....ir.stmt import (Allocate, For, IfThenElse, Kernel, BufferStore,
                        call_stmt, called, flat_stmts, seq)
 from ....ir.tileop import Copy, Gemm, TileOp
-from ....ir.annotations import WARPGROUP_FRAGMENTS, WARPGROUP_INDEX
-from ....ir.visitor import Mutator, substitute, walk
+from ....ir.annotations import PRODUCER_THREADS, SCHEDULED, WARPGROUP_FRAGMENTS, WARPGROUP_INDEX
+from ....ir.visitor import Mutator, map_kernels, substitute, walk
 from ....target import parse_arch
 from ....pass_config import PassConfigKey
 from .overlap_wgmma import ConsumerLoops
 from ..tileops.wgmma import WARPGROUP, wgmma_partition
+from ..intrinsics import (FENCE_PROXY_ASYNC_SHARED, MBARRIER_ARRIVE_WARP,
+                          MBARRIER_ARRIVE_WARP_CLUSTER, MBARRIER_WAIT_PARITY, NAMED_BARRIER_ARRIVE, NAMED_BARRIER_SYNC,
+                          is_call_to)
 
 HANDOFF = (2, 3)   # named barriers: block 2i's rows published (by wg 0), block 2i + 1's (wg 1)
 OWN = (4, 5)       # named barrier of warpgroup w's 128 threads: its P is in shared memory
 ROWS = 64          # the row tile one warpgroup's wgmma covers
-PUBLISH = "tc::named_barrier_arrive"   # the writer of the mailbox does not wait for the reader
-WAIT = "tc::mbarrier_wait_parity"
-RELEASE = "tc::mbarrier_arrive_warp"
+PUBLISH = NAMED_BARRIER_ARRIVE.name   # the writer of the mailbox does not wait for the reader
+WAIT = MBARRIER_WAIT_PARITY.name
+RELEASES = (MBARRIER_ARRIVE_WARP, MBARRIER_ARRIVE_WARP_CLUSTER)
 
 
 def warpgroup_branch(then_body, else_body, span=None) -> IfThenElse:
@@ -121,7 +124,7 @@ def _scheduled(s):
     leaves them alone)."""
     class Mark(Mutator):
         def visit_Copy(self, op):
-            return dataclasses.replace(op, annotations={**op.annotations, "scheduled": True})
+            return dataclasses.replace(op, annotations={**op.annotations, SCHEDULED: True})
     return Mark().visit(s)
 
 
@@ -151,7 +154,7 @@ class _Plan:
             if name == WAIT:
                 self.waits.append(s)
                 self.row.append(s)
-            elif name is not None and name.startswith(RELEASE):
+            elif is_call_to(name, *RELEASES):
                 self.releases.append(s)
             elif name is not None:
                 return
@@ -265,13 +268,13 @@ class _Schedule:
         out = [Copy(BufferRegion(twins.get(id(b), b), ((const(0), const(ROWS)),)),
                     self.mailbox(slot, v), span=self.span)
                for v, b in enumerate(self.plan.handed)]
-        return out + [call_stmt("tc::fence_proxy_async_shared", span=self.span),
+        return out + [call_stmt(FENCE_PROXY_ASYNC_SHARED.name, span=self.span),
                       call_stmt(PUBLISH, const(HANDOFF[slot]),
                                 const(2 * WARPGROUP), span=self.span)]
 
     def receive(self, slot: int) -> list:
         twins = self.plan.twins
-        return [call_stmt("tc::named_barrier_sync", const(HANDOFF[slot]), const(2 * WARPGROUP),
+        return [call_stmt(NAMED_BARRIER_SYNC.name, const(HANDOFF[slot]), const(2 * WARPGROUP),
                           span=self.span)] + \
             [Copy(self.mailbox(slot, v), BufferRegion(twins.get(id(b), b),
                                                       ((const(0), const(ROWS)),)),
@@ -297,7 +300,7 @@ class _Schedule:
         return row[:at], row[at:]
 
     def own_barrier(self, wg: int):
-        return call_stmt("tc::named_barrier_sync", const(OWN[wg]), const(WARPGROUP),
+        return call_stmt(NAMED_BARRIER_SYNC.name, const(OWN[wg]), const(WARPGROUP),
                          span=self.span)
 
     def p_after_reads(self, stmts, wg: int) -> list:
@@ -379,18 +382,15 @@ def seesaw_warpgroups(func, arch: str = "sm_90a", configs: dict | None = None):
             (configs or {}).get(PassConfigKey.TL_DISABLE_SEESAW_WARPGROUPS):
         return func
 
-    def rebuild(s):
-        if isinstance(s, Kernel) and s.attrs.get("producer_threads") and \
-                s.num_threads == 2 * WARPGROUP:
-            rewriter = _Rewriter(s)
-            out = ConsumerLoops(rewriter.rewrite).visit(s)
-            if not rewriter.new_buffers:
-                return s
-            allocs = [Allocate(b, s.span) for b in rewriter.new_buffers]
-            local = set(s.attrs.get(WARPGROUP_FRAGMENTS, ())) | rewriter.local
-            return dataclasses.replace(out, body=seq(allocs + [out.body], s.span),
-                                       attrs={**out.attrs, WARPGROUP_FRAGMENTS: local})
-        if isinstance(s, SeqStmt):
-            return seq([rebuild(x) for x in s.stmts])
-        return s
-    return dataclasses.replace(func, body=rebuild(func.body))
+    def split(k):
+        if not (k.attrs.get(PRODUCER_THREADS) and k.num_threads == 2 * WARPGROUP):
+            return k
+        rewriter = _Rewriter(k)
+        out = ConsumerLoops(rewriter.rewrite).visit(k)
+        if not rewriter.new_buffers:
+            return k
+        allocs = [Allocate(b, k.span) for b in rewriter.new_buffers]
+        local = set(k.attrs.get(WARPGROUP_FRAGMENTS, ())) | rewriter.local
+        return dataclasses.replace(out, body=seq(allocs + [out.body], k.span),
+                                   attrs={**out.attrs, WARPGROUP_FRAGMENTS: local})
+    return map_kernels(func, split)
