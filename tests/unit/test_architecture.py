@@ -126,7 +126,7 @@ def _same_plan(name, func, plan, lower, FRAGMENT):
         [k.attrs["smem_bytes"] for k in compiled.kernels()], name
     from tilecraft.ir.stmt import Allocate
     from tilecraft.ir.visitor import walk
-    from tilecraft.passes.infer_layouts import same_layout
+    from tilecraft.layout.derive import same_layout
     fragments = [n.buffer for n in walk(func.body)
                  if isinstance(n, Allocate) and n.buffer.scope == FRAGMENT]
     assert fragments, name

@@ -24,7 +24,7 @@ from .cache_hints import hinted
 from .fragment_parts import aligned, locals_of_part, part_coords
 from .lowering import ThreadContext, in_bounds_condition, packed_pair
 from .parallel import lower_parallel
-from ....passes.infer_layouts import same_threads
+from ....layout.derive import same_threads
 from ....ir.annotations import ASYNC_COPY, INSTRUCTION
 from ..intrinsics import (CP_ASYNC_CG_16, LD_GLOBAL, LD_GLOBAL_PRED, LD_REGS, LD_SHARED,
                           STMATRIX_X4, ST_GLOBAL, ST_REGS, ST_SHARED)

@@ -17,7 +17,8 @@ from ....errors import TileError, warn_at
 from ....ir import tileop as top
 from ....ir.buffer import BufferRegion
 from ....ir.annotations import INSTRUCTION, TMA_BARRIER, TMA_UNFIT
-from ....passes.infer_layouts import same_layout, tma_tile_layout
+from ....layout.derive import same_layout
+from ....passes.infer_layouts import tma_tile_layout
 from ....passes.parallel_nests import is_twin_copy
 from .cache_hints import warn_unhinted
 from .copy import lower_copy, lower_twin_copy
