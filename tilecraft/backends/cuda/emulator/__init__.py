@@ -46,22 +46,21 @@ class EmulatorError(TileError):
         super().__init__(text, span, notes)
 
 
-def lower(func, arch="sm_80", configs: dict | None = None):
-    """The thread-level PrimFunc the CUDA backend would print, for this architecture (sm_80,
-    sm_86, sm_89: the mma.sync path; sm_90a: wgmma, TMA and warp specialization, which the
-    pass configs may turn off)."""
-    from ..pipeline import lower as compile_lower
+def lower(func, target="sm_80", configs: dict | None = None):
+    """The thread-level PrimFunc the CUDA backend would print, for this target: an arch name
+    or a Target (sm_80, sm_86, sm_89: the mma.sync path; sm_90a: wgmma, TMA and warp
+    specialization, which the pass configs may turn off)."""
+    from ..pipeline import lower as pipeline_lower
     from ....pass_config import PassConfigKey
-    from ....target import arch_of, smem_limit
-    target, arch = arch, arch_of(arch)   # an arch name, or a Target (a model of one GPU)
+    from ....target import arch_of
+    arch = arch_of(target)
     if arch not in EMULATED_ARCHS:
         raise TileError(f"the emulator runs sm_80, sm_86, sm_89 and sm_90a kernels, not {arch}")
     # Blocks run one at a time here, so clusters (blocks writing into each other's shared
     # memory) are not modelled: the kernel is checked as it runs without TMA multicast.
     configs = {k: v for k, v in (configs or {}).items()
                if k != PassConfigKey.TL_ENABLE_TMA_MULTICAST}
-    return compile_lower(check_indices_at_run(func), target, configs,
-                         smem_bytes=smem_limit(arch))
+    return pipeline_lower(check_indices_at_run(func), target, configs)
 
 
 def run_lowered(lowered, arrays: dict, bindings: dict, check: bool = True) -> Reports:
