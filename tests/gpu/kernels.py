@@ -263,3 +263,32 @@ def corpus():
     out.append(("softmax", softmax(100, 96)))
     out.append(("layernorm", layernorm(128, 256)))
     return out
+
+
+def paired_elementwise(M, N, dtype, bm=32, bn=64, threads=128):
+    """16-bit float element-wise work the code generator computes two elements at a time
+    (codegen/pairs.py): Y = X * S[row] + Z - X * X, and W = (nibble - 8) * S[row] with the
+    nibbles unpacked from bytes (P[i, j // 2], even j low) as in a 4-bit weight dequantize."""
+    @T.prim_func
+    def main(X: T.Tensor((M, N), dtype), Z: T.Tensor((M, N), dtype), S: T.Tensor((M,), dtype),
+             P: T.Tensor((M, N // 2), "uint8"), Y: T.Tensor((M, N), dtype),
+             W: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            x = T.alloc_fragment((bm, bn), dtype)
+            z = T.alloc_fragment((bm, bn), dtype)
+            s = T.alloc_fragment((bm,), dtype)
+            p = T.alloc_fragment((bm, bn // 2), "uint8")
+            y = T.alloc_fragment((bm, bn), dtype)
+            w = T.alloc_fragment((bm, bn), dtype)
+            T.copy(X[by * bm, bx * bn], x)
+            T.copy(Z[by * bm, bx * bn], z)
+            T.copy(S[by * bm], s)
+            T.copy(P[by * bm, bx * (bn // 2)], p)
+            for i, j in T.Parallel(bm, bn):
+                y[i, j] = x[i, j] * s[i] + z[i, j] - x[i, j] * x[i, j]
+                nibble = (p[i, j // 2] >> ((j % 2) * 4)) & 0xF
+                w[i, j] = T.cast(T.cast(nibble, "int32") - 8, dtype) * s[i]
+            T.copy(y, Y[by * bm, bx * bn])
+            T.copy(w, W[by * bm, bx * bn])
+
+    return main

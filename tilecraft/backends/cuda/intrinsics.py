@@ -214,6 +214,17 @@ BIASED_INT_TO_FLOAT = Intrinsic("tc::biased_int_to_float", 2, SM80,
 BIASED_INT_TO_HALF = Intrinsic("tc::biased_int_to_half", 2, SM80,
                                "a small integer to float16 through its bits (exact)",
                                emulated=False)
+LD_PAIR = Intrinsic("tc::ld_pair", 1, SM80, "two consecutive 16-bit float registers as one "
+                    "f16x2 / bf16x2 word (codegen/pairs.py)", emulated=False)
+ST_PAIR = Intrinsic("tc::st_pair", 2, SM80, "a f16x2 / bf16x2 word into two consecutive "
+                    "registers", emulated=False)
+MAKE_PAIR = Intrinsic("tc::make_pair", 2, SM80, "two 16-bit floats as one x2 word",
+                      emulated=False)
+SPLAT = Intrinsic("tc::splat", 1, SM80, "a 16-bit float in both halves of an x2 word",
+                  emulated=False)
+BIASED_INTS_TO_HALF2 = Intrinsic("tc::biased_ints_to_half2", 2, SM80,
+                                 "two small integers to float16 through their bits (exact)",
+                                 emulated=False)
 RASTERIZE = Intrinsic("tc::rasterize_{order}", 4, SM80,
                       "T.use_swizzle's block order", emulated=False, sample="tc::rasterize_row")
 RASTERIZE_CLUSTERED = Intrinsic("tc::rasterize_{order}_clustered<{x}, {y}>", 4, SM80,

@@ -17,6 +17,7 @@ import numpy as np
 from ....arith.bounds import bound_of
 from ....ir.linear import simplify as linear_simplify
 from ....errors import TileError
+from .pairs import emit_pairs
 from .reserved_names import c_identifier
 from ....ir.buffer import GLOBAL, LOCAL, LOCAL_VAR, Buffer, is_shared
 from ....ir.expr import Binary, BufferLoad, Call, Cast, Const, Select, Unary, Var
@@ -300,6 +301,8 @@ class CudaEmitter:
                 self.stmt(x, depth)
         elif isinstance(s, For) and s.annotations.get(PERSISTENT_TILES):
             self.tile_loop(s, depth)
+        elif isinstance(s, For) and emit_pairs(self, s, depth):
+            pass
         elif isinstance(s, For):
             v = self.name(s.var)
             start, extent = self.expr(s.start), self.expr(s.extent)

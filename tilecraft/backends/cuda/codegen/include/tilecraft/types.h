@@ -191,6 +191,37 @@ TC_DEVICE half_t biased_int_to_half(uint32_t y, unsigned short bias_bits) {
                 __ushort_as_half(bias_bits));
 }
 
+// Pairs of 16-bit floats (codegen/pairs.py): two consecutive registers of a fragment in one
+// 32-bit word, so that one f16x2 / bf16x2 instruction computes two elements of a T.Parallel
+// loop. Register arrays are accessed through a byte copy, which keeps them in registers whatever
+// their declared alignment.
+template <typename T> struct pair_of;
+template <> struct pair_of<half_t> { using type = __half2; };
+template <> struct pair_of<bfloat16_t> { using type = __nv_bfloat162; };
+template <typename T> TC_DEVICE typename pair_of<T>::type ld_pair(const T* p) {
+  typename pair_of<T>::type v;
+  __builtin_memcpy(&v, p, 4);
+  return v;
+}
+template <typename T> TC_DEVICE void st_pair(T* p, typename pair_of<T>::type v) {
+  __builtin_memcpy(p, &v, 4);
+}
+TC_DEVICE __half2 make_pair(half_t lo, half_t hi) { return __halves2half2(lo, hi); }
+TC_DEVICE __nv_bfloat162 make_pair(bfloat16_t lo, bfloat16_t hi) {
+  return __halves2bfloat162(lo, hi);
+}
+TC_DEVICE __half2 splat(half_t x) { return __half2half2(x); }
+TC_DEVICE __nv_bfloat162 splat(bfloat16_t x) { return __bfloat162bfloat162(x); }
+// biased_int_to_half for two integers at once: `pair` holds y0 in bits 0..9 and y1 in bits
+// 16..25 (each in [0, 1024)); with 0x6400 in each half's exponent bits they are the halves
+// 1024 + y, and one f16x2 subtraction of the bias gives both results.
+TC_DEVICE __half2 biased_ints_to_half2(uint32_t pair, unsigned short bias_bits) {
+  const uint32_t word = 0x64006400u | pair;
+  __half2 h;
+  __builtin_memcpy(&h, &word, 4);
+  return __hsub2(h, __half2half2(__ushort_as_half(bias_bits)));
+}
+
 // Two floats -> one 32-bit word holding two halves / bf16s: `lo` in bits 0..15, `hi` in
 // bits 16..31 (the element order of a .f16x2 register: lower address = lower half).
 TC_DEVICE uint32_t pack_half2(float lo, float hi) {

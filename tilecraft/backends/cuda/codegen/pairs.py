@@ -1,0 +1,194 @@
+"""Element-wise float16 / bfloat16 code two elements at a time (f16x2 / bf16x2 instructions).
+
+A T.Parallel loop lowers to `for l in 0..n (unrolled): reg[l] = f(l)`, one element of the
+thread's share of a fragment per iteration. In 16-bit floats every operation of f then costs
+one instruction per element, while the hardware computes two halves of a 32-bit register in
+one (HADD2, HMUL2, HFMA2): the per-element form spends twice the instructions a kernel engineer
+would, and on element-wise work such as unpacking and scaling quantized weights the
+instructions, not memory, bound the kernel. So the emitter prints such a loop over pairs,
+
+    for p in 0..n/2 (unrolled):  st_pair(&reg[2p], f2(p))
+
+where f2 computes f(2p) and f(2p + 1) together: a 16-bit float operation of two paired
+operands becomes its x2 form (x + y * z one fma), an operand that is two consecutive registers
+is loaded as one word, one that is the same in both lanes is splatted, an integer of at most
+1024 values converted to float16 goes through its bits in pairs (biased_ints_to_half2), and
+anything else is computed per lane and paired (make_pair). Each x2 instruction rounds each half
+as the scalar one does, so the results are those of the scalar loop (fused multiply-adds
+aside, which nvcc contracts in the scalar loop as well).
+
+A loop is printed this way when its extent is even, its body is stores into 16-bit float
+register arrays at indices i(l) with i(2p + 1) = i(2p) + 1, those arrays are read in the body
+only at the index they are stored at (iterations independent), and f has at least one 16-bit
+float operation to pair. The IR, the emulator and the interpreter keep the scalar loop.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ....arith.bounds import bound_of, simplify
+from ....ir import dtypes as dt
+from ....ir.buffer import LOCAL
+from ....ir.expr import Binary, BufferLoad, Cast, Const, Expr, Unary, Var
+from ....ir.linear import structural_key
+from ....ir.stmt import BufferStore, For, flat_stmts
+from ....ir.visitor import Mutator, substitute, walk
+from ..intrinsics import (BIASED_INTS_TO_HALF2, LD_PAIR, MAKE_PAIR, SPLAT, ST_PAIR)
+
+PAIRED = ("float16", "bfloat16")
+_X2 = {"+": "__hadd2", "-": "__hsub2", "*": "__hmul2", "/": "__h2div", "min": "__hmin2",
+       "max": "__hmax2"}
+
+
+class _Ints(Mutator):
+    """Every integer operation simplified with the emitter's bounds (p's included): with the
+    register index now 2p or 2p + 1, (2p + 1) % 2 * 4 folds to 4 and (2p + 1) // 2 to p."""
+
+    def __init__(self, bounds):
+        self.bounds = bounds
+
+    def visit_Binary(self, e):
+        out = self.generic_visit(e)
+        if isinstance(out, Binary) and out.dtype.is_int:
+            return simplify(out, self.bounds)
+        return out
+
+
+def _is_16bit_float(e) -> bool:
+    return isinstance(e, Expr) and e.dtype.name in PAIRED
+
+
+def _one_apart(a, b, bounds) -> bool:
+    d = simplify(b - a, bounds)
+    return isinstance(d, Const) and d.value == 1
+
+
+class _Pairing:
+    def __init__(self, emitter, l: Var, p: Var):
+        self.em = emitter
+        self.bounds = {**emitter.var_bounds, id(p): emitter.var_bounds[id(p)]}
+        self.lanes = ({id(l): p * 2}, {id(l): p * 2 + 1})
+        self.ops = 0   # the x2 operations printed
+
+    def lane(self, e, k: int):
+        return _Ints(self.bounds).visit(substitute(e, self.lanes[k]))
+
+    def expr(self, e) -> str:
+        """C++ text of the pair (e at 2p, e at 2p + 1) for a 16-bit float expression e."""
+        if isinstance(e, Binary) and e.op in _X2 and _is_16bit_float(e.a) and \
+                _is_16bit_float(e.b) and e.a.dtype is e.dtype and e.b.dtype is e.dtype:
+            self.ops += 1
+            if e.op == "+":
+                for prod, other in ((e.b, e.a), (e.a, e.b)):
+                    if isinstance(prod, Binary) and prod.op == "*" and \
+                            prod.a.dtype is e.dtype and prod.b.dtype is e.dtype:
+                        return (f"__hfma2({self.expr(prod.a)}, {self.expr(prod.b)}, "
+                                f"{self.expr(other)})")
+            return f"{_X2[e.op]}({self.expr(e.a)}, {self.expr(e.b)})"
+        if isinstance(e, Unary) and e.op == "-" and _is_16bit_float(e.a):
+            self.ops += 1
+            return f"__hneg2({self.expr(e.a)})"
+        if isinstance(e, Cast) and e.dtype.name == "float16" and e.value.dtype.is_int:
+            text = self.small_ints(e.value)
+            if text is not None:
+                self.ops += 1
+                return text
+        lo, hi = self.lane(e, 0), self.lane(e, 1)
+        if isinstance(lo, BufferLoad) and isinstance(hi, BufferLoad) and lo.buffer is hi.buffer \
+                and lo.buffer.scope == LOCAL and len(lo.indices) == 1 and \
+                _one_apart(lo.indices[0], hi.indices[0], self.bounds):
+            return f"{LD_PAIR.name}(&{self.em.expr(lo)})"
+        if structural_key(lo) == structural_key(hi):
+            return f"{SPLAT.name}({self.em.expr(lo)})"
+        return f"{MAKE_PAIR.name}({self.em.expr(lo)}, {self.em.expr(hi)})"
+
+    def small_ints(self, value) -> str | None:
+        """Two integers in a range of at most 1024 values to float16 through their bits."""
+        lanes = [self.lane(value, k) for k in (0, 1)]
+        bounds = [bound_of(x, self.bounds) for x in lanes]
+        lo, hi = min(b[0] for b in bounds), max(b[1] for b in bounds)
+        if not all(isinstance(x, int) for x in (lo, hi)) or not \
+                (-1024 <= lo and hi - lo < 1024 and hi <= 1024):
+            return None
+        bias = f"{int(np.float16(1024 - lo).view(np.uint16)):#06x}"
+        ys = [x if lo == 0 else simplify(x - lo, self.bounds) for x in lanes]
+        return f"{BIASED_INTS_TO_HALF2.name}({self.word(*ys)}, {bias})"
+
+    def word(self, y0, y1) -> str:
+        """The 32-bit word y0 | y1 << 16. Two bit fields of one value, (x >> s) & m and
+        (x >> (s + d)) & m (the two nibbles of a byte), take one multiply, shift and mask:
+        x * (1 + 2^(16 - d)) holds x in bits 0.. and again from bit 16 - d, so the second
+        field lands at bit 16 + s, when x < 2^(16 - d) keeps the copies apart."""
+        f0, f1 = _field(y0), _field(y1)
+        if f0 and f1 and structural_key(f0[0]) == structural_key(f1[0]) and f0[2] == f1[2]:
+            (x, s0, m), (_, s1, _) = f0, f1
+            d = s1 - s0
+            x_lo, x_hi = bound_of(x, self.bounds)
+            if 0 < d <= 16 and x_lo >= 0 and x_hi < (1 << (16 - d)) and m < (1 << 16):
+                shifted = f" >> {s0}" if s0 else ""
+                return (f"(((uint32_t)({self.em.expr(x)}) * {1 + (1 << (16 - d))}u{shifted}) & "
+                        f"{m | (m << 16):#010x}u)")
+        return f"((uint32_t)({self.em.expr(y0)}) | ((uint32_t)({self.em.expr(y1)}) << 16))"
+
+
+def _field(e):
+    """(x, s, m) when e is (x >> s) & m or x & m with constants s >= 0 and m = 2^w - 1."""
+    if not (isinstance(e, Binary) and e.op == "&" and isinstance(e.b, Const)):
+        return None
+    m = int(e.b.value)
+    if m <= 0 or m & (m + 1):
+        return None
+    x, s = e.a, 0
+    if isinstance(x, Binary) and x.op == ">>" and isinstance(x.b, Const):
+        x, s = x.a, int(x.b.value)
+    return (x, s, m) if s >= 0 else None
+
+
+def _stores(loop: For) -> list | None:
+    stores = list(flat_stmts(loop.body))
+    if not stores or not all(isinstance(s, BufferStore) and s.buffer.scope == LOCAL and
+                             s.buffer.dtype.name in PAIRED and len(s.indices) == 1 and
+                             s.value.dtype is s.buffer.dtype for s in stores):
+        return None
+    written = {}
+    for s in stores:
+        if id(s.buffer) in written:
+            return None
+        written[id(s.buffer)] = structural_key(s.indices[0])
+    for s in stores:
+        for n in walk(s.value):
+            if isinstance(n, BufferLoad) and id(n.buffer) in written and \
+                    (len(n.indices) != 1 or structural_key(n.indices[0]) != written[id(n.buffer)]):
+                return None   # reads another iteration's element of what the loop writes
+    return stores
+
+
+def emit_pairs(emitter, s: For, depth: int) -> bool:
+    """Print the unrolled loop s over pairs of elements when it qualifies (module docstring);
+    False, printing nothing, when it does not."""
+    if s.kind != "unroll" or not isinstance(s.start, Const) or s.start.value != 0 or \
+            not isinstance(s.extent, Const) or s.extent.value < 2 or s.extent.value % 2:
+        return False
+    stores = _stores(s)
+    if stores is None:
+        return False
+    p = Var(f"{s.var.name}_pair", dt.int32)
+    half = s.extent.value // 2
+    emitter.var_bounds[id(p)] = (0, half - 1)
+    pairing = _Pairing(emitter, s.var, p)
+    lines = []
+    for store in stores:
+        lo, hi = (pairing.lane(store.indices[0], k) for k in (0, 1))
+        if not _one_apart(lo, hi, pairing.bounds):
+            return False
+        target = f"&{emitter.name(store.buffer)}[{emitter.expr(lo)}]"
+        lines.append((f"{ST_PAIR.name}({target}, {pairing.expr(store.value)});", store.span))
+    if pairing.ops == 0:
+        return False
+    v = emitter.name(p)
+    emitter.emit(depth, "#pragma unroll", s.span)
+    emitter.emit(depth, f"for (int {v} = 0; {v} < {half}; ++{v}) {{", s.span)
+    for text, span in lines:
+        emitter.emit(depth + 1, text, span)
+    emitter.emit(depth, "}")
+    return True
