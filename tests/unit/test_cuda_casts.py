@@ -28,7 +28,7 @@ def test_cast_covers_the_whole_operand():
     text = emit_cuda(pipelines.cuda_sm80(casts()))[0]
     # The index is a small non-negative integer, so it becomes a float through its bits
     # (codegen's small_int_cast), the whole quotient inside the conversion all the same.
-    assert "= tc::biased_int_to_float((uint32_t)((l * 32 + tx) / 4), 8388608.0f);" in text
+    assert "= tc::biased_int_to_float((uint32_t)(l * 8 + tx / 4), 8388608.0f);" in text
     assert "= ((int)(X[l * 32 + tx] * 2.5f)) + 1;" in text
     assert "= ((double)((l * 32 + tx) % 7));" in text
 

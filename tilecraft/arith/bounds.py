@@ -26,7 +26,7 @@ def bound_of(e, var_bounds: dict) -> tuple:
     if isinstance(e, Var):
         return var_bounds.get(id(e), (-INF, INF))
     if isinstance(e, BufferLoad):
-        return e.buffer.value_bounds or (-INF, INF)
+        return e.buffer.value_bounds or _dtype_range(e.dtype)
     if isinstance(e, Cast):
         return bound_of(e.value, var_bounds) if e.dtype.is_int else (-INF, INF)
     if isinstance(e, Unary) and e.op == "-":
@@ -67,6 +67,16 @@ def bound_of(e, var_bounds: dict) -> tuple:
     if op == "&" and (a[0] >= 0 or b[0] >= 0):
         # A nonnegative mask keeps the result in [0, mask] whatever the other operand's sign.
         return (0, min(x[1] for x in (a, b) if x[0] >= 0))
+    return (-INF, INF)
+
+
+def _dtype_range(d) -> tuple:
+    """What any value of a narrow integer type lies in (a loaded uint8 is in [0, 255])."""
+    if d.is_bool:
+        return (0, 1)
+    if d.is_int and d.bits <= 16:
+        return (0, (1 << d.bits) - 1) if d.is_unsigned else \
+            (-(1 << (d.bits - 1)), (1 << (d.bits - 1)) - 1)
     return (-INF, INF)
 
 
@@ -126,6 +136,10 @@ def divisor_of(e) -> int:
         return math.gcd(divisor_of(e.a), divisor_of(e.b))
     if e.op == "%" and isinstance(e.b, Const) and e.b.value > 0:
         return math.gcd(divisor_of(e.a), int(e.b.value))
+    if e.op in ("//", "/") and isinstance(e.b, Const) and e.b.value > 0:
+        # an exact quotient of a multiple: (tx * 8 % 64) // 2 is a multiple of 4
+        a, d = divisor_of(e.a), int(e.b.value)
+        return a // d if a and a % d == 0 else 1
     if e.op == "<<" and isinstance(e.b, Const) and 0 <= e.b.value < 32:
         return divisor_of(e.a) << int(e.b.value)
     if e.op == "&" and isinstance(e.b, Const) and e.b.value > 0:

@@ -36,7 +36,7 @@ from ..ir.linear import structural_key
 from .. import layout as lay
 from ..layout.derive import coarsens, expand_fragment, project_loop, same_layout
 from .free_layout_cost import free_cost
-from .parallel_nests import (access_map, allocated, fragment_accesses, fragments_of,
+from .parallel_nests import (access_map, allocated, fragment_accesses, fragments_of, store_run,
                              is_identity_access, is_twin_copy, nest_extents, nest_vars,
                              on_warpgroup_fragments, tile_ops)
 from ..ir.annotations import INSTRUCTION, LAYOUTS, TMA_TILES, WARPGROUP_FRAGMENTS
@@ -155,7 +155,8 @@ class _Inference:
             self.choose_free(component)
         for op in self.ops:
             if isinstance(op, For) and id(op) not in self.map.loops:
-                self.map.loops[id(op)] = lay.make_partition(nest_extents(op), self.op_threads(op))
+                self.map.loops[id(op)] = lay.make_partition(nest_extents(op), self.op_threads(op),
+                                                            store_run(op))
         for b in self.shared:
             if not self.map.has(b):
                 self.map.set(b, _shared_default(b, self.tma_tiles), None)

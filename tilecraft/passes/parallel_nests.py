@@ -4,10 +4,11 @@ variables (the same indices, a row / column projection of them, or a coarsening:
 where several iterations read one element)."""
 from __future__ import annotations
 
-from ..ir.buffer import FRAGMENT
+from ..ir.buffer import FRAGMENT, GLOBAL, is_shared
 from ..ir.expr import Binary, BufferLoad, Const
 from ..ir.ftg import element_accesses
-from ..ir.stmt import Allocate, BufferStore, For, Stmt
+from ..ir.linear import linear_form
+from ..ir.stmt import Allocate, BufferStore, For, Stmt, flat_stmts
 from ..ir.tileop import TileOp
 from ..ir.visitor import children, walk
 
@@ -117,3 +118,39 @@ def access_map(indices, loop_vars):
     if positions != sorted(positions) or len(set(positions)) != len(positions):
         return None
     return out
+
+
+def store_run(loop: For) -> int:
+    """How many consecutive innermost elements each thread takes at a time in an element-wise
+    nest that touches no fragment: for a body of stores into shared memory at the innermost
+    variable's own position (x[..., j + c]) that reads global memory at no position that
+    varies with it, runs of up to 16 bytes of the widest stored type, which the lowering
+    writes with one vector store each and computes from registers (tileops/vector_runs.py);
+    1 (one element per thread in turn) otherwise."""
+    loop_vars, extents = nest_vars(loop), nest_extents(loop)
+    inner = loop
+    while isinstance(inner, For) and inner.kind == "parallel":
+        inner = inner.body
+    stores = flat_stmts(inner)
+    if not stores or not all(isinstance(s, BufferStore) and is_shared(s.buffer.scope)
+                             for s in stores):
+        return 1
+    j, nest = loop_vars[-1], {id(v) for v in loop_vars}
+    for n in walk(inner):
+        if isinstance(n, BufferLoad) and n.buffer.scope == GLOBAL and \
+                any(x is j for i in n.indices for x in walk(i)):
+            # Read from global memory element by element, a run per thread would make each
+            # warp-wide load touch w times the lines (the rows of an im2col, a gather).
+            return 1
+    v = 16
+    for s in stores:
+        terms, _ = linear_form(s.indices[-1])
+        if not any(atom is j and c == 1 for atom, c in terms.values()):
+            return 1
+        if any(atom is not j and any(id(x) in nest for x in walk(atom))
+               for atom, _ in terms.values()):
+            return 1
+        v = min(v, 16 // s.buffer.dtype.bytes)
+    while v > 1 and extents[-1] % v:
+        v //= 2
+    return v

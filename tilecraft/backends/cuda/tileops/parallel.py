@@ -19,6 +19,7 @@ from ....ir.stmt import BufferStore, For, IfThenElse, seq
 from ....ir.visitor import substitute, walk
 from .relayout import ROWS_ADVICE, Relayout, misowned, where_chosen
 from .uniform_select import unswitch_selects
+from .vector_runs import stage_runs
 from .lowering import AccessRewriter, ThreadContext, evaluate_table, fold_provable, uses_var
 
 
@@ -48,7 +49,7 @@ def lower_parallel(loop: For, ctx: ThreadContext) -> object:
     relayout = Relayout(ctx, loop)
 
     def lower(body):
-        sub = fold_provable(substitute(body, mapping), ctx)
+        sub = _simplify_ints(fold_provable(substitute(body, mapping), ctx), ctx)
         if frag.replicate > 1:
             sub = _first_replica_writes(sub, frag, ctx, l)
         check_ownership(sub, frag, ctx, l, loop, relayout)
@@ -57,7 +58,8 @@ def lower_parallel(loop: For, ctx: ThreadContext) -> object:
             inner = AccessRewriter(ctx, _resolver(ctx, l, n, None, frag, own)).visit(sub)
             if guard is not None:
                 inner = IfThenElse(guard, inner, None, loop.span)
-            return For(l, const(0), const(n), "unroll", inner, {}, loop.span)
+            return stage_runs(For(l, const(0), const(n), "unroll", inner, {}, loop.span), frag,
+                              ctx)
         except _NeedsUnroll:
             parts = []
             for value in range(n):
@@ -85,10 +87,11 @@ def lower_parallel(loop: For, ctx: ThreadContext) -> object:
 
 
 def _simplify_ints(node, ctx: ThreadContext):
-    """Every integer expression of an unrolled iteration simplified with its register index
-    now a constant: shift amounts and indices such as ((tx * 16 + 1 // 2 % 16) % 512 * 2 +
-    1 % 2) % 2 * 4 fold (to 4), and the loads of one element per register group become the
-    same expression, which nvcc then loads once."""
+    """Every integer expression of a lowered body simplified with the ranges of the thread and
+    register indices: a shift amount such as (tx * 16 % 512 * 2 + l // 2 % 16 * 2 + l % 2) % 2
+    * 4 becomes l % 2 * 4, which nvcc folds per unrolled register (else it stays a variable
+    shift of thread-dependent bits), and once the register index is a constant the loads of one
+    element per register group become the same expression, which nvcc then loads once."""
     from ....ir.expr import Binary
     from ....ir.visitor import Mutator
 
@@ -142,11 +145,29 @@ def _resolver(ctx: ThreadContext, l: Var, n: int, l_value, loop_layout=None, log
             return const(int(per_l[l_value]))
         if n == 1:
             return const(int(per_l[0]))
-        step = per_l[1] - per_l[0]
-        if np.all(np.diff(per_l) == step):
-            return ctx.simplify(l * int(step) + int(per_l[0]))
+        fitted = _blocked_affine(per_l, l)
+        if fitted is not None:
+            return ctx.simplify(fitted)
         raise _NeedsUnroll()
     return local_index
+
+
+def _blocked_affine(per_l: np.ndarray, l: Var):
+    """per_l[l] as l // c * a + l % c * b + base for a power of two c (c = 1: affine in l),
+    or None: a tile read at one register per run of c iterations (a row's scale, a byte
+    holding two nibbles) stays a loop instead of being unrolled."""
+    n, base = len(per_l), int(per_l[0])
+    idx = np.arange(n)
+    c = 1
+    while c <= n:
+        b = int(per_l[1] - per_l[0]) if c > 1 else 0
+        a = int(per_l[c] - per_l[0]) if c < n else 0
+        if np.array_equal(idx // c * a + idx % c * b + base, per_l):
+            if c == 1:
+                return l * a + base
+            return l // c * a + l % c * b + base
+        c *= 2
+    return None
 
 
 def _per_local_values(e, ctx: ThreadContext, l: Var, n: int, buffer) -> np.ndarray:
