@@ -25,6 +25,7 @@ from ...passes.infer_layouts import infer_layouts
 from ...passes.infer_pipeline import infer_pipeline
 from ...passes.insert_barriers import insert_barriers
 from .schedule.pipeline_loops import pipeline_loops
+from .schedule.prefetch_fragments import prefetch_fragments
 from .lower_tile_ops import lower_tile_ops
 from .transforms.merge_wgmma_batches import merge_wgmma_batches
 from .transforms.overlap_wgmma import overlap_wgmma
@@ -66,6 +67,7 @@ def _tile_prefix(target, configs, smem_limit, hopper: bool) -> list:
                   ("seesaw_warpgroups", lambda f: seesaw_warpgroups(f, arch, configs))]
     steps += [("pipeline_loops", pipeline_loops),
               ("infer_layouts", lambda f: infer_layouts(f, CUDA_RULES)),
+              ("prefetch_fragments", prefetch_fragments),
               ("plan_shared_memory", lambda f: plan_shared_memory(f, CUDA_RULES, smem_limit)),
               ("insert_barriers", lambda f: insert_barriers(f, CUDA_RULES)),
               ("lower_tile_ops", lambda f: lower_tile_ops(f, configs))]

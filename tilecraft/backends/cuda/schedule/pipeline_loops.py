@@ -167,7 +167,8 @@ class _Pipeliner:
         at = gemms[0] + 1 if len(gemms) >= 2 else 0
         step += last_stage[:at] + issued + last_stage[at:]
         new_loop = dataclasses.replace(loop, kind="serial", body=seq(step),
-                                       annotations={SOFTWARE_PIPELINED: depth})
+                                       annotations={SOFTWARE_PIPELINED: depth,
+                                                    NUM_STAGES: num})
         # Nothing may stay in flight past the loop (a later statement may reuse the bytes).
         return seq(prologue + [new_loop, call_stmt(CP_ASYNC_WAIT_ALL.name, span=span)])
 

@@ -17,14 +17,14 @@ from ....ir.linear import linear_form
 from ....errors import TileError
 from ....ir import dtypes as dt
 from ....ir.buffer import FRAGMENT, GLOBAL, LOCAL, LOCAL_VAR, BufferRegion, is_shared
-from ....ir.expr import BufferLoad, Call, Var, address_of, cast, const, logical
+from ....ir.expr import BufferLoad, Call, Const, Var, address_of, cast, const, logical
 from ....ir.stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, seq
 from .... import layout as lay
 from .cache_hints import hinted
 from .fragment_parts import aligned, locals_of_part, part_coords
 from .lowering import ThreadContext, in_bounds_condition, packed_pair
 from .parallel import lower_parallel
-from ....layout.derive import same_threads
+from ....layout.derive import same_layout, same_threads
 from ....ir.annotations import ASYNC_COPY, INSTRUCTION
 from ..intrinsics import (CP_ASYNC_CG_16, LD_GLOBAL, LD_GLOBAL_PRED, LD_REGS, LD_SHARED,
                           STMATRIX_X4, ST_GLOBAL, ST_REGS, ST_SHARED)
@@ -73,6 +73,8 @@ def lower_copy(op, ctx: ThreadContext):
         return BufferStore(dst.buffer, region_index(dst, vars_), value, op.span)
 
     loop = _synthetic_loop(extents, body, op.span)
+    if _same_registers(op, ctx):
+        return _register_move(op, ctx)
     if src.buffer.scope == FRAGMENT and dst.buffer.scope == FRAGMENT and \
             not same_threads(ctx.layouts.buffer(src.buffer), ctx.layouts.buffer(dst.buffer)):
         return _staged_copy(op, extents, ctx)
@@ -88,17 +90,22 @@ def lower_copy(op, ctx: ThreadContext):
                     "indices and be held by every thread in the same registers (as a band of "
                     "whole column blocks of an accumulator is); copy the whole fragment or "
                     "such a band", op.span)
+        whole = runs == [(0, layout.locals_per_thread)]
+        v = _register_vector_width(op, frag, layout, extents, ctx) if whole else 1
+        if v > 2 or (v == 2 and frag is dst.buffer):
+            # Elements of the tensor's own dtype: runs of them move as they are, up to 16
+            # bytes at a time (a pair would be converted through float32 for nothing).
+            return _register_vector_copy(op, frag, layout, v, ctx)
         if frag is src.buffer and _pairs_store_together(op, layout, ctx) and \
                 aligned(runs, 2):
             if op.annotations.get(INSTRUCTION) == "stmatrix" and aligned(runs, 8) and \
                     _stmatrix_blocks(op, layout, ctx):
                 return seq([_stmatrix_store(op, layout, ctx, run) for run in runs])
             return seq([_paired_store(op, layout, ctx, run) for run in runs])
-        if runs != [(0, layout.locals_per_thread)]:
+        if not whole:
             raise TileError(f"T.copy: a part of fragment {frag.name} is stored only as packed "
                             "pairs of a float accumulator into float16 / bfloat16; copy the "
                             "whole fragment", op.span)
-        v = _register_vector_width(op, frag, layout, extents, ctx)
         if v > 1:
             return _register_vector_copy(op, frag, layout, v, ctx)
         return _lower_with_layout(loop, layout, ctx)
@@ -106,6 +113,43 @@ def lower_copy(op, ctx: ThreadContext):
     if vector > 1:
         return _vector_copy(op, extents, vector, ctx)
     return _lower_with_layout(loop, lay.make_partition(tuple(extents), ctx.num_threads), ctx)
+
+
+def _same_registers(op, ctx) -> bool:
+    """A copy of a whole fragment into another of the same dtype and layout (the register
+    versions of schedule/prefetch_fragments): each thread's registers map one to one."""
+    src, dst = op.src, op.dst
+    if src.buffer.scope != FRAGMENT or dst.buffer.scope != FRAGMENT or \
+            src.buffer.dtype is not dst.buffer.dtype:
+        return False
+    a, b = ctx.layouts.buffer(src.buffer), ctx.layouts.buffer(dst.buffer)
+    whole = all(tuple(r.static_extents()) == tuple(r.buffer.static_shape()) and
+                all(isinstance(lo, Const) and lo.value == 0 for lo, _ in r.ranges)
+                for r in (src, dst))
+    return whole and same_layout(a, b)
+
+
+def _register_move(op, ctx: ThreadContext):
+    """dst's registers = src's: element by element for 32-bit types and wider (a register
+    each), else in the widest moves (up to 16 bytes) the count allows: a byte fragment moved
+    byte by byte would make nvcc split its words into one register a byte."""
+    src = ctx.register_array(op.src.buffer)
+    dst = ctx.register_array(op.dst.buffer)
+    n, nbytes = src.shape[0], op.src.buffer.dtype.bytes
+    v = max(1, 16 // nbytes)
+    while v > 1 and (n % v or v * nbytes < 4):
+        v //= 2
+    if v * nbytes < 4 or nbytes >= 4:
+        return seq([BufferStore(dst, (const(l),), BufferLoad(src, (const(l),)), op.span)
+                    for l in range(n)], op.span)
+    q = ctx.fresh("q", n // v)
+    bits = v * nbytes * 8
+    first = ctx.simplify(q * v)
+    move = Call(ST_REGS.format(bits=bits), (address_of(dst, first),
+                                            Call(LD_REGS.format(bits=bits),
+                                                 (address_of(src, first),), dt.handle)),
+                dt.handle)
+    return For(q, const(0), const(n // v), "unroll", Evaluate(move, op.span), {}, op.span)
 
 
 def _register_vector_width(op, frag, layout, extents, ctx) -> int:
