@@ -18,23 +18,28 @@ Results: bench/dequant_gemv.md.
 import argparse
 from statistics import median
 
-from common import OUT, add_arm_options, cuda_median_ms, in_rounds, warm_gpu, write_results
+from common import (ERROR_AND_REGISTERS, OUT, add_arm_options, clean_timer, in_rounds,
+                    show_results, warm_gpu)
 from dequant_gemm import dequant_gemv, dequant_gemv_fast
 import tilecraft
 
 GROUP = 32
 SHAPES = "1024x8192,8192x8192,28672x8192,8192x28672"
-# block_N x block_K x threads of dequant_gemv_fast; the first is the example's default.
-FAST = "8x1024x128,4x1024x128"
+# block_N x block_K x threads [x num_stages] of dequant_gemv_fast; the first is the example's
+# default.
+FAST = "8x1024x128x2,8x1024x128x1,4x1024x128x2"
 
 
 def kernels(N, K, fast_configs, target=None):
     """[(label, compiled kernel)]: the unchanged example, then each fast config."""
     out = [("dequant_gemv", tilecraft.compile(dequant_gemv.__wrapped__(1, N, K, GROUP),
                                               out_idx=[-1], target=target))]
-    for bn, bk, t in fast_configs:
-        func = dequant_gemv_fast.__wrapped__(1, N, K, GROUP, block_N=bn, block_K=bk, threads=t)
-        out.append((f"fast {bn}x{bk}x{t}", tilecraft.compile(func, out_idx=[-1], target=target)))
+    for bn, bk, t, *stages in fast_configs:
+        extra = dict(num_stages=stages[0]) if stages else {}
+        func = dequant_gemv_fast.__wrapped__(1, N, K, GROUP, block_N=bn, block_K=bk, threads=t,
+                                             **extra)
+        label = f"fast {bn}x{bk}x{t}" + (f"x{stages[0]}" if stages else "")
+        out.append((label, tilecraft.compile(func, out_idx=[-1], target=target)))
     return out
 
 
@@ -53,7 +58,7 @@ def main():
     parser.add_argument("--tag", default="dequant_gemv")
     parser.add_argument("--shapes", default=SHAPES, help="N x K, comma-separated")
     parser.add_argument("--fast", default=FAST, help="dequant_gemv_fast configs, "
-                        "block_N x block_K x threads, comma-separated")
+                        "block_N x block_K x threads [x num_stages], comma-separated")
     parser.add_argument("--compile-only", action="store_true")
     add_arm_options(parser, rounds=5, pass_config=False)
     args = parser.parse_args()
@@ -85,12 +90,9 @@ def main():
             C = kernel(A, B_packed, Scale)
             err = float((C.float() - ref).norm() / ref.norm())
             cases.append((label, kernel, err))
-
-        def timer(fn):
-            return lambda: cuda_median_ms(fn, 5, 30, "clean")
-        timers = [timer(lambda: dst.copy_(src)),
-                  timer(lambda: torch_dequant_gemv(A, B_packed, Scale))]
-        timers += [timer(lambda k=k: k(A, B_packed, Scale)) for _, k, _ in cases]
+        timers = [clean_timer(lambda: dst.copy_(src)),
+                  clean_timer(lambda: torch_dequant_gemv(A, B_packed, Scale))]
+        timers += [clean_timer(lambda k=k: k(A, B_packed, Scale)) for _, k, _ in cases]
         times = in_rounds(args.rounds, timers, args.settle)
         copy_ms, torch_ms = median(times[0]), median(times[1])
         copy_gbps = 2 * nbytes / copy_ms / 1e6
@@ -114,10 +116,8 @@ def main():
                ("copy GB/s", lambda r: f"{r['copy_gbps']:.0f}"),
                ("torch us", lambda r: f"{r['torch_us']:.1f}"),
                ("ratio", lambda r: f"{r['vs_torch']:.2f}"),
-               ("rel err", lambda r: f"{r['rel_error']:.1e}"),
-               ("regs", lambda r: str(r["registers"]))]
-    path = write_results(args.out, args.tag, rows, columns)
-    print(open(path).read())
+               *ERROR_AND_REGISTERS]
+    show_results(args.out, args.tag, rows, columns)
 
 
 if __name__ == "__main__":

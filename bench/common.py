@@ -35,6 +35,12 @@ def median_ms(fn, reps=30, warmup=5):
     return cuda_median_ms(fn, warmup, reps, flush_l2=True)
 
 
+def clean_timer(fn):
+    """A timer for in_rounds: the median of 30 runs of fn, each after a flush that reads a
+    256 MiB buffer (a clean, cold L2)."""
+    return lambda: cuda_median_ms(fn, 5, 30, "clean")
+
+
 def synced_median_ms(fn, reps=20, warmup=5):
     """Median of CUDA-event timings of fn run alone after a synchronize: the GPU idles while
     the host launches, so the host's launch latency is counted in (what a caller who waits
@@ -269,6 +275,11 @@ def gpu_facts() -> dict:
     except OSError:
         pass
     return facts
+
+
+# The last columns of a kernel's row: its error against the reference and its registers.
+ERROR_AND_REGISTERS = [("rel err", lambda r: f"{r['rel_error']:.1e}"),
+                       ("regs", lambda r: str(r["registers"]))]
 
 
 def write_results(out_dir: str, tag: str, rows: list, columns, notes: str = "") -> str:

@@ -27,6 +27,8 @@ import tilecraft.language as T
 def dequant_gemm(M, N, K, group_size=32, block_M=64, block_N=64, block_K=64, num_stages=2,
                  threads=128, dtype="float16", accum_dtype="float32"):
     assert K % 2 == 0 and block_K % 2 == 0, "two 4-bit weights per byte: K must be even"
+    assert block_K % group_size == 0 or group_size % block_K == 0, \
+        "a K tile holds whole groups, or lies in one group"
     num_groups = T.ceildiv(K, group_size)
 
     @T.prim_func
@@ -40,18 +42,20 @@ def dequant_gemm(M, N, K, group_size=32, block_M=64, block_N=64, block_K=64, num
             A_shared = T.alloc_shared((block_M, block_K), dtype)
             B_packed_shared = T.alloc_shared((block_N, block_K // 2), "uint8")
             B_shared = T.alloc_shared((block_N, block_K), dtype)
+            Scale_shared = T.alloc_shared((block_N, max(1, block_K // group_size)), dtype)
             C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
 
             T.clear(C_local)
             for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
                 T.copy(A[by * block_M, k * block_K], A_shared)
                 T.copy(B_packed[bx * block_N, k * (block_K // 2)], B_packed_shared)
+                T.copy(Scale[bx * block_N, k * block_K // group_size], Scale_shared)
                 for i, j in T.Parallel(block_N, block_K):
                     nibble = (B_packed_shared[i, j // 2] >> ((j % 2) * 4)) & 0xF
-                    in_range = bx * block_N + i < N and k * block_K + j < K
-                    scale = T.if_then_else(
-                        in_range, Scale[bx * block_N + i, (k * block_K + j) // group_size], 0)
-                    B_shared[i, j] = T.cast(T.cast(nibble, "int32") - 8, dtype) * scale
+                    # Weights past N or K come out as -8 * scale or 0: A_shared is zero there,
+                    # so they add nothing to C.
+                    B_shared[i, j] = T.cast(T.cast(nibble, "int32") - 8, dtype) * \
+                        Scale_shared[i, j // group_size]
                 T.gemm(A_shared, B_shared, C_local, transpose_B=True)
             T.copy(C_local, C[by * block_M, bx * block_N])
 
@@ -99,13 +103,16 @@ def dequant_gemv(M, N, K, group_size=32, block_N=64, block_K=128, threads=128,
 
 @tilecraft.jit(out_idx=[-1])
 def dequant_gemv_fast(M, N, K, group_size=32, block_N=8, block_K=1024, threads=128,
-                      dtype="float16", accum_dtype="float32"):
+                      num_stages=2, dtype="float16", accum_dtype="float32"):
     """The decode GEMV at memory bandwidth: each warp owns whole rows of weights and splits
     K across its lanes (block_K // 2 bytes of a row are 16 bytes a lane, loaded as one
     vector), so the reduction along K is warp shuffles and no barrier; a block holds only
     block_N rows, so N = 8192 gives 1024 blocks and every SM keeps many warps' loads in
-    flight. The weights are unpacked and scaled in float32: the 4-bit values become floats
-    through their bits (the compiler's small-integer conversion), not the conversion unit."""
+    flight, and T.Pipelined loads the next num_stages - 1 tiles while one is unpacked. The
+    weights are unpacked and scaled in float16 as in the GEMM, and each thread keeps its
+    products summed per element across the K loop in float16 (K / block_K terms each, so the
+    element-wise work runs two weights per instruction: the compiler's f16x2 code and
+    nibble-pair conversion); the warp reduces them once at the end, in float32."""
     assert K % 2 == 0 and block_K % 2 == 0, "two 4-bit weights per byte: K must be even"
     num_groups = T.ceildiv(K, group_size)
 
@@ -119,22 +126,20 @@ def dequant_gemv_fast(M, N, K, group_size=32, block_N=8, block_K=1024, threads=1
         with T.Kernel(T.ceildiv(N, block_N), M, threads=threads) as (bx, by):
             A_local = T.alloc_fragment((block_K,), dtype)
             B_local = T.alloc_fragment((block_N, block_K // 2), "uint8")
-            prod = T.alloc_fragment((block_N, block_K), accum_dtype)
+            S_local = T.alloc_fragment((block_N, block_K // group_size), dtype)
+            partial = T.alloc_fragment((block_N, block_K), dtype)
             acc = T.alloc_fragment((block_N,), accum_dtype)
 
-            T.clear(acc)
-            for k in T.serial(T.ceildiv(K, block_K)):
+            T.clear(partial)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
                 T.copy(A[by, k * block_K], A_local)
                 T.copy(B_packed[bx * block_N, k * (block_K // 2)], B_local)
+                T.copy(Scale[bx * block_N, k * (block_K // group_size)], S_local)
                 for i, j in T.Parallel(block_N, block_K):
                     nibble = (B_local[i, j // 2] >> ((j % 2) * 4)) & 0xF
-                    in_range = bx * block_N + i < N and k * block_K + j < K
-                    scale = T.if_then_else(
-                        in_range, Scale[bx * block_N + i, (k * block_K + j) // group_size], 0)
-                    q = T.cast(T.cast(nibble, "int32") - 8, accum_dtype)
-                    w = q * T.cast(scale, accum_dtype)
-                    prod[i, j] = T.cast(A_local[j], accum_dtype) * w
-                T.reduce_sum(prod, acc, dim=1, clear=False)
+                    w = T.cast(T.cast(nibble, "int32") - 8, dtype) * S_local[i, j // group_size]
+                    partial[i, j] += A_local[j] * w
+            T.reduce_sum(partial, acc, dim=1)
             T.copy(acc, C[by, bx * block_N])
 
     return main

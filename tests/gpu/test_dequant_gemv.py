@@ -50,4 +50,7 @@ def test_dequant_gemv_fast_matches_float32(M, N, K, config):
     kernel(A, B_packed, Scale, C)
     ref = _reference(A, B_packed, Scale, K)
     assert not torch.isnan(C).any()
-    torch.testing.assert_close(C.float(), ref, rtol=1e-2, atol=2e-3)
+    # The kernel multiplies and sums per element in float16 (a product and its K / block_K
+    # partial sums), the rest in float32: a few float16 roundings of the largest output.
+    assert float((C.float() - ref).norm() / ref.norm()) < 2e-3
+    torch.testing.assert_close(C.float(), ref, rtol=1e-2, atol=4e-3 * float(ref.abs().max()))
