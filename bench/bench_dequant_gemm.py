@@ -26,7 +26,7 @@ SHAPES = "16x8192x8192,64x8192x8192,256x8192x8192"
 # block_M x block_N x block_K x num_stages x threads, per M; the first is the bench's default.
 CONFIGS = {16: ["16x64x256x3x128", "16x128x256x3x256"],
            64: ["64x64x256x3x128", "64x64x128x3x128"],
-           256: ["128x128x128x3x256", "128x64x256x2x256", "256x64x128x3x256"]}
+           256: ["128x64x256x2x256", "128x128x128x3x256", "256x64x128x3x256"]}
 
 
 def parse(configs_text):
