@@ -8,8 +8,9 @@ GPU: the prefill side, M = 16, 64, 256 rows of activations, N = K = 8192, group 
 Peers, timed in the same rounds: cuBLAS fp16 on the weight dequantized beforehand (A @ W.T
 with W an fp16 [N, K] tensor: what the weight costs unquantized), and torch "unpack, scale,
 A @ W.T" (the dequant in torch, then cuBLAS). Every timer starts from a cold L2. A config is
-block_M x block_N x block_K x num_stages x threads; --configs gives one or more for an M
-(`16:16x128x128x3x128`), the defaults below otherwise.
+block_M x block_N x block_K x num_stages x threads of `dequant_gemm`, with the prefix rs for
+its weight_in_registers form; --configs gives one or more for an M
+(`16:16x128x128x3x128`, `256:rs64x128x128x3x128`), the defaults below otherwise.
 
 Results: bench/dequant_gemm.md.
 """
@@ -24,9 +25,9 @@ import tilecraft
 GROUP = 32
 SHAPES = "16x8192x8192,64x8192x8192,256x8192x8192"
 # block_M x block_N x block_K x num_stages x threads, per M; the first is the bench's default.
-CONFIGS = {16: ["16x64x256x3x128", "16x128x256x3x256"],
-           64: ["64x64x256x3x128", "64x64x128x3x128"],
-           256: ["128x64x256x2x256", "128x128x128x3x256", "256x64x128x3x256"]}
+CONFIGS = {16: ["rs16x64x256x3x128", "16x64x256x3x128"],
+           64: ["rs64x64x256x3x128", "64x64x256x3x128"],
+           256: ["128x64x256x2x256", "rs128x128x128x3x256", "128x128x128x3x256"]}
 
 
 def parse(configs_text):
@@ -38,9 +39,10 @@ def parse(configs_text):
 
 
 def build(M, N, K, cfg, target=None):
-    bm, bn, bk, stages, threads = (int(x) for x in cfg.split("x"))
+    bm, bn, bk, stages, threads = (int(x) for x in cfg.removeprefix("rs").split("x"))
     func = dequant_gemm.__wrapped__(M, N, K, GROUP, block_M=bm, block_N=bn, block_K=bk,
-                                    num_stages=stages, threads=threads)
+                                    num_stages=stages, threads=threads,
+                                    weight_in_registers=cfg.startswith("rs"))
     return tilecraft.compile(func, out_idx=[-1], target=target)
 
 

@@ -5,6 +5,9 @@ the weight tile in registers (bit operations in a T.Parallel loop into a float16
 and feeds it to a tile GEMM with float32 accumulation. A GEMV variant for decoding (M = 1 or a
 few rows) keeps one activation row per block and reduces with T.reduce_sum instead of a GEMM;
 `dequant_gemv_fast` is that GEMV written for memory bandwidth (a warp per row, K across lanes).
+`dequant_gemm(..., weight_in_registers=True)` computes C^T = W A^T with the unpacked weight tile
+as the register operand of the tensor-core instruction (no shared-memory round trip): the faster
+form at a few rows.
 
 Packing format (what `pack_int4` produces):
   * B_packed is uint8 of shape [N, K // 2]; row n holds output channel n.
@@ -25,7 +28,12 @@ import tilecraft.language as T
 
 @tilecraft.jit(out_idx=[-1])
 def dequant_gemm(M, N, K, group_size=32, block_M=64, block_N=64, block_K=64, num_stages=2,
-                 threads=128, dtype="float16", accum_dtype="float32"):
+                 threads=128, weight_in_registers=False, dtype="float16", accum_dtype="float32"):
+    """weight_in_registers: compute C^T = W A^T instead, with the weight tile unpacked and
+    scaled straight into registers laid out as the tensor-core instruction's register operand:
+    it never goes through shared memory and no barrier separates the unpacking from the
+    product (the activations are the shared-memory operand); the C^T tile is stored
+    transposed. The faster form at a few rows of activations."""
     assert K % 2 == 0 and block_K % 2 == 0, "two 4-bit weights per byte: K must be even"
     assert block_K % group_size == 0 or group_size % block_K == 0, \
         "a K tile holds whole groups, or lies in one group"
@@ -41,9 +49,13 @@ def dequant_gemm(M, N, K, group_size=32, block_M=64, block_N=64, block_K=64, num
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
             A_shared = T.alloc_shared((block_M, block_K), dtype)
             B_packed_shared = T.alloc_shared((block_N, block_K // 2), "uint8")
-            B_shared = T.alloc_shared((block_N, block_K), dtype)
             Scale_shared = T.alloc_shared((block_N, max(1, block_K // group_size)), dtype)
-            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+            if weight_in_registers:
+                W = T.alloc_fragment((block_N, block_K), dtype)
+                C_local = T.alloc_fragment((block_N, block_M), accum_dtype)   # C^T
+            else:
+                W = T.alloc_shared((block_N, block_K), dtype)
+                C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
 
             T.clear(C_local)
             for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
@@ -54,10 +66,17 @@ def dequant_gemm(M, N, K, group_size=32, block_M=64, block_N=64, block_K=64, num
                     nibble = (B_packed_shared[i, j // 2] >> ((j % 2) * 4)) & 0xF
                     # Weights past N or K come out as -8 * scale or 0: A_shared is zero there,
                     # so they add nothing to C.
-                    B_shared[i, j] = T.cast(T.cast(nibble, "int32") - 8, dtype) * \
+                    W[i, j] = T.cast(T.cast(nibble, "int32") - 8, dtype) * \
                         Scale_shared[i, j // group_size]
-                T.gemm(A_shared, B_shared, C_local, transpose_B=True)
-            T.copy(C_local, C[by * block_M, bx * block_N])
+                if weight_in_registers:
+                    T.gemm(W, A_shared, C_local, transpose_B=True)
+                else:
+                    T.gemm(A_shared, W, C_local, transpose_B=True)
+            if weight_in_registers:
+                for i, j in T.Parallel(block_N, block_M):
+                    C[by * block_M + j, bx * block_N + i] = C_local[i, j]
+            else:
+                T.copy(C_local, C[by * block_M, bx * block_N])
 
     return main
 
@@ -197,6 +216,8 @@ if __name__ == "__main__":
     args = parser.parse_args()
     err = run(args.m, args.n, args.k, args.group_size)
     print(f"dequant_gemm: ok (max abs error {err:.2e})")
+    err = run(args.m, args.n, args.k, args.group_size, weight_in_registers=True)
+    print(f"dequant_gemm, weight in registers: ok (max abs error {err:.2e})")
     err = run(1, args.n, args.k, args.group_size, gemv=True)
     print(f"dequant_gemv: ok (max abs error {err:.2e})")
     err = run(1, args.n, args.k, args.group_size, gemv="fast")

@@ -73,6 +73,9 @@ def test_gemm(example, M, N, K, config):
                                        threads=128), id="64x64x128-g32-b64x64x32-t128-s2"),
     pytest.param(37, 70, 90, 16, dict(block_M=32, block_N=32, block_K=32, num_stages=3,
                                       threads=64), id="37x70x90-g16-b32x32x32-t64-s3"),
+    pytest.param(37, 70, 90, 16, dict(block_M=32, block_N=64, block_K=32, num_stages=3,
+                                      threads=128, weight_in_registers=True),
+                 id="37x70x90-g16-b32x64x32-t128-s3-weight-in-registers"),
 ])
 def test_dequant_gemm(example, M, N, K, group_size, config):
     mod = example("dequant_gemm")

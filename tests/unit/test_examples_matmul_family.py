@@ -30,6 +30,13 @@ def test_dequant_gemm(example, M, N, K, group_size):
     mod.run(M, N, K, group_size=group_size, **SMALL)
 
 
+@pytest.mark.parametrize("M, N, K, group_size", [(64, 64, 128, 32), (37, 70, 90, 16),
+                                                 (5, 40, 64, 64)])
+def test_dequant_gemm_weight_in_registers(example, M, N, K, group_size):
+    mod = example("dequant_gemm")
+    mod.run(M, N, K, group_size=group_size, weight_in_registers=True, **SMALL)
+
+
 @pytest.mark.parametrize("M, N, K, group_size", [(1, 64, 128, 32), (1, 70, 90, 16),
                                                  (3, 33, 64, 128)])
 def test_dequant_gemv(example, M, N, K, group_size):
