@@ -36,6 +36,7 @@ def _reference(A, B_packed, Scale, K):
     (1, 203, 1000, {}),
     (3, 77, 2050, dict(block_N=4)),
     (1, 300, 4104, dict(block_N=16, block_K=512)),
+    (2, 37, 2050, dict(block_N=1, block_K=512, threads=32)),
 ])
 def test_dequant_gemv_fast_matches_float32(M, N, K, config):
     C, ref = _launch(_example().dequant_gemv_fast.__wrapped__(M, N, K, GROUP, **config), M, N, K)

@@ -84,6 +84,20 @@ def test_dequant_gemm(example, M, N, K, group_size, config):
 
 
 @pytest.mark.parametrize("M, N, K, group_size, config", [
+    pytest.param(1, 70, 600, 32, dict(block_N=4, block_K=256, threads=64, num_stages=2),
+                 id="1x70x600-g32-b4x256-t64-s2"),
+    # One row a block: the fragments are (1, n), which their copies and fills move as n
+    # elements laid out like the fragment.
+    pytest.param(2, 9, 1000, 32, dict(block_N=1, block_K=512, threads=32, num_stages=2),
+                 id="2x9x1000-g32-b1x512-t32-s2"),
+])
+def test_dequant_gemv_fast(example, M, N, K, group_size, config):
+    mod = example("dequant_gemm")
+    inputs = mod.make_inputs(M, N, K, group_size, seed=5)
+    compare(mod.dequant_gemv_fast, (M, N, K), dict(group_size=group_size, **config), inputs)
+
+
+@pytest.mark.parametrize("M, N, K, group_size, config", [
     pytest.param(1, 64, 128, 32, dict(block_N=64, block_K=64, threads=128),
                  id="1x64x128-g32-b64x64-t128"),
     # block_K < threads: the activation row covers only some threads (a replicated sum over

@@ -38,6 +38,15 @@ def _tile_extents(region: BufferRegion) -> list[int]:
     return [e for e in ext if e != 1] or [1]
 
 
+def tile_view(layout, extents):
+    """A fragment's layout over the tile's extents when they are its shape without the unit
+    dims (a (1, 512) fragment moved as a 512-element tile), else the layout itself."""
+    shape = tuple(layout.shape)
+    if shape != tuple(extents) and tuple(d for d in shape if d != 1) == tuple(extents):
+        return layout.reshape(tuple(extents))
+    return layout
+
+
 def region_index(region: BufferRegion, coords) -> tuple:
     """Buffer indices of tile coordinates (one per non-unit extent, in order)."""
     coords = list(coords)
@@ -79,7 +88,7 @@ def lower_copy(op, ctx: ThreadContext):
             not same_threads(ctx.layouts.buffer(src.buffer), ctx.layouts.buffer(dst.buffer)):
         return _staged_copy(op, extents, ctx)
     if frag is not None:
-        layout = ctx.layouts.buffer(frag)
+        layout = tile_view(ctx.layouts.buffer(frag), extents)
         runs = [(0, layout.locals_per_thread)]
         if tuple(layout.shape) != tuple(extents):
             runs = locals_of_part(op, layout) if frag is src.buffer else None

@@ -18,7 +18,7 @@ from ....ir.stmt import BufferStore, Evaluate, For
 from ....ir.tileop import Atomic
 from .copy import (_address, _in_chunks, _lower_with_layout, _multiple_of, _synthetic_loop,
                    _tile_extents, _vector_load, _vector_width, _where_inside,
-                   registers_pair_columns, region_index)
+                   registers_pair_columns, region_index, tile_view)
 from .lowering import ThreadContext
 from ..intrinsics import ATOMIC_ADD_V2, ATOMIC_ADD_X2
 
@@ -65,7 +65,7 @@ def lower_fill(op, ctx: ThreadContext):
     loop = _synthetic_loop(extents, lambda vars_: BufferStore(
         dst.buffer, region_index(dst, vars_), op.value, op.span), op.span)
     if dst.buffer.scope == FRAGMENT:
-        layout = ctx.layouts.buffer(dst.buffer)
+        layout = tile_view(ctx.layouts.buffer(dst.buffer), extents)
         if tuple(layout.shape) == tuple(extents):
             return _lower_with_layout(loop, layout, ctx)
     return _lower_with_layout(loop, lay.make_partition(tuple(extents), ctx.num_threads), ctx)
