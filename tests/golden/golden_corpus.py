@@ -100,10 +100,59 @@ def cumsum_rows():
     return main
 
 
+def nibbles_in_registers():
+    """A 4-bit weight GEMV with one weight row a block: fragments copied a stage ahead, the
+    nibbles unpacked and multiplied in float16 two elements at a time."""
+    N, K, bk = 100, 2048, 512
+
+    @T.prim_func
+    def main(A: T.Tensor((1, K), "float16"), P: T.Tensor((N, K // 2), "uint8"),
+             C: T.Tensor((1, N), "float32")):
+        with T.Kernel(N, threads=32) as bx:
+            a = T.alloc_fragment((bk,), "float16")
+            p = T.alloc_fragment((1, bk // 2), "uint8")
+            partial = T.alloc_fragment((1, bk), "float16")
+            acc = T.alloc_fragment((1,), "float32")
+            T.clear(partial)
+            for k in T.Pipelined(K // bk, num_stages=2):
+                T.copy(A[0, k * bk], a)
+                T.copy(P[bx, k * (bk // 2)], p)
+                for i, j in T.Parallel(1, bk):
+                    nibble = (p[i, j // 2] >> ((j % 2) * 4)) & 0xF
+                    partial[i, j] += a[j] * T.cast(T.cast(nibble, "int32") - 8, "float16")
+            T.reduce_sum(partial, acc, dim=1)
+            T.copy(acc, C[0, bx])
+
+    return main
+
+
+def nibbles_into_shared():
+    """4-bit weights unpacked into a float16 shared tile in runs of eight a thread, then
+    doubled in place."""
+    M, N = 64, 128
+
+    @T.prim_func
+    def main(P: T.Tensor((M, N // 2), "uint8"), W: T.Tensor((M, N), "float16")):
+        with T.Kernel(1, threads=128) as bx:
+            p = T.alloc_shared((M, N // 2), "uint8")
+            w = T.alloc_shared((M, N), "float16")
+            T.copy(P, p)
+            for i, j in T.Parallel(M, N):
+                w[i, j] = T.cast(T.cast((p[i, j // 2] >> ((j % 2) * 4)) & 0xF, "int32") - 8,
+                                 "float16")
+            for i, j in T.Parallel(M, N):
+                w[i, j] = w[i, j] * 2
+            T.copy(w, W)
+
+    return main
+
+
 CASES = {
     "gemm_128x128x32": gemm_128x128x32,
     "elementwise_ragged": elementwise_ragged,
     "softmax_rows": softmax_rows,
     "gemm_a_in_registers": gemm_a_in_registers,
     "cumsum_rows": cumsum_rows,
+    "nibbles_in_registers": nibbles_in_registers,
+    "nibbles_into_shared": nibbles_into_shared,
 }

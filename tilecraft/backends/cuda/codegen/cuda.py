@@ -98,6 +98,11 @@ class CudaEmitter:
     def __init__(self, func: PrimFunc):
         self.func = func
         self.names: dict[int, str] = {}
+        # The objects named, kept alive with their names: a name is looked up by id(), and an
+        # object the IR does not hold (the pair index of codegen/pairs.py, made for a loop it
+        # may then print as it is) would otherwise free its id for a later object, which would
+        # inherit its name or not depending on where memory was reused.
+        self.named: list = []
         self.taken: set[str] = set()
         self.lines: list[str] = []
         self.last_line = None
@@ -119,6 +124,7 @@ class CudaEmitter:
                 name = f"{base}_{n}"
             self.taken.add(name)
             self.names[key] = name
+            self.named.append(obj)
         return self.names[key]
 
     # --- expressions ------------------------------------------------------------
