@@ -94,6 +94,22 @@ def simplify(e, var_bounds: dict | None = None):
     return linear_simplify(_rewrite(e, var_bounds))
 
 
+def simplify_int_ops(node, var_bounds: dict):
+    """node (an expression or a statement) with every integer operation in it simplified with
+    var_bounds: once a register index has its range, or is 2p / 2p + 1, a shift amount such as
+    (tx * 16 % 512 * 2 + l // 2 % 16 * 2 + l % 2) % 2 * 4 becomes l % 2 * 4 (or 4), which nvcc
+    folds per unrolled register instead of shifting by thread-dependent bits."""
+    from ..ir.visitor import Mutator
+
+    class Simplify(Mutator):
+        def visit_Binary(self, e):
+            out = self.generic_visit(e)
+            if isinstance(out, Binary) and out.dtype.is_int:
+                return simplify(out, var_bounds)
+            return out
+    return Simplify().visit(node)
+
+
 def _rewrite(e, vb):
     if isinstance(e, Binary) and e.dtype.is_int:
         a, b = _rewrite(e.a, vb), _rewrite(e.b, vb)

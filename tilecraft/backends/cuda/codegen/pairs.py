@@ -26,32 +26,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....arith.bounds import bound_of, simplify
+from ....arith.bounds import bound_of, simplify, simplify_int_ops
 from ....ir import dtypes as dt
 from ....ir.buffer import LOCAL
 from ....ir.expr import Binary, BufferLoad, Cast, Const, Expr, Unary, Var
 from ....ir.linear import structural_key
 from ....ir.stmt import BufferStore, For, flat_stmts
-from ....ir.visitor import Mutator, substitute, walk
+from ....ir.visitor import substitute, walk
 from ..intrinsics import (BIASED_INTS_TO_HALF2, LD_PAIR, MAKE_PAIR, SPLAT, ST_PAIR)
 
 PAIRED = ("float16", "bfloat16")
 _X2 = {"+": "__hadd2", "-": "__hsub2", "*": "__hmul2", "/": "__h2div", "min": "__hmin2",
        "max": "__hmax2"}
-
-
-class _Ints(Mutator):
-    """Every integer operation simplified with the emitter's bounds (p's included): with the
-    register index now 2p or 2p + 1, (2p + 1) % 2 * 4 folds to 4 and (2p + 1) // 2 to p."""
-
-    def __init__(self, bounds):
-        self.bounds = bounds
-
-    def visit_Binary(self, e):
-        out = self.generic_visit(e)
-        if isinstance(out, Binary) and out.dtype.is_int:
-            return simplify(out, self.bounds)
-        return out
 
 
 def _is_16bit_float(e) -> bool:
@@ -66,12 +52,12 @@ def _one_apart(a, b, bounds) -> bool:
 class _Pairing:
     def __init__(self, emitter, l: Var, p: Var):
         self.em = emitter
-        self.bounds = {**emitter.var_bounds, id(p): emitter.var_bounds[id(p)]}
+        self.bounds = emitter.var_bounds   # p's range included (emit_pairs sets it)
         self.lanes = ({id(l): p * 2}, {id(l): p * 2 + 1})
         self.ops = 0   # the x2 operations printed
 
     def lane(self, e, k: int):
-        return _Ints(self.bounds).visit(substitute(e, self.lanes[k]))
+        return simplify_int_ops(substitute(e, self.lanes[k]), self.bounds)
 
     def expr(self, e) -> str:
         """C++ text of the pair (e at 2p, e at 2p + 1) for a 16-bit float expression e."""

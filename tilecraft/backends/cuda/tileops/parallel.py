@@ -16,6 +16,7 @@ from ....errors import TileError
 from ....ir.buffer import FRAGMENT
 from ....ir.expr import BufferLoad, Call, Const, Var, const, logical
 from ....ir.stmt import BufferStore, For, IfThenElse, seq
+from ....arith.bounds import simplify_int_ops
 from ....ir.visitor import substitute, walk
 from .relayout import ROWS_ADVICE, Relayout, misowned, where_chosen
 from .uniform_select import unswitch_selects
@@ -88,20 +89,10 @@ def lower_parallel(loop: For, ctx: ThreadContext) -> object:
 
 def _simplify_ints(node, ctx: ThreadContext):
     """Every integer expression of a lowered body simplified with the ranges of the thread and
-    register indices: a shift amount such as (tx * 16 % 512 * 2 + l // 2 % 16 * 2 + l % 2) % 2
-    * 4 becomes l % 2 * 4, which nvcc folds per unrolled register (else it stays a variable
-    shift of thread-dependent bits), and once the register index is a constant the loads of one
-    element per register group become the same expression, which nvcc then loads once."""
-    from ....ir.expr import Binary
-    from ....ir.visitor import Mutator
-
-    class Simplify(Mutator):
-        def visit_Binary(self, e):
-            out = self.generic_visit(e)
-            if isinstance(out, Binary) and out.dtype.is_int:
-                return ctx.simplify(out)
-            return out
-    return Simplify().visit(node)
+    register indices (arith/bounds.simplify_int_ops); once the register index is a constant the
+    loads of one element per register group become the same expression, which nvcc then loads
+    once."""
+    return simplify_int_ops(node, ctx.var_bounds)
 
 
 def _first_replica_writes(body, frag, ctx: ThreadContext, l: Var):
