@@ -200,18 +200,25 @@ class CudaEmitter:
         biased_int_to_float / _half): unpacked 4-bit weights and other small integers become
         float16 or float32 without the conversion unit; None where the bounds do not allow."""
         lo, hi = bound_of(value, self.var_bounds)
+        bias = self.int_bias(d, lo, hi)
+        if bias is None:
+            return None
+        fn = BIASED_INT_TO_FLOAT if d.name == "float32" else BIASED_INT_TO_HALF
+        y = value if lo == 0 else linear_simplify(value - lo)
+        return f"{fn.name}((uint32_t)({self.expr(y)}), {bias})"
+
+    @staticmethod
+    def int_bias(d, lo, hi) -> str | None:
+        """The bias (C text) that takes integers in [lo, hi], moved to start at 0, to float32
+        or float16 d through their bits: 2^23 - lo as a float, or the bits of the half
+        1024 - lo; None where the range does not fit d's mantissa exactly."""
         if not all(isinstance(x, int) for x in (lo, hi)):
             return None
         if d.name == "float32" and -(1 << 22) <= lo and hi < (1 << 22):
-            bias = f"{float((1 << 23) - lo)!r}f"
-            fn = BIASED_INT_TO_FLOAT
-        elif d.name == "float16" and -1024 <= lo and hi - lo < 1024 and hi <= 1024:
-            bias = f"{int(np.float16(1024 - lo).view(np.uint16)):#06x}"
-            fn = BIASED_INT_TO_HALF
-        else:
-            return None
-        y = value if lo == 0 else linear_simplify(value - lo)
-        return f"{fn.name}((uint32_t)({self.expr(y)}), {bias})"
+            return f"{float((1 << 23) - lo)!r}f"
+        if d.name == "float16" and -1024 <= lo and hi - lo < 1024 and hi <= 1024:
+            return f"{int(np.float16(1024 - lo).view(np.uint16)):#06x}"
+        return None
 
     def call(self, e: Call) -> str:
         if e.name == "address_of":

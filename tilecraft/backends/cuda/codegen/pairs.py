@@ -24,8 +24,6 @@ float operation to pair. The IR, the emulator and the interpreter keep the scala
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ....arith.bounds import bound_of, simplify, simplify_int_ops
 from ....ir import dtypes as dt
 from ....ir.buffer import LOCAL
@@ -93,10 +91,9 @@ class _Pairing:
         lanes = [self.lane(value, k) for k in (0, 1)]
         bounds = [bound_of(x, self.bounds) for x in lanes]
         lo, hi = min(b[0] for b in bounds), max(b[1] for b in bounds)
-        if not all(isinstance(x, int) for x in (lo, hi)) or not \
-                (-1024 <= lo and hi - lo < 1024 and hi <= 1024):
+        bias = self.em.int_bias(dt.dtype("float16"), lo, hi)
+        if bias is None:
             return None
-        bias = f"{int(np.float16(1024 - lo).view(np.uint16)):#06x}"
         ys = [x if lo == 0 else simplify(x - lo, self.bounds) for x in lanes]
         return f"{BIASED_INTS_TO_HALF2.name}({self.word(*ys)}, {bias})"
 
