@@ -78,3 +78,18 @@ def test_loops_that_do_not_qualify_keep_one_element_per_thread(transpose):
             T.copy(s, Y)
     text = emit_cuda(pipelines.cuda_sm80(main))[0]
     assert "s_run" not in text and "tc::st_pair" not in text
+
+
+def test_stores_independent_only_when_each_iteration_reads_its_own_elements():
+    from tilecraft.ir import dtypes as dt
+    from tilecraft.ir.buffer import LOCAL, Buffer
+    from tilecraft.ir.expr import BufferLoad, Var
+    from tilecraft.ir.stmt import BufferStore
+    from tilecraft.ir.visitor import stores_independent
+    l = Var("l", dt.int32)
+    x, y = (Buffer(n, (8,), dt.dtype("float16"), LOCAL) for n in "xy")
+    own = BufferStore(x, (l,), BufferLoad(x, (l,)) * BufferLoad(y, (l + 1,)))
+    assert stores_independent([own])                     # y is only read: any element
+    neighbour = BufferStore(x, (l,), BufferLoad(x, (l + 1,)))
+    assert not stores_independent([neighbour])           # another iteration's x
+    assert not stores_independent([own, BufferStore(x, (l,), BufferLoad(y, (l,)))])  # x twice

@@ -141,6 +141,23 @@ def buffers_used(node) -> list:
     return out
 
 
+def stores_independent(stores) -> bool:
+    """The body of an element-wise loop, its stores (one per buffer, each at one index),
+    touches only its own iteration's elements of what it writes: every read of a written
+    buffer is at the very index the store writes. Its iterations may then run in any grouping
+    (two at a time, a run of them through registers)."""
+    from .expr import BufferLoad
+    from .linear import structural_key
+    written = {}
+    for s in stores:
+        if id(s.buffer) in written:
+            return False
+        written[id(s.buffer)] = structural_key(tuple(s.indices))
+    return all(structural_key(tuple(n.indices)) == written[id(n.buffer)]
+               for s in stores for n in walk(s.value)
+               if isinstance(n, BufferLoad) and id(n.buffer) in written)
+
+
 class _Substitute(Mutator):
     def __init__(self, mapping: dict):
         self.mapping = mapping

@@ -30,7 +30,7 @@ from ....ir.buffer import LOCAL
 from ....ir.expr import Binary, BufferLoad, Cast, Const, Expr, Unary, Var
 from ....ir.linear import structural_key
 from ....ir.stmt import BufferStore, For, flat_stmts
-from ....ir.visitor import substitute, walk
+from ....ir.visitor import stores_independent, substitute
 from ..intrinsics import (BIASED_INTS_TO_HALF2, LD_PAIR, MAKE_PAIR, SPLAT, ST_PAIR)
 
 PAIRED = ("float16", "bfloat16")
@@ -133,17 +133,7 @@ def _stores(loop: For) -> list | None:
                              s.buffer.dtype.name in PAIRED and len(s.indices) == 1 and
                              s.value.dtype is s.buffer.dtype for s in stores):
         return None
-    written = {}
-    for s in stores:
-        if id(s.buffer) in written:
-            return None
-        written[id(s.buffer)] = structural_key(s.indices[0])
-    for s in stores:
-        for n in walk(s.value):
-            if isinstance(n, BufferLoad) and id(n.buffer) in written and \
-                    (len(n.indices) != 1 or structural_key(n.indices[0]) != written[id(n.buffer)]):
-                return None   # reads another iteration's element of what the loop writes
-    return stores
+    return stores if stores_independent(stores) else None
 
 
 def emit_pairs(emitter, s: For, depth: int) -> bool:

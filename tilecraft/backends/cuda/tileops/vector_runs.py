@@ -29,7 +29,7 @@ from ....ir.buffer import LOCAL, Buffer, is_shared
 from ....ir.expr import BufferLoad, Call, Const, address_of, const
 from ....ir.linear import structural_key
 from ....ir.stmt import Allocate, BufferStore, Evaluate, For, flat_stmts, seq
-from ....ir.visitor import Mutator, substitute, walk
+from ....ir.visitor import Mutator, stores_independent, substitute, walk
 from ....layout import vector_runs
 from ..intrinsics import LD_REGS, LD_SHARED, ST_REGS, ST_SHARED
 
@@ -47,9 +47,9 @@ def _chunks(count: int, nbytes: int) -> list | None:
 
 
 class _Reads(Mutator):
-    def __init__(self, staged: dict):
+    def __init__(self, staged: dict, r):
         self.staged = staged   # structural key of a load -> (register array, c)
-        self.r = None
+        self.r = r             # the element's place in its run
 
     def visit_BufferLoad(self, e: BufferLoad):
         hit = self.staged.get(structural_key(e))
@@ -87,21 +87,16 @@ def stage_runs(loop: For, layout, ctx):
             out.append(int(d.value))
         return out
 
-    written = {}
-    for s in body:
-        if steps(s.indices[0]) != list(range(w)) or divisor_of(at(s.indices[0], 0)) % w or \
-                _chunks(w, s.buffer.dtype.bytes) is None or id(s.buffer) in written:
-            return loop
-        written[id(s.buffer)] = structural_key(s.indices[0])
+    if not stores_independent(body) or any(
+            steps(s.indices[0]) != list(range(w)) or divisor_of(at(s.indices[0], 0)) % w or
+            _chunks(w, s.buffer.dtype.bytes) is None for s in body):
+        return loop
     staged, loads, allocations = {}, [], []
     for s in body:
         for e in walk(s.value):
             if not isinstance(e, BufferLoad) or not is_shared(e.buffer.scope) or \
                     len(e.indices) != 1 or structural_key(e) in staged:
                 continue
-            if id(e.buffer) in written:
-                if structural_key(e.indices[0]) != written[id(e.buffer)]:
-                    return loop   # reads an element another iteration writes
             d = steps(e.indices[0])
             c = next((c for c in (1, 2, 4, 8, 16) if c < w and w % c == 0 and
                       d == [k // c for k in range(w)]), None) if d is not None else None
@@ -120,8 +115,7 @@ def stage_runs(loop: For, layout, ctx):
                 loads.append(Evaluate(Call(ST_REGS.format(bits=bits),
                                            (address_of(regs, const(first)), value), dt.handle),
                                       e.span))
-    reads = _Reads(staged)
-    reads.r = r
+    reads = _Reads(staged, r)
     computes, stores = [], []
     for s in body:
         out = Buffer(f"{s.buffer.name}_run", (w,), s.buffer.dtype, LOCAL, s.span)
