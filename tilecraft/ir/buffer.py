@@ -146,6 +146,12 @@ class BufferRegion:
     def dtype(self) -> DType:
         return self.buffer.dtype
 
+    def covers_whole(self) -> bool:
+        """The region is its whole buffer."""
+        from .linear import constant_value, equal
+        return all(constant_value(start) == 0 and equal(extent, size)
+                   for (start, extent), size in zip(self.ranges, self.buffer.shape))
+
     def static_extents(self) -> tuple | None:
         out = []
         for e in self.extents:

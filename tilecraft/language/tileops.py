@@ -44,12 +44,6 @@ def _origin_region(load: BufferLoad, other_extents, what: str, role: str) -> Buf
                         load.span)
 
 
-def _whole(r: BufferRegion) -> bool:
-    """The region covers its whole buffer."""
-    return all(constant_value(start) == 0 and equal(extent, size)
-               for (start, extent), size in zip(r.ranges, r.buffer.shape))
-
-
 def _check_in_bounds(what: str, role: str, r: BufferRegion):
     """A region of a shared, fragment or local buffer with constant bounds must lie inside it
     (only global accesses out of bounds are masked)."""
@@ -157,7 +151,7 @@ def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=top.GemmWarpPolic
         raise TileError(f"{what}: the accumulator C ({c.buffer.name}) must be a fragment "
                         f"(T.alloc_fragment), not {c.buffer.scope}", current_span())
     for role, r in (("A", a), ("C", c)):
-        if r.buffer.scope == FRAGMENT and not _whole(r):
+        if r.buffer.scope == FRAGMENT and not r.covers_whole():
             # The tensor cores fix where each element of a register operand lives: a part of
             # a fragment would need the rest of it laid out to match, which nothing decides.
             raise TileError(f"{what}: operand {role} is a part {_shape_text(r.extents)} of the "

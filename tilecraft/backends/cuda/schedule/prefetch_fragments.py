@@ -34,19 +34,11 @@ import dataclasses
 
 from ....arith.bounds import simplify
 from ....ir.buffer import FRAGMENT, GLOBAL, Buffer, BufferRegion
-from ....ir.expr import BufferLoad, Const, Var, const, convert
+from ....ir.expr import BufferLoad, Const, Var, convert
 from ....ir.stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, SeqStmt, seq, stmts_of
 from ....ir.tileop import Copy, TileOp
 from ....ir.visitor import Mutator, buffers_used, map_kernels, substitute, walk
 from ....ir.annotations import LAYOUTS, NUM_STAGES
-
-
-def _whole(region: BufferRegion) -> bool:
-    shape = region.buffer.static_shape()
-    if shape is None:
-        return False
-    return all(isinstance(s, Const) and s.value == 0 and isinstance(e, Const) and e.value == n
-               for (s, e), n in zip(region.ranges, shape))
 
 
 def _writes(node, buffer: Buffer) -> bool:
@@ -63,7 +55,7 @@ def _writes(node, buffer: Buffer) -> bool:
 def _qualifies(loop: For, body: list, i: int) -> bool:
     c = body[i]
     if not (isinstance(c, Copy) and c.src.buffer.scope == GLOBAL and
-            c.dst.buffer.scope == FRAGMENT and _whole(c.dst)):
+            c.dst.buffer.scope == FRAGMENT and c.dst.covers_whole()):
         return False
     inner_vars = {id(n.var) for n in walk(loop.body) if isinstance(n, For)}
     for start, extent in c.src.ranges:
@@ -86,9 +78,7 @@ class _Retarget(Mutator):
 
 def _move(dst: Buffer, src: Buffer, span) -> Copy:
     """T.copy(src, dst) of whole fragments (register moves: tileops/copy.py)."""
-    def whole(b):
-        return BufferRegion(b, tuple((const(0), const(n)) for n in b.static_shape()), span)
-    return Copy(whole(src), whole(dst), {}, span)
+    return Copy(src.region(), dst.region(), {}, span)
 
 
 def _when(cond, stmt, span):

@@ -17,7 +17,7 @@ from ....ir.linear import linear_form
 from ....errors import TileError
 from ....ir import dtypes as dt
 from ....ir.buffer import FRAGMENT, GLOBAL, LOCAL, LOCAL_VAR, BufferRegion, is_shared
-from ....ir.expr import BufferLoad, Call, Const, Var, address_of, cast, const, logical
+from ....ir.expr import BufferLoad, Call, Var, address_of, cast, const, logical
 from ....ir.stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, seq
 from .... import layout as lay
 from .cache_hints import hinted
@@ -131,11 +131,8 @@ def _same_registers(op, ctx) -> bool:
     if src.buffer.scope != FRAGMENT or dst.buffer.scope != FRAGMENT or \
             src.buffer.dtype is not dst.buffer.dtype:
         return False
-    a, b = ctx.layouts.buffer(src.buffer), ctx.layouts.buffer(dst.buffer)
-    whole = all(tuple(r.static_extents()) == tuple(r.buffer.static_shape()) and
-                all(isinstance(lo, Const) and lo.value == 0 for lo, _ in r.ranges)
-                for r in (src, dst))
-    return whole and same_layout(a, b)
+    return src.covers_whole() and dst.covers_whole() and \
+        same_layout(ctx.layouts.buffer(src.buffer), ctx.layouts.buffer(dst.buffer))
 
 
 def _register_move(op, ctx: ThreadContext):

@@ -255,9 +255,7 @@ class _Schedule:
         return [substitute(rename.visit(s), {id(self.loop.var): k}) for s in stmts]
 
     def copies(self, pairs) -> list:
-        return [Copy(BufferRegion(a, tuple((const(0), const(n)) for n in a.static_shape())),
-                     BufferRegion(b, tuple((const(0), const(n)) for n in b.static_shape())),
-                     span=self.span) for a, b in pairs]
+        return [Copy(a.region(), b.region(), span=self.span) for a, b in pairs]
 
     def mailbox(self, slot: int, v: int) -> BufferRegion:
         row = slot * len(self.plan.handed) + v
