@@ -142,8 +142,8 @@ def _register_move(op, ctx: ThreadContext):
     src = ctx.register_array(op.src.buffer)
     dst = ctx.register_array(op.dst.buffer)
     n, nbytes = src.shape[0], op.src.buffer.dtype.bytes
-    v = max(1, 16 // nbytes)
-    while v > 1 and (n % v or v * nbytes < 4):
+    v = 16 // nbytes if nbytes < 4 else 1
+    while n % v:
         v //= 2
     if v * nbytes < 4 or nbytes >= 4:
         return seq([BufferStore(dst, (const(l),), BufferLoad(src, (const(l),)), op.span)
