@@ -111,3 +111,36 @@ def test_the_relaid_chain_compiles_for_sm80(tmp_path):
     if not has_nvcc():
         pytest.skip("nvcc is not installed")
     compile_cubin(source, "sm_80")
+
+
+def small_column_scale():
+    """Y = X * S[row]: S is a (4, 1) fragment, fewer elements than the block has threads,
+    read by the 32 threads of each row."""
+    @T.prim_func
+    def main(X: T.Tensor((4, 32), "float32"), S: T.Tensor((4, 1), "float32"),
+             Y: T.Tensor((4, 32), "float32")):
+        with T.Kernel(1, threads=32) as bx:
+            x = T.alloc_fragment((4, 32), "float32")
+            s = T.alloc_fragment((4, 1), "float32")
+            T.copy(X, x)
+            T.copy(S, s)
+            for i, j in T.Parallel(4, 32):
+                x[i, j] = x[i, j] * s[i, j // 64]
+            T.copy(x, Y)
+    return main
+
+
+@pytest.mark.parametrize("target", ["emulator", "emulator:sm_90a"])
+def test_a_small_fragment_goes_through_shared_memory_from_its_holders_only(target):
+    # Its layout has more slots than elements: only the slots holding one store it (the others
+    # wrote past the end of the shared copy).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        kernel = tilecraft.compile(small_column_scale(), target=target)
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((4, 32)).astype(np.float32)
+    S = rng.standard_normal((4, 1)).astype(np.float32)
+    Y = np.full((4, 32), np.nan, np.float32)
+    kernel(X, S, Y)
+    assert not kernel.reports
+    np.testing.assert_array_equal(Y, X * S)

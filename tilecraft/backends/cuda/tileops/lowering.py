@@ -153,6 +153,18 @@ def hoistable_offset(e, ctx: ThreadContext, unrolled: list) -> Expr:
     return ctx.simplify(out) if changed else e
 
 
+def coverage_guard(logical_idx, extents, ctx: ThreadContext):
+    """The condition that the element a layout slot names lies inside the tile, for the dims
+    where it may not (a layout over more slots than a small or partial tile has), or None."""
+    cond = None
+    for idx, extent in zip(logical_idx, extents):
+        e = extent.value if hasattr(extent, "value") else extent
+        if bound_of(idx, ctx.var_bounds)[1] >= e:
+            c = idx < extent
+            cond = c if cond is None else logical("and", cond, c)
+    return cond
+
+
 def uses_var(e, var: Var) -> bool:
     return any(n is var for n in walk(e))
 

@@ -14,14 +14,15 @@ import numpy as np
 
 from ....errors import TileError
 from ....ir.buffer import FRAGMENT
-from ....ir.expr import BufferLoad, Call, Const, Var, const, logical
+from ....ir.expr import BufferLoad, Call, Const, Var, const
 from ....ir.stmt import BufferStore, For, IfThenElse, seq
 from ....arith.bounds import simplify_int_ops
 from ....ir.visitor import substitute, walk
 from .relayout import ROWS_ADVICE, Relayout, misowned, where_chosen
 from .uniform_select import unswitch_selects
 from .vector_runs import stage_runs
-from .lowering import AccessRewriter, ThreadContext, evaluate_table, fold_provable, uses_var
+from .lowering import (AccessRewriter, ThreadContext, coverage_guard, evaluate_table,
+                       fold_provable, uses_var)
 
 
 class _NeedsUnroll(Exception):
@@ -43,7 +44,7 @@ def lower_parallel(loop: For, ctx: ThreadContext) -> object:
     l = ctx.fresh("l", n)
     logical_idx = [ctx.simplify(x) for x in frag.logical_of(ctx.tx, l)]
     mapping = {id(v): ctx.simplify(idx + s) for v, idx, s in zip(loop_vars, logical_idx, starts)}
-    guard = _coverage_guard(frag, extents, logical_idx, ctx, l)
+    guard = coverage_guard(logical_idx, extents, ctx)
     own = [mapping[id(v)] for v in loop_vars] if all(
         isinstance(x, Const) and x.value == 0 for x in starts) else None
 
@@ -225,19 +226,6 @@ def _active_table(frag, ctx: ThreadContext, l: Var) -> np.ndarray:
         values = np.broadcast_to(evaluate_table(idx, env), (T, n))
         active &= (values >= 0) & (values < extent)
     return active
-
-
-def _coverage_guard(frag, extents, logical_idx, ctx, l):
-    """A condition for slots of the loop layout beyond the iteration space (partial tiles)."""
-    cond = None
-    for idx, extent in zip(logical_idx, extents):
-        from ....arith.bounds import bound_of
-        lo, hi = bound_of(idx, ctx.var_bounds)
-        e = extent.value if hasattr(extent, "value") else extent
-        if hi >= e:
-            c = idx < extent
-            cond = c if cond is None else logical("and", cond, c)
-    return cond
 
 
 def _thread_guard(stmt, frag, ctx: ThreadContext, span):

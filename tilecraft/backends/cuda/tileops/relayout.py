@@ -25,6 +25,7 @@ from ....ir.stmt import Allocate, BufferStore, For, IfThenElse, seq
 from ....ir.visitor import Mutator
 from ....layout.layout import LayoutError, linear_layout
 from ....ir.annotations import sync_stmt
+from .lowering import coverage_guard
 
 
 ROWS_ADVICE = ("Where one gemm's accumulator becomes another's A operand in registers, "
@@ -73,7 +74,10 @@ class Relayout:
                 f"{thread}, but the layout {where_chosen(ctx, buffer)} chose for "
                 f"{buffer.name} keeps it in another thread, and has no inverse to copy it "
                 f"through shared memory with. {ROWS_ADVICE}", span) from None
-        cond = None if first is None else first == 0
+        # Only the slots that hold an element store it (a small tile's layout may have more).
+        cond = coverage_guard(index, layout.shape, ctx)
+        if first is not None:
+            cond = first == 0 if cond is None else logical("and", cond, first == 0)
         if layout.num_threads < ctx.num_threads:
             inside = ctx.tx < layout.num_threads
             cond = inside if cond is None else logical("and", inside, cond)
