@@ -26,6 +26,14 @@ import tilecraft
 import tilecraft.language as T
 
 
+def scales_per_tile(block_K, group_size):
+    """The scales a K tile of the weights needs: block_K // group_size when the tile holds
+    whole groups, one when it lies inside a group."""
+    assert block_K % group_size == 0 or group_size % block_K == 0, \
+        "a K tile holds whole groups, or lies in one group"
+    return max(1, block_K // group_size)
+
+
 @tilecraft.jit(out_idx=[-1])
 def dequant_gemm(M, N, K, group_size=32, block_M=64, block_N=64, block_K=64, num_stages=2,
                  threads=128, weight_in_registers=False, dtype="float16", accum_dtype="float32"):
@@ -35,8 +43,7 @@ def dequant_gemm(M, N, K, group_size=32, block_M=64, block_N=64, block_K=64, num
     product (the activations are the shared-memory operand); the C^T tile is stored
     transposed. The faster form at a few rows of activations."""
     assert K % 2 == 0 and block_K % 2 == 0, "two 4-bit weights per byte: K must be even"
-    assert block_K % group_size == 0 or group_size % block_K == 0, \
-        "a K tile holds whole groups, or lies in one group"
+    scales = scales_per_tile(block_K, group_size)
     num_groups = T.ceildiv(K, group_size)
 
     @T.prim_func
@@ -49,7 +56,7 @@ def dequant_gemm(M, N, K, group_size=32, block_M=64, block_N=64, block_K=64, num
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
             A_shared = T.alloc_shared((block_M, block_K), dtype)
             B_packed_shared = T.alloc_shared((block_N, block_K // 2), "uint8")
-            Scale_shared = T.alloc_shared((block_N, max(1, block_K // group_size)), dtype)
+            Scale_shared = T.alloc_shared((block_N, scales), dtype)
             if weight_in_registers:
                 W = T.alloc_fragment((block_N, block_K), dtype)
                 C_local = T.alloc_fragment((block_N, block_M), accum_dtype)   # C^T
@@ -133,6 +140,7 @@ def dequant_gemv_fast(M, N, K, group_size=32, block_N=8, block_K=1024, threads=1
     element-wise work runs two weights per instruction: the compiler's f16x2 code and
     nibble-pair conversion); the warp reduces them once at the end, in float32."""
     assert K % 2 == 0 and block_K % 2 == 0, "two 4-bit weights per byte: K must be even"
+    scales = scales_per_tile(block_K, group_size)
     num_groups = T.ceildiv(K, group_size)
 
     @T.prim_func
@@ -145,7 +153,7 @@ def dequant_gemv_fast(M, N, K, group_size=32, block_N=8, block_K=1024, threads=1
         with T.Kernel(T.ceildiv(N, block_N), M, threads=threads) as (bx, by):
             A_local = T.alloc_fragment((block_K,), dtype)
             B_local = T.alloc_fragment((block_N, block_K // 2), "uint8")
-            S_local = T.alloc_fragment((block_N, block_K // group_size), dtype)
+            S_local = T.alloc_fragment((block_N, scales), dtype)
             partial = T.alloc_fragment((block_N, block_K), dtype)
             acc = T.alloc_fragment((block_N,), accum_dtype)
 
@@ -153,7 +161,7 @@ def dequant_gemv_fast(M, N, K, group_size=32, block_N=8, block_K=1024, threads=1
             for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
                 T.copy(A[by, k * block_K], A_local)
                 T.copy(B_packed[bx * block_N, k * (block_K // 2)], B_local)
-                T.copy(Scale[bx * block_N, k * (block_K // group_size)], S_local)
+                T.copy(Scale[bx * block_N, k * block_K // group_size], S_local)
                 for i, j in T.Parallel(block_N, block_K):
                     nibble = (B_local[i, j // 2] >> ((j % 2) * 4)) & 0xF
                     w = T.cast(T.cast(nibble, "int32") - 8, dtype) * S_local[i, j // group_size]

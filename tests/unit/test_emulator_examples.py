@@ -90,6 +90,9 @@ def test_dequant_gemm(example, M, N, K, group_size, config):
     # elements laid out like the fragment.
     pytest.param(2, 9, 1000, 32, dict(block_N=1, block_K=512, threads=32, num_stages=2),
                  id="2x9x1000-g32-b1x512-t32-s2"),
+    # A K tile inside one group of 64: one scale a row and tile.
+    pytest.param(1, 40, 200, 64, dict(block_N=4, block_K=32, threads=32, num_stages=2),
+                 id="1x40x200-g64-b4x32-t32-s2"),
 ])
 def test_dequant_gemv_fast(example, M, N, K, group_size, config):
     mod = example("dequant_gemm")
