@@ -17,9 +17,9 @@ qualifying copy `C(k) -> f` becomes
 which keeps S - 1 iterations' loads in flight while one computes. The shift is element-wise
 register moves (a T.copy between the versions, which nvcc renames away where it can).
 Guarded by k + 1 < end, it leaves f holding the last iteration's data after the loop, as the
-original did. It runs after infer_layouts and gives every version the
-fragment's layout: the versions are registers of the same threads, and the layout choice stays
-the one the loop as written gets (counting each copy once).
+original did. It runs after infer_layouts and gives every version the fragment's layout: the
+versions are registers of the same threads, and the layout choice stays the one the loop as
+written gets (counting each copy once).
 
 A copy qualifies when it is a statement of the loop body itself (not nested), fills its whole
 fragment from a global tensor the loop does not write, its source region depends on nothing
@@ -52,12 +52,12 @@ def _writes(node, buffer: Buffer) -> bool:
     return False
 
 
-def _qualifies(loop: For, body: list, i: int) -> bool:
+def _qualifies(loop: For, body: list, i: int, inner_vars: set) -> bool:
+    """inner_vars: ids of the variables of the loops inside the body."""
     c = body[i]
     if not (isinstance(c, Copy) and c.src.buffer.scope == GLOBAL and
             c.dst.buffer.scope == FRAGMENT and c.dst.covers_whole()):
         return False
-    inner_vars = {id(n.var) for n in walk(loop.body) if isinstance(n, For)}
     for start, extent in c.src.ranges:
         for e in (start, extent):
             for n in walk(e):
@@ -95,7 +95,8 @@ def _prefetch(loop: For, twins: dict):
     if stages < 2:
         return None
     body = list(stmts_of(loop.body))
-    chosen = [i for i in range(len(body)) if _qualifies(loop, body, i)]
+    inner_vars = {id(n.var) for n in walk(loop.body) if isinstance(n, For)}
+    chosen = [i for i in range(len(body)) if _qualifies(loop, body, i, inner_vars)]
     if not chosen:
         return None
     k, start, n, span = loop.var, loop.start, loop.extent, loop.span
