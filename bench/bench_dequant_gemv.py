@@ -25,8 +25,8 @@ import tilecraft
 
 GROUP = 32
 SHAPES = "1024x8192,8192x8192,28672x8192,8192x28672"
-# block_N x block_K x threads [x num_stages] of dequant_gemv_fast; the first is the example's
-# default.
+# block_N x block_K x threads [x num_stages] of dequant_gemv_fast, an "s" after it for
+# through_shared=True; the first is the example's default.
 FAST = "8x1024x128x2,8x1024x128x1,4x1024x128x2"
 
 
@@ -34,11 +34,12 @@ def kernels(N, K, fast_configs, target=None):
     """[(label, compiled kernel)]: the unchanged example, then each fast config."""
     out = [("dequant_gemv", tilecraft.compile(dequant_gemv.__wrapped__(1, N, K, GROUP),
                                               out_idx=[-1], target=target))]
-    for bn, bk, t, *stages in fast_configs:
+    for config in fast_configs:
+        bn, bk, t, *stages = (int(x) for x in config.rstrip("s").split("x"))
         extra = dict(num_stages=stages[0]) if stages else {}
         func = dequant_gemv_fast.__wrapped__(1, N, K, GROUP, block_N=bn, block_K=bk, threads=t,
-                                             **extra)
-        label = f"fast {bn}x{bk}x{t}" + (f"x{stages[0]}" if stages else "")
+                                             through_shared=config.endswith("s"), **extra)
+        label = f"fast {config}"
         out.append((label, tilecraft.compile(func, out_idx=[-1], target=target)))
     return out
 
@@ -58,12 +59,12 @@ def main():
     parser.add_argument("--tag", default="dequant_gemv")
     parser.add_argument("--shapes", default=SHAPES, help="N x K, comma-separated")
     parser.add_argument("--fast", default=FAST, help="dequant_gemv_fast configs, "
-                        "block_N x block_K x threads [x num_stages], comma-separated")
+                        "block_N x block_K x threads [x num_stages][s], comma-separated")
     parser.add_argument("--compile-only", action="store_true")
     add_arm_options(parser, rounds=5, pass_config=False)
     args = parser.parse_args()
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
-    fast_configs = [tuple(int(x) for x in s.split("x")) for s in args.fast.split(",")]
+    fast_configs = args.fast.split(",")
     if args.compile_only:
         for N, K in shapes:
             for label, kernel in kernels(N, K, fast_configs, target="sm_90a"):

@@ -129,7 +129,8 @@ def dequant_gemv(M, N, K, group_size=32, block_N=64, block_K=128, threads=128,
 
 @tilecraft.jit(out_idx=[-1])
 def dequant_gemv_fast(M, N, K, group_size=32, block_N=8, block_K=1024, threads=128,
-                      num_stages=2, dtype="float16", accum_dtype="float32"):
+                      num_stages=2, through_shared=False, dtype="float16",
+                      accum_dtype="float32"):
     """The decode GEMV at memory bandwidth: each warp owns whole rows of weights and splits
     K across its lanes (block_K // 2 bytes of a row are 16 bytes a lane, loaded as one
     vector), so the reduction along K is warp shuffles and no barrier; a block holds only
@@ -138,7 +139,9 @@ def dequant_gemv_fast(M, N, K, group_size=32, block_N=8, block_K=1024, threads=1
     weights are unpacked and scaled in float16 as in the GEMM, and each thread keeps its
     products summed per element across the K loop in float16 (K / block_K terms each, so the
     element-wise work runs two weights per instruction: the compiler's f16x2 code and
-    nibble-pair conversion); the warp reduces them once at the end, in float32."""
+    nibble-pair conversion); the warp reduces them once at the end, in float32.
+    through_shared: the tiles are copied into shared memory first (asynchronous copies, the
+    next num_stages - 1 tiles in flight without holding registers), then into registers."""
     assert K % 2 == 0 and block_K % 2 == 0, "two 4-bit weights per byte: K must be even"
     scales = scales_per_tile(block_K, group_size)
     num_groups = T.ceildiv(K, group_size)
@@ -157,11 +160,24 @@ def dequant_gemv_fast(M, N, K, group_size=32, block_N=8, block_K=1024, threads=1
             partial = T.alloc_fragment((block_N, block_K), dtype)
             acc = T.alloc_fragment((block_N,), accum_dtype)
 
+            if through_shared:
+                A_shared = T.alloc_shared((block_K,), dtype)
+                B_shared = T.alloc_shared((block_N, block_K // 2), "uint8")
+                S_shared = T.alloc_shared((block_N, scales), dtype)
+
             T.clear(partial)
             for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-                T.copy(A[by, k * block_K], A_local)
-                T.copy(B_packed[bx * block_N, k * (block_K // 2)], B_local)
-                T.copy(Scale[bx * block_N, k * block_K // group_size], S_local)
+                if through_shared:
+                    T.copy(A[by, k * block_K], A_shared)
+                    T.copy(B_packed[bx * block_N, k * (block_K // 2)], B_shared)
+                    T.copy(Scale[bx * block_N, k * block_K // group_size], S_shared)
+                    T.copy(A_shared, A_local)
+                    T.copy(B_shared, B_local)
+                    T.copy(S_shared, S_local)
+                else:
+                    T.copy(A[by, k * block_K], A_local)
+                    T.copy(B_packed[bx * block_N, k * (block_K // 2)], B_local)
+                    T.copy(Scale[bx * block_N, k * block_K // group_size], S_local)
                 for i, j in T.Parallel(block_N, block_K):
                     nibble = (B_local[i, j // 2] >> ((j % 2) * 4)) & 0xF
                     w = T.cast(T.cast(nibble, "int32") - 8, dtype) * S_local[i, j // group_size]

@@ -1,6 +1,7 @@
 """The GPU tests' kernels, as factories returning prim_funcs. The GPU tier runs them against
 torch; the toolkit tier compiles every one of them for sm_80 and sm_90a."""
 import tilecraft.language as T
+from tilecraft.ir import dtypes
 
 
 def gemm(M, N, K, bm, bn, bk, dtype, accum, trans_A=False, trans_B=False, threads=128,
@@ -262,6 +263,9 @@ def corpus():
     out.append(("atomics", atomics(64, 32, 8)))
     out.append(("softmax", softmax(100, 96)))
     out.append(("layernorm", layernorm(128, 256)))
+    out.append(("paired_elementwise", paired_elementwise(50, 100, "float16")))
+    for src in ("int8", "uint16"):
+        out.append((f"nibble_fields_{src}", nibble_fields(40, 120, src)))
     return out
 
 
@@ -289,6 +293,26 @@ def paired_elementwise(M, N, dtype, bm=32, bn=64, threads=128):
                 nibble = (p[i, j // 2] >> ((j % 2) * 4)) & 0xF
                 w[i, j] = T.cast(T.cast(nibble, "int32") - 8, dtype) * s[i]
             T.copy(y, Y[by * bm, bx * bn])
+            T.copy(w, W[by * bm, bx * bn])
+
+    return main
+
+
+def nibble_fields(M, N, src_dtype, dtype="float16", bm=16, bn=64, threads=64):
+    """4-bit fields of packed integers to 16-bit floats: W[i, j] = nibble j of row i minus 8,
+    nibble j being bits 4 (j % per) .. of P[i, j // per] with per = the nibbles a P element
+    holds (the code generator converts two at a time, codegen/pairs.py)."""
+    per = dtypes.dtype(src_dtype).bits // 4
+
+    @T.prim_func
+    def main(P: T.Tensor((M, N // per), src_dtype), W: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            p = T.alloc_fragment((bm, bn // per), src_dtype)
+            w = T.alloc_fragment((bm, bn), dtype)
+            T.copy(P[by * bm, bx * (bn // per)], p)
+            for i, j in T.Parallel(bm, bn):
+                nibble = (p[i, j // per] >> ((j % per) * 4)) & 0xF
+                w[i, j] = T.cast(T.cast(nibble, "int32") - 8, dtype)
             T.copy(w, W[by * bm, bx * bn])
 
     return main

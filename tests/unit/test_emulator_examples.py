@@ -93,6 +93,14 @@ def test_dequant_gemm(example, M, N, K, group_size, config):
     # A K tile inside one group of 64: one scale a row and tile.
     pytest.param(1, 40, 200, 64, dict(block_N=4, block_K=32, threads=32, num_stages=2),
                  id="1x40x200-g64-b4x32-t32-s2"),
+    # Tiles staged in shared memory by asynchronous copies, then copied into registers with
+    # vector loads; ragged N and K, three tiles in flight.
+    pytest.param(1, 70, 1800, 32, dict(block_N=4, block_K=256, threads=64, num_stages=3,
+                                       through_shared=True),
+                 id="1x70x1800-g32-b4x256-t64-s3-shared"),
+    pytest.param(2, 9, 1000, 32, dict(block_N=1, block_K=512, threads=32, num_stages=2,
+                                      through_shared=True),
+                 id="2x9x1000-g32-b1x512-t32-s2-shared"),
 ])
 def test_dequant_gemv_fast(example, M, N, K, group_size, config):
     mod = example("dequant_gemm")

@@ -28,16 +28,35 @@ def test_float16_loop_is_computed_in_pairs():
     # y = x * s + z - x * x: one fma and one multiply, two elements each
     assert re.search(r"__hsub2\(__hfma2\(tc::ld_pair\(&x\[\w+ \* 2\]\), tc::splat\(s\[", loop)
     assert "__hmul2(tc::ld_pair(&x[" in loop
-    # the two nibbles of a byte become a half pair with one multiply and one mask
-    assert re.search(r"tc::biased_ints_to_half2\(\(\(\(uint32_t\)\(\(\(int\)p\[[^]]+\]\)\) \* "
-                     r"4097u\) & 0x000f000fu\), 0x6408\)", loop)
+    # the two nibbles of a byte become a half pair with one PRMT (the byte in both halves)
+    # and one mask: the high nibble stays at bit 20 and is read with the exponent of 64
+    assert re.search(r"tc::int_fields_to_half2\(\(\(tc::byte_twice\(p, [^)]+\)\) & "
+                     r"0x00f0000fu\), 0x54006400u, 0x54806408u\)", loop)
     assert "for (int l = 0" not in text[text.index("tc::st_pair") - 200:text.index("tc::st_pair")]
+
+
+@pytest.mark.parametrize("src, twice", [("uint8", "tc::byte_twice(p, "),
+                                         ("int8", "tc::byte_twice(p, "),
+                                         ("uint16", "tc::halfword_twice(")])
+def test_nibble_pairs_copy_their_word_once(src, twice):
+    """Two nibbles of one byte or 16-bit word: the value copied into both halves (one PRMT),
+    masked, the high nibble read where it lies (the exponent of 64 in the high half)."""
+    text = source(kernels.nibble_fields(40, 120, src))
+    loop = text[text.index("tc::st_pair"):]
+    assert "tc::int_fields_to_half2(((" + twice in loop
+    assert "& 0x00f0000fu), 0x54006400u, 0x54806408u)" in loop
+
+
+def test_nibbles_of_wide_words_take_the_general_pairing():
+    """int32 words may be negative: the two fields are shifted and masked one by one."""
+    text = source(kernels.nibble_fields(40, 120, "int32"))
+    assert "0x64006400u, 0x64086408u)" in text and "_twice" not in text
 
 
 def test_bfloat16_pairs_without_the_float16_bit_trick():
     text = source(kernels.paired_elementwise(64, 128, "bfloat16"))
     assert "__hfma2(tc::ld_pair(&x[" in text
-    assert "biased_ints_to_half2" not in text and "tc::make_pair(" in text
+    assert "int_fields_to_half2" not in text and "tc::make_pair(" in text
 
 
 def test_loops_that_do_not_qualify_stay_scalar():

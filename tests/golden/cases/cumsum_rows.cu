@@ -24,18 +24,13 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(float* __restrict
   }
   // golden_corpus.py:97
   float* x_scan = reinterpret_cast<float*>(tc_smem + 0);
-  float x_scan_run[4];
   #pragma unroll
   for (int q_1 = 0; q_1 < 3; ++q_1) {
-    #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      x_scan_run[r] = x[q_1 * 4 + r];
-    }
-    tc::st_shared_128((&x_scan[(q_1 * 512 + tx * 4) / 48 * 48 + (q_1 * 512 + tx * 4) % 48]), tc::ld_regs_128((&x_scan_run[0])));
+    tc::st_shared_128((&x_scan[(q_1 * 512 + tx * 4) / 48 * 48 + (q_1 * 512 + tx * 4) % 48]), tc::ld_regs_128((&x[q_1 * 4])));
   }
   tc::syncthreads();
-  for (int r_1 = 0; r_1 < 1; ++r_1) {
-    if (r_1 * 128 + tx < 32) {
+  for (int r = 0; r < 1; ++r) {
+    if (r * 128 + tx < 32) {
       for (int k = 0; k < 48; ++k) {
         if (k > 0) {
           x_scan[tx % 32 * 48 - k + 47] = x_scan[tx % 32 * 48 - k + 47] + x_scan[tx % 32 * 48 - k + 48];
@@ -45,13 +40,13 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(float* __restrict
   }
   tc::syncthreads();
   #pragma unroll
-  for (int l = 0; l < 12; ++l) {
-    x[l] = x_scan[(l / 4 * 512 + tx * 4) / 48 * 48 + (l / 4 * 512 + tx * 4) % 48 + l % 4];
+  for (int q_2 = 0; q_2 < 3; ++q_2) {
+    tc::st_regs_128((&x[q_2 * 4]), tc::ld_shared_128((&x_scan[(q_2 * 512 + tx * 4) / 48 * 48 + (q_2 * 512 + tx * 4) % 48])));
   }
   tc::syncthreads();
   // golden_corpus.py:98
   #pragma unroll
-  for (int q_2 = 0; q_2 < 3; ++q_2) {
-    tc::st_global_128((&Y[((q_2 * 512 + tx * 4) / 48) * 48 + (q_2 * 512 + tx * 4) % 48]), tc::ld_regs_128((&x[q_2 * 4])));
+  for (int q_3 = 0; q_3 < 3; ++q_3) {
+    tc::st_global_128((&Y[((q_3 * 512 + tx * 4) / 48) * 48 + (q_3 * 512 + tx * 4) % 48]), tc::ld_regs_128((&x[q_3 * 4])));
   }
 }

@@ -45,8 +45,8 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(half_t* __restric
     // golden_corpus.py:81
     tc::syncthreads();
     #pragma unroll
-    for (int l_3 = 0; l_3 < 16; ++l_3) {
-      A_f[l_3] = A_s[tx / 32 * 512 + tx % 32 / 4 * 32 + l_3 % 8 / 2 % 2 * 256 + (l_3 / 8 * 2 + l_3 % 8 / 2 / 2 ^ tx % 32 / 4 / 2) * 8 + tx % 32 % 4 * 2 + l_3 % 8 % 2];
+    for (int q = 0; q < 8; ++q) {
+      tc::st_regs_32((&A_f[q * 2]), tc::ld_shared_32((&A_s[tx / 32 * 512 + tx % 32 / 4 * 32 + q * 2 % 8 / 2 % 2 * 256 + (q * 2 / 8 * 2 + q * 2 % 8 / 2 / 2 ^ tx % 32 / 4 / 2) * 8 + tx % 32 % 4 * 2])));
     }
     unsigned int C_f_a[4];
     unsigned int C_f_b[16];
@@ -75,7 +75,7 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(half_t* __restric
   }
   // golden_corpus.py:83
   #pragma unroll
-  for (int l_4 = 0; l_4 < 16; ++l_4) {
-    tc::st_global_32((&C[((by * 64 + tx / 32 * 16 + tx % 32 / 4 + l_4 * 2 % 4 / 2 * 8)) * 64 + bx * 64 + l_4 * 2 / 4 * 8 + tx % 32 % 4 * 2]), tc::pack_half2(C_f[l_4 * 2], C_f[l_4 * 2 + 1]));
+  for (int l_3 = 0; l_3 < 16; ++l_3) {
+    tc::st_global_32((&C[((by * 64 + tx / 32 * 16 + tx % 32 / 4 + l_3 * 2 % 4 / 2 * 8)) * 64 + bx * 64 + l_3 * 2 / 4 * 8 + tx % 32 % 4 * 2]), tc::pack_half2(C_f[l_3 * 2], C_f[l_3 * 2 + 1]));
   }
 }

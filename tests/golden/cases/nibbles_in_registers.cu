@@ -62,7 +62,7 @@ extern "C" __global__ void __launch_bounds__(32) main_kernel0(half_t* __restrict
     #pragma unroll
     for (int l_pair_1 = 0; l_pair_1 < 8; ++l_pair_1) {
       // golden_corpus.py:122
-      tc::st_pair(&partial[l_pair_1 * 2], __hfma2(tc::ld_pair(&a[l_pair_1 / 4 * 8 + l_pair_1 % 4 * 2]), tc::biased_ints_to_half2((((uint32_t)(((int)p[l_pair_1 / 4 * 4 + l_pair_1 % 4])) * 4097u) & 0x000f000fu), 0x6408), tc::ld_pair(&partial[l_pair_1 * 2])));
+      tc::st_pair(&partial[l_pair_1 * 2], __hfma2(tc::ld_pair(&a[l_pair_1 / 4 * 8 + l_pair_1 % 4 * 2]), tc::int_fields_to_half2(((tc::byte_twice(p, l_pair_1 / 4 * 4 + l_pair_1 % 4)) & 0x00f0000fu), 0x54006400u, 0x54806408u), tc::ld_pair(&partial[l_pair_1 * 2])));
     }
     // golden_corpus.py:117
     if (k + 1 < 4) {

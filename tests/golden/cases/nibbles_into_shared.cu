@@ -38,7 +38,7 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(unsigned char* __
     #pragma unroll
     for (int r_pair = 0; r_pair < 4; ++r_pair) {
       // golden_corpus.py:141
-      tc::st_pair(&w_run[r_pair * 2], tc::biased_ints_to_half2((((uint32_t)(((int)p_run[r_pair])) * 4097u) & 0x000f000fu), 0x6408));
+      tc::st_pair(&w_run[r_pair * 2], tc::int_fields_to_half2(((tc::byte_twice(p_run, r_pair)) & 0x00f0000fu), 0x54006400u, 0x54806408u));
     }
     tc::st_shared_128((&w[tx * 8 % 128 / 64 * 4096 + q * 512 + tx * 8 / 128 * 64 + (tx * 8 % 128 % 64 / 8 ^ tx * 8 / 128) * 8]), tc::ld_regs_128((&w_run[0])));
   }

@@ -222,9 +222,13 @@ MAKE_PAIR = Intrinsic("tc::make_pair", 2, SM80, "two 16-bit floats as one x2 wor
                       emulated=False)
 SPLAT = Intrinsic("tc::splat", 1, SM80, "a 16-bit float in both halves of an x2 word",
                   emulated=False)
-BIASED_INTS_TO_HALF2 = Intrinsic("tc::biased_ints_to_half2", 2, SM80,
-                                 "two small integers to float16 through their bits (exact)",
-                                 emulated=False)
+INT_FIELDS_TO_HALF2 = Intrinsic("tc::int_fields_to_half2", 3, SM80,
+                                "two small integers to float16 through their bits (exact)",
+                                emulated=False)
+BYTE_TWICE = Intrinsic("tc::byte_twice", 2, SM80,
+                       "a register array's byte in both halves of a word", emulated=False)
+HALFWORD_TWICE = Intrinsic("tc::halfword_twice", 1, SM80,
+                           "a 16-bit value in both halves of a word", emulated=False)
 RASTERIZE = Intrinsic("tc::rasterize_{order}", 4, SM80,
                       "T.use_swizzle's block order", emulated=False, sample="tc::rasterize_row")
 RASTERIZE_CLUSTERED = Intrinsic("tc::rasterize_{order}_clustered<{x}, {y}>", 4, SM80,

@@ -12,7 +12,7 @@ instructions, not memory, bound the kernel. So the emitter prints such a loop ov
 where f2 computes f(2p) and f(2p + 1) together: a 16-bit float operation of two paired
 operands becomes its x2 form (x + y * z one fma), an operand that is two consecutive registers
 is loaded as one word, one that is the same in both lanes is splatted, an integer of at most
-1024 values converted to float16 goes through its bits in pairs (biased_ints_to_half2), and
+1024 values converted to float16 goes through its bits in pairs (int_fields_to_half2), and
 anything else is computed per lane and paired (make_pair). Each x2 instruction rounds each half
 as the scalar one does, so the results are those of the scalar loop (fused multiply-adds
 aside, which nvcc contracts in the scalar loop as well).
@@ -24,6 +24,8 @@ float operation to pair. The IR, the emulator and the interpreter keep the scala
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ....arith.bounds import bound_of, simplify, simplify_int_ops
 from ....ir import dtypes as dt
 from ....ir.buffer import LOCAL
@@ -31,7 +33,8 @@ from ....ir.expr import Binary, BufferLoad, Cast, Const, Expr, Unary, Var
 from ....ir.linear import structural_key
 from ....ir.stmt import BufferStore, For, flat_stmts
 from ....ir.visitor import stores_independent, substitute
-from ..intrinsics import (BIASED_INTS_TO_HALF2, LD_PAIR, MAKE_PAIR, SPLAT, ST_PAIR)
+from ..intrinsics import (BYTE_TWICE, HALFWORD_TWICE, INT_FIELDS_TO_HALF2, LD_PAIR, MAKE_PAIR,
+                          SPLAT, ST_PAIR)
 
 PAIRED = ("float16", "bfloat16")
 _X2 = {"+": "__hadd2", "-": "__hsub2", "*": "__hmul2", "/": "__h2div", "min": "__hmin2",
@@ -91,40 +94,67 @@ class _Pairing:
         lanes = [self.lane(value, k) for k in (0, 1)]
         bounds = [bound_of(x, self.bounds) for x in lanes]
         lo, hi = min(b[0] for b in bounds), max(b[1] for b in bounds)
-        bias = self.em.int_bias(dt.dtype("float16"), lo, hi)
-        if bias is None:
+        if self.em.int_bias(dt.dtype("float16"), lo, hi) is None:
             return None
         ys = [x if lo == 0 else simplify(x - lo, self.bounds) for x in lanes]
-        return f"{BIASED_INTS_TO_HALF2.name}({self.word(*ys)}, {bias})"
+        fields, d = self.fields(*ys)
+        # (1024 + y0, 2^(10 - d) + y1) minus (1024 - lo, 2^(10 - d) - lo): integers of at
+        # most 2048, exact in float16.
+        magic = 0x6400 | ((25 - d) << 10) << 16
+        bias = _half_bits(1024 - lo) | _half_bits((1 << (10 - d)) - lo) << 16
+        return f"{INT_FIELDS_TO_HALF2.name}({fields}, {magic:#010x}u, {bias:#010x}u)"
 
-    def word(self, y0, y1) -> str:
-        """The 32-bit word y0 | y1 << 16. Two bit fields of one value, (x >> s) & m and
-        (x >> (s + d)) & m (the two nibbles of a byte), take one multiply, shift and mask:
-        x * (1 + 2^(16 - d)) holds x in bits 0.. and again from bit 16 - d, so the second
-        field lands at bit 16 + s, when x < 2^(16 - d) keeps the copies apart."""
+    def fields(self, y0, y1) -> tuple:
+        """(C text of a word holding y0 in bits 0.. and y1 from bit 16 + d, d). Two bit fields
+        of one value, (x >> s) & m and (x >> (s + d)) & m (the two nibbles of a byte), take x
+        copied into both halves of a word (one PRMT), a shift by s and a mask: the second
+        field then lies at bit 16 + d, which int_fields_to_half2 reads with a smaller
+        exponent, when d plus the field's width fits the 10 bits of a half's mantissa."""
         f0, f1 = _field(y0), _field(y1)
         if f0 and f1 and structural_key(f0[0]) == structural_key(f1[0]) and f0[2] == f1[2]:
             (x, s0, m), (_, s1, _) = f0, f1
-            d = s1 - s0
-            x_lo, x_hi = bound_of(x, self.bounds)
-            if 0 < d <= 16 and x_lo >= 0 and x_hi < (1 << (16 - d)) and m < (1 << 16):
-                shifted = f" >> {s0}" if s0 else ""
-                return (f"(((uint32_t)({self.em.expr(x)}) * {1 + (1 << (16 - d))}u{shifted}) & "
-                        f"{m | (m << 16):#010x}u)")
-        return f"((uint32_t)({self.em.expr(y0)}) | ((uint32_t)({self.em.expr(y1)}) << 16))"
+            d, width = simplify(s1 - s0, self.bounds), m.bit_length()
+            s0_lo, s0_hi = bound_of(s0, self.bounds)
+            if isinstance(d, Const) and 0 < d.value and d.value + width <= 10 and \
+                    isinstance(s0_lo, int) and isinstance(s0_hi, int) and s0_lo >= 0 and \
+                    s0_hi + width <= 16:
+                d = int(d.value)
+                twice = self.twice(x, s0_hi + d + width)
+                if twice is not None:
+                    shifted = "" if isinstance(s0, Const) and s0.value == 0 else \
+                        f" >> ({self.em.expr(s0)})"
+                    return f"(({twice}{shifted}) & {m | m << (16 + d):#010x}u)", d
+        return f"((uint32_t)({self.em.expr(y0)}) | ((uint32_t)({self.em.expr(y1)}) << 16))", 0
+
+    def twice(self, x, top: int) -> str | None:
+        """x in both halves of a word, where the fields below bit `top` are all that is read:
+        a byte of a register array straight from its word, a value in [0, 2^16) by a PRMT."""
+        load = x.value if isinstance(x, Cast) and x.dtype.is_int else x
+        if isinstance(load, BufferLoad) and load.buffer.scope == LOCAL and \
+                load.buffer.dtype.bits == 8 and load.buffer.dtype.is_int and top <= 8 and \
+                len(load.indices) == 1:
+            return (f"{BYTE_TWICE.name}({self.em.name(load.buffer)}, "
+                    f"{self.em.expr(load.indices[0])})")
+        x_lo, x_hi = bound_of(x, self.bounds)
+        if isinstance(x_lo, int) and isinstance(x_hi, int) and 0 <= x_lo and x_hi < (1 << 16):
+            return f"{HALFWORD_TWICE.name}((uint32_t)({self.em.expr(x)}))"
+        return None
+
+
+def _half_bits(v: int) -> int:
+    return int(np.float16(v).view(np.uint16))
 
 
 def _field(e):
-    """(x, s, m) when e is (x >> s) & m or x & m with constants s >= 0 and m = 2^w - 1."""
+    """(x, s, m) when e is (x >> s) & m or x & m with m = 2^w - 1 a constant (s an expression)."""
     if not (isinstance(e, Binary) and e.op == "&" and isinstance(e.b, Const)):
         return None
     m = int(e.b.value)
     if m <= 0 or m & (m + 1):
         return None
-    x, s = e.a, 0
-    if isinstance(x, Binary) and x.op == ">>" and isinstance(x.b, Const):
-        x, s = x.a, int(x.b.value)
-    return (x, s, m) if s >= 0 else None
+    if isinstance(e.a, Binary) and e.a.op == ">>":
+        return e.a.a, e.a.b, m
+    return e.a, Const(0, dt.int32), m
 
 
 def _stores(loop: For) -> list | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ....arith.bounds import divisor_of
 from ....ir.linear import linear_form
 from ....errors import TileError
 from ....ir import dtypes as dt
@@ -159,20 +160,27 @@ def _register_move(op, ctx: ThreadContext):
 
 
 def _register_vector_width(op, frag, layout, extents, ctx) -> int:
-    """Elements per access of a copy between a whole fragment and a global tile of its dtype:
-    the longest run (up to 16 bytes) of each thread's registers holding consecutive elements
-    of a row (layout.vector_runs), when every run starts at a multiple of its length in the
-    tensor (rows of whole runs, a column start that is a multiple); else 1."""
+    """Elements per access of a copy between a whole fragment and a global or shared tile of
+    its dtype: the longest run (up to 16 bytes) of each thread's registers holding consecutive
+    elements of a row (layout.vector_runs), when every run starts at a multiple of its length
+    in the tensor (rows of whole runs, a column start that is a multiple) or, in shared
+    memory, lands on a whole aligned chunk of the buffer's layout; else 1."""
     region = op.dst if frag is op.src.buffer else op.src
     g = region.buffer
-    if g.scope != GLOBAL or g.dtype is not frag.dtype or frag.dtype.bits < 8 or \
-            tuple(layout.shape) != tuple(extents) or layout.thread_offset or \
-            layout.num_threads != ctx.num_threads or region.static_extents()[-1] == 1:
+    if not (g.scope == GLOBAL or is_shared(g.scope)) or g.dtype is not frag.dtype or \
+            frag.dtype.bits < 8 or tuple(layout.shape) != tuple(extents) or \
+            layout.thread_offset or layout.num_threads != ctx.num_threads or \
+            region.static_extents()[-1] == 1:
         return 1
     v = lay.vector_runs(layout, 128 // frag.dtype.bits)
-    width = g.shape[-1]
-    while v > 1 and (not isinstance(width, int) or width % v or
-                     not _multiple_of(region.ranges[-1][0], v)):
+
+    def fits(v):
+        if not _multiple_of(region.ranges[-1][0], v):
+            return False
+        if g.scope == GLOBAL:
+            return isinstance(g.shape[-1], int) and g.shape[-1] % v == 0
+        return _keeps_chunks(ctx.layouts.buffer(g), v)
+    while v > 1 and not fits(v):
         v //= 2
     return v
 
@@ -400,8 +408,12 @@ def _keeps_chunks(layout, v: int) -> bool:
 
 
 def _multiple_of(e, v: int) -> bool:
+    """e is always a multiple of v: by its linear form, or by divisor_of where the form stops
+    at a quotient (a tile start `k * block_K // group_size`)."""
     if isinstance(e, int):
         return e % v == 0
+    if divisor_of(e) % v == 0:
+        return True
     terms, k = linear_form(e)
     return k % v == 0 and all(c % v == 0 for _, c in terms.values())
 

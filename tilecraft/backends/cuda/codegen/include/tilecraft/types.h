@@ -212,15 +212,31 @@ TC_DEVICE __nv_bfloat162 make_pair(bfloat16_t lo, bfloat16_t hi) {
 }
 TC_DEVICE __half2 splat(half_t x) { return __half2half2(x); }
 TC_DEVICE __nv_bfloat162 splat(bfloat16_t x) { return __bfloat162bfloat162(x); }
-// biased_int_to_half for two integers at once: `pair` holds y0 in bits 0..9 and y1 in bits
-// 16..25 (each in [0, 1024)); with 0x6400 in each half's exponent bits they are the halves
-// 1024 + y, and one f16x2 subtraction of the bias gives both results.
-TC_DEVICE __half2 biased_ints_to_half2(uint32_t pair, unsigned short bias_bits) {
-  const uint32_t word = 0x64006400u | pair;
-  __half2 h;
+// Two small integers to float16 at once, through their bits: `fields` holds y0 in bits 0..9
+// and y1 from bit 16 + d (y1 < 2^(10 - d)); `magic` puts the exponent of 1024 in the low half
+// and that of 2^(10 - d) in the high one, whose mantissa bit d is then worth 1, so the word is
+// the halves (1024 + y0, 2^(10 - d) + y1), and one f16x2 subtraction of `bias` (a pair of
+// halves) gives both results exactly. d > 0 lets a field stay where a byte put it: the two
+// nibbles of a byte are (x & 0xF, x >> 4 & 0xF), and with x copied into both halves the high
+// nibble already lies at bit 16 + 4.
+TC_DEVICE __half2 int_fields_to_half2(uint32_t fields, uint32_t magic, uint32_t bias) {
+  const uint32_t word = fields | magic;
+  __half2 h, b;
   __builtin_memcpy(&h, &word, 4);
-  return __hsub2(h, __half2half2(__ushort_as_half(bias_bits)));
+  __builtin_memcpy(&b, &bias, 4);
+  return __hsub2(h, b);
 }
+
+// The byte at regs[i] in bits 0..7 and again in bits 16..23 (one PRMT once i is a constant):
+// regs is a register array, read through its 32-bit word.
+TC_DEVICE uint32_t byte_twice(const void* regs, int i) {
+  uint32_t w;
+  __builtin_memcpy(&w, static_cast<const unsigned char*>(regs) + (i & ~3), 4);
+  return __byte_perm(w, 0u, 0x4040u | static_cast<uint32_t>((i & 3) * 0x101));
+}
+
+// The low 16 bits of x in both halves of a word (one PRMT).
+TC_DEVICE uint32_t halfword_twice(uint32_t x) { return __byte_perm(x, 0u, 0x1010u); }
 
 // Two floats -> one 32-bit word holding two halves / bf16s: `lo` in bits 0..15, `hi` in
 // bits 16..31 (the element order of a .f16x2 register: lower address = lower half).
