@@ -30,12 +30,63 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(float* __restrict
   }
   tc::syncthreads();
   for (int r = 0; r < 1; ++r) {
-    if (r * 128 + tx < 32) {
-      for (int k = 0; k < 48; ++k) {
-        if (k > 0) {
-          x_scan[tx % 32 * 48 - k + 47] = x_scan[tx % 32 * 48 - k + 47] + x_scan[tx % 32 * 48 - k + 48];
-        }
-      }
+    float scan_run[12];
+    float scan_total[3];
+    scan_run[0] = (tx % 4 * 12 < 48 ? x_scan[tx / 4 * 48 - tx % 4 * 12 + 47] : 0.0f);
+    scan_run[1] = scan_run[0] + (tx % 4 * 12 + 1 < 48 ? x_scan[tx / 4 * 48 - tx % 4 * 12 + 46] : 0.0f);
+    scan_run[2] = scan_run[1] + (tx % 4 * 12 + 2 < 48 ? x_scan[tx / 4 * 48 - tx % 4 * 12 + 45] : 0.0f);
+    scan_run[3] = scan_run[2] + (tx % 4 * 12 + 3 < 48 ? x_scan[tx / 4 * 48 - tx % 4 * 12 + 44] : 0.0f);
+    scan_run[4] = scan_run[3] + (tx % 4 * 12 + 4 < 48 ? x_scan[tx / 4 * 48 - tx % 4 * 12 + 43] : 0.0f);
+    scan_run[5] = scan_run[4] + (tx % 4 * 12 + 5 < 48 ? x_scan[tx / 4 * 48 - tx % 4 * 12 + 42] : 0.0f);
+    scan_run[6] = scan_run[5] + (tx % 4 * 12 + 6 < 48 ? x_scan[tx / 4 * 48 - tx % 4 * 12 + 41] : 0.0f);
+    scan_run[7] = scan_run[6] + (tx % 4 * 12 + 7 < 48 ? x_scan[tx / 4 * 48 - tx % 4 * 12 + 40] : 0.0f);
+    scan_run[8] = scan_run[7] + (tx % 4 * 12 + 8 < 48 ? x_scan[tx / 4 * 48 - tx % 4 * 12 + 39] : 0.0f);
+    scan_run[9] = scan_run[8] + (tx % 4 * 12 + 9 < 48 ? x_scan[tx / 4 * 48 - tx % 4 * 12 + 38] : 0.0f);
+    scan_run[10] = scan_run[9] + (tx % 4 * 12 + 10 < 48 ? x_scan[tx / 4 * 48 - tx % 4 * 12 + 37] : 0.0f);
+    scan_run[11] = scan_run[10] + (tx % 4 * 12 + 11 < 48 ? x_scan[tx / 4 * 48 - tx % 4 * 12 + 36] : 0.0f);
+    scan_total[0] = scan_run[11];
+    scan_total[1] = scan_run[11];
+    scan_total[2] = tc::shfl_xor(scan_total[1], 1);
+    scan_total[0] = scan_total[0] + ((tx % 4 & 1) != 0 ? scan_total[2] : 0.0f);
+    scan_total[1] = scan_total[1] + scan_total[2];
+    scan_total[2] = tc::shfl_xor(scan_total[1], 2);
+    scan_total[0] = scan_total[0] + ((tx % 4 & 2) != 0 ? scan_total[2] : 0.0f);
+    scan_total[1] = scan_total[1] + scan_total[2];
+    if (tx % 4 * 12 < 48) {
+      x_scan[tx / 4 * 48 - tx % 4 * 12 + 47] = scan_run[0] + (scan_total[0] - scan_run[11]);
+    }
+    if (tx % 4 * 12 + 1 < 48) {
+      x_scan[tx / 4 * 48 - tx % 4 * 12 + 46] = scan_run[1] + (scan_total[0] - scan_run[11]);
+    }
+    if (tx % 4 * 12 + 2 < 48) {
+      x_scan[tx / 4 * 48 - tx % 4 * 12 + 45] = scan_run[2] + (scan_total[0] - scan_run[11]);
+    }
+    if (tx % 4 * 12 + 3 < 48) {
+      x_scan[tx / 4 * 48 - tx % 4 * 12 + 44] = scan_run[3] + (scan_total[0] - scan_run[11]);
+    }
+    if (tx % 4 * 12 + 4 < 48) {
+      x_scan[tx / 4 * 48 - tx % 4 * 12 + 43] = scan_run[4] + (scan_total[0] - scan_run[11]);
+    }
+    if (tx % 4 * 12 + 5 < 48) {
+      x_scan[tx / 4 * 48 - tx % 4 * 12 + 42] = scan_run[5] + (scan_total[0] - scan_run[11]);
+    }
+    if (tx % 4 * 12 + 6 < 48) {
+      x_scan[tx / 4 * 48 - tx % 4 * 12 + 41] = scan_run[6] + (scan_total[0] - scan_run[11]);
+    }
+    if (tx % 4 * 12 + 7 < 48) {
+      x_scan[tx / 4 * 48 - tx % 4 * 12 + 40] = scan_run[7] + (scan_total[0] - scan_run[11]);
+    }
+    if (tx % 4 * 12 + 8 < 48) {
+      x_scan[tx / 4 * 48 - tx % 4 * 12 + 39] = scan_run[8] + (scan_total[0] - scan_run[11]);
+    }
+    if (tx % 4 * 12 + 9 < 48) {
+      x_scan[tx / 4 * 48 - tx % 4 * 12 + 38] = scan_run[9] + (scan_total[0] - scan_run[11]);
+    }
+    if (tx % 4 * 12 + 10 < 48) {
+      x_scan[tx / 4 * 48 - tx % 4 * 12 + 37] = scan_run[10] + (scan_total[0] - scan_run[11]);
+    }
+    if (tx % 4 * 12 + 11 < 48) {
+      x_scan[tx / 4 * 48 - tx % 4 * 12 + 36] = scan_run[11] + (scan_total[0] - scan_run[11]);
     }
   }
   tc::syncthreads();
