@@ -255,10 +255,12 @@ GDN_CONFIG = dict(chunk_size=32, threads=128)
 @pytest.mark.parametrize("kernel", ["chunk_prepare", "chunk_state", "chunk_output"])
 def test_chunk_gated_delta_net(example, kernel):
     """chunk 32, block_DV 32 (DV = 48: one ragged value tile), 128 threads, chunk_state's scan
-    pipelined with 2 stages."""
+    pipelined with 2 stages from an initial state."""
     mod = example("chunk_gated_delta_net")
     q, k, v, g, beta = mod.make_inputs(*GDN_SIZES, seed=10)
-    state_config = dict(block_DV=32, num_stages=2, **GDN_CONFIG)
+    B, _, H, DK, DV = GDN_SIZES
+    h0 = np.random.default_rng(11).standard_normal((B, H, DK, DV)).astype(np.float32)
+    state_config = dict(block_DV=32, num_stages=2, use_initial_state=True, **GDN_CONFIG)
     ref = dict(target="interp")
     if kernel == "chunk_prepare":
         compare(mod.chunk_prepare, GDN_SIZES, GDN_CONFIG, (k, v, g, beta))
@@ -266,8 +268,8 @@ def test_chunk_gated_delta_net(example, kernel):
     prepare = mod.chunk_prepare.__wrapped__(*GDN_SIZES, **GDN_CONFIG)
     g_cum, w, u = tilecraft.compile(prepare, out_idx=[-3, -2, -1], **ref)(k, v, g, beta)
     if kernel == "chunk_state":
-        compare(mod.chunk_state, GDN_SIZES, state_config, (k, w, u, g_cum))
+        compare(mod.chunk_state, GDN_SIZES, state_config, (k, w, u, g_cum, h0))
         return
     state = mod.chunk_state.__wrapped__(*GDN_SIZES, **state_config)
-    h, v_new, _ = tilecraft.compile(state, out_idx=[-3, -2, -1], **ref)(k, w, u, g_cum)
+    h, v_new, _ = tilecraft.compile(state, out_idx=[-3, -2, -1], **ref)(k, w, u, g_cum, h0)
     compare(mod.chunk_output, GDN_SIZES, dict(block_DV=32, **GDN_CONFIG), (q, k, v_new, h, g_cum))

@@ -76,15 +76,18 @@ def test_mla_decode(example, batch, heads, kv_heads, seqlen_kv, block_H):
     mod.run(batch, heads, kv_heads, seqlen_kv, dim=32, pe_dim=16, block_N=32, block_H=block_H)
 
 
-@pytest.mark.parametrize("B, seq_len, H, DK, DV, chunk_size, block_DV", [
-    (1, 64, 2, 32, 32, 32, 32),
-    (1, 100, 2, 32, 48, 32, 32),   # ragged sequence and value tiles
-    (2, 37, 1, 16, 16, 16, 16),
-    (1, 5, 3, 16, 24, 32, 32),     # shorter than one chunk
+@pytest.mark.parametrize("B, seq_len, H, DK, DV, chunk_size, block_DV, initial_state", [
+    (1, 64, 2, 32, 32, 32, 32, False),
+    (1, 100, 2, 32, 48, 32, 32, True),    # ragged sequence and value tiles
+    (2, 37, 1, 16, 16, 16, 16, True),
+    (1, 5, 3, 16, 24, 32, 32, False),     # shorter than one chunk
+    (1, 150, 1, 32, 32, 64, 32, True),    # two merge levels of the inverse (16 -> 32 -> 64)
 ])
-def test_chunk_gated_delta_net(example, B, seq_len, H, DK, DV, chunk_size, block_DV):
+def test_chunk_gated_delta_net(example, B, seq_len, H, DK, DV, chunk_size, block_DV,
+                               initial_state):
     mod = example("chunk_gated_delta_net")
-    mod.run(B, seq_len, H, DK, DV, chunk_size=chunk_size, block_DV=block_DV)
+    mod.run(B, seq_len, H, DK, DV, chunk_size=chunk_size, block_DV=block_DV,
+            initial_state=initial_state)
 
 
 def test_gemm_script():
