@@ -27,7 +27,9 @@ two tensor-core GEMMs per level.
 Three kernels: chunk_prepare (cumsum, K K^T, the inverse, w and u; all chunks in parallel),
 chunk_state (the sequential scan over chunks producing each chunk's S0, U and the final state;
 the state stays in registers in float32 across a pipelined chunk loop) and chunk_output (O,
-all chunks in parallel). Kept in the input dtype, as flash-linear-attention keeps them: w, u,
+all chunks in parallel). The cumulative decays G go from the first kernel to the others as
+[B, H, T], so that a chunk's 64 values are one contiguous run (one asynchronous copy in the
+scan's pipelined loop). Kept in the input dtype, as flash-linear-attention keeps them: w, u,
 the chunk states h and the new values U (each is a GEMM operand); in float32: G, beta, the
 state carried across chunks, the inverse while it is computed, every accumulator. T need not
 be a multiple of BT.
@@ -57,7 +59,7 @@ def chunk_prepare(B, seq_len, H, DK, DV, chunk_size=64, threads=128, dtype="floa
             v: T.Tensor((B, seq_len, H, DV), dtype),
             g: T.Tensor((B, seq_len, H), accum_dtype),
             beta: T.Tensor((B, seq_len, H), accum_dtype),
-            g_cum: T.Tensor((B, seq_len, H), accum_dtype),
+            g_cum: T.Tensor((B, H, seq_len), accum_dtype),
             w: T.Tensor((B, seq_len, H, DK), dtype),
             u: T.Tensor((B, seq_len, H, DV), dtype),
     ):
@@ -80,11 +82,10 @@ def chunk_prepare(B, seq_len, H, DK, DV, chunk_size=64, threads=128, dtype="floa
 
             t0 = bt * BT
             T.copy(k[bb, t0:t0 + BT, bh, :], k_shared)
-            T.copy(v[bb, t0:t0 + BT, bh, :], v_shared)
             T.copy(g[bb, t0:t0 + BT, bh], G)
             T.copy(beta[bb, t0:t0 + BT, bh], beta_local)
             T.cumsum(G, dim=0)
-            T.copy(G, g_cum[bb, t0:t0 + BT, bh])
+            T.copy(G, g_cum[bb, bh, t0:t0 + BT])
 
             # L = strictly lower part of diag(beta) (K K^T) * exp(G_r - G_i)
             T.gemm(k_shared, k_shared, kkt, transpose_B=True, clear_accum=True)
@@ -120,7 +121,9 @@ def chunk_prepare(B, seq_len, H, DK, DV, chunk_size=64, threads=128, dtype="floa
                     X_shared[r, c] = X_shared[r, c] - merge[r, c]
             T.copy(X_shared, Xh_shared)
 
-            # w = X diag(beta * exp(G)) K,  u = X diag(beta) V
+            # w = X diag(beta * exp(G)) K,  u = X diag(beta) V (V read only now: its tile
+            # takes the place of L's, which is no longer needed)
+            T.copy(v[bb, t0:t0 + BT, bh, :], v_shared)
             for i, d in T.Parallel(BT, DK):
                 k_shared[i, d] = k_shared[i, d] * beta_local[i] * T.exp(G[i])
             for i, d in T.Parallel(BT, DV):
@@ -145,7 +148,7 @@ def chunk_state(B, seq_len, H, DK, DV, chunk_size=64, block_DV=64, num_stages=2,
             k: T.Tensor((B, seq_len, H, DK), dtype),
             w: T.Tensor((B, seq_len, H, DK), dtype),
             u: T.Tensor((B, seq_len, H, DV), dtype),
-            g_cum: T.Tensor((B, seq_len, H), accum_dtype),
+            g_cum: T.Tensor((B, H, seq_len), accum_dtype),
             initial_state: T.Tensor((B, H, DK, DV), accum_dtype),
             h: T.Tensor((B, NT, H, DK, DV), dtype),
             v_new: T.Tensor((B, seq_len, H, DV), dtype),
@@ -172,12 +175,12 @@ def chunk_state(B, seq_len, H, DK, DV, chunk_size=64, block_DV=64, num_stages=2,
                 T.copy(w[bb, t0:t0 + BT, bh, :], w_shared)
                 T.copy(u[bb, t0:t0 + BT, bh, v0:v0 + block_DV], u_shared)
                 T.copy(k[bb, t0:t0 + BT, bh, :], k_shared)
-                T.copy(g_cum[bb, t0:t0 + BT, bh], G)
+                T.copy(g_cum[bb, bh, t0:t0 + BT], G)
                 T.copy(S, S_shared)
                 T.copy(S_shared, h[bb, c, bh, :, v0:v0 + block_DV])
                 # U = u - w S0, and its rows decayed to the chunk's end: exp(G_last - G_i) U
                 # (rows past seq_len are zero: their w and u tiles are read as zeros)
-                g_last = g_cum[bb, T.min(t0 + BT, seq_len) - 1, bh]
+                g_last = G[T.min(BT, seq_len - t0) - 1]
                 T.gemm(w_shared, S_shared, ws_local, clear_accum=True)
                 for i, j in T.Parallel(BT, block_DV):
                     vn_shared[i, j] = u_shared[i, j] - ws_local[i, j]
@@ -205,7 +208,7 @@ def chunk_output(B, seq_len, H, DK, DV, chunk_size=64, block_DV=64, threads=128,
             k: T.Tensor((B, seq_len, H, DK), dtype),
             v_new: T.Tensor((B, seq_len, H, DV), dtype),
             h: T.Tensor((B, NT, H, DK, DV), dtype),
-            g_cum: T.Tensor((B, seq_len, H), accum_dtype),
+            g_cum: T.Tensor((B, H, seq_len), accum_dtype),
             o: T.Tensor((B, seq_len, H, DV), dtype),
     ):
         with T.Kernel(T.ceildiv(DV, block_DV), NT, B * H, threads=threads) as (bv, bt, bbh):
@@ -224,7 +227,7 @@ def chunk_output(B, seq_len, H, DK, DV, chunk_size=64, block_DV=64, threads=128,
             T.copy(k[bb, t0:t0 + BT, bh, :], k_shared)
             T.copy(h[bb, bt, bh, :, v0:v0 + block_DV], h_shared)
             T.copy(v_new[bb, t0:t0 + BT, bh, v0:v0 + block_DV], vn_shared)
-            T.copy(g_cum[bb, t0:t0 + BT, bh], G)
+            T.copy(g_cum[bb, bh, t0:t0 + BT], G)
             # inter-chunk part: diag(exp(G)) Q S0
             T.gemm(q_shared, h_shared, o_local, clear_accum=True)
             for i, j in T.Parallel(BT, block_DV):

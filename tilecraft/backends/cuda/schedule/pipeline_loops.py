@@ -35,11 +35,11 @@ from ....errors import TileError
 from ....ir.buffer import Buffer, BufferRegion
 from ....ir.expr import const, convert
 from ....ir.stmt import Allocate, For, IfThenElse, SeqStmt, call_stmt, seq, stmts_of
-from ....ir.tileop import Copy, Gemm
+from ....ir.tileop import Copy, CumSum, Gemm
 from ....passes.infer_pipeline import is_async_copy
 from ....ir.visitor import Mutator, map_kernels, substitute, walk
 from ....ir.annotations import (ASYNC_COPY, NUM_STAGES, PIPELINE_ORDER, PIPELINE_STAGE, SCHEDULED,
-                                SOFTWARE_PIPELINED, sync_stmt)
+                                SOFTWARE_PIPELINED, TILE_RANK, sync_stmt)
 from ..intrinsics import CP_ASYNC_COMMIT, CP_ASYNC_WAIT, CP_ASYNC_WAIT_ALL
 
 
@@ -80,6 +80,24 @@ class Versioned(Mutator):
         if new is None:
             return dataclasses.replace(s, value=value, indices=indices)
         return dataclasses.replace(s, buffer=new, indices=(self.index,) + indices, value=value)
+
+    def visit_Copy(self, c: Copy):
+        """A copy of a version also notes the rank the tile had, so that a TMA box is shaped
+        like the tile, not like the ring of its versions (a 1-d row [n] becomes [stages, n])."""
+        ranks = [len(r.buffer.shape) for r in (c.src, c.dst) if id(r.buffer) in self.versions]
+        out = self.generic_visit(c)
+        if ranks and TILE_RANK not in out.annotations:
+            out = dataclasses.replace(out, annotations={**out.annotations, TILE_RANK: ranks[0]})
+        return out
+
+    def visit_CumSum(self, c: CumSum):
+        """The scanned dimension counted from the end, where the version's leading index
+        does not move it."""
+        versioned = any(id(r.buffer) in self.versions for r in (c.src, c.dst))
+        out = self.generic_visit(c)
+        if versioned and c.dim >= 0:
+            out = dataclasses.replace(out, dim=c.dim - len(c.src.ranges))
+        return out
 
 
 class _Pipeliner:

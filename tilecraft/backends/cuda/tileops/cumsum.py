@@ -65,7 +65,9 @@ def _lanes_per_line(lines: int, n: int, threads: int) -> int:
 
 
 def _scan(region: BufferRegion, dim: int, reverse: bool, ctx, span):
+    """dim may count from the end (a pipelined tile's versions add a leading index)."""
     shape = list(region.static_extents())
+    dim %= len(shape)
     n = shape[dim]
     others = [d for d in range(len(shape)) if d != dim]
     lines = 1
