@@ -5,7 +5,8 @@ K = KH * KW * C (the receptive field) and F columns (filters). Each block builds
 tile of the image in shared memory with a T.Parallel loop (padding handled by T.if_then_else),
 copies the matching tile of the HWIO weight (flattened to [KH * KW * C, F], a free reshape),
 and accumulates a tile GEMM, pipelined over K. The float32 accumulator is cast to float16 and
-scattered back to the NHWC output. Image sizes, channels and filters need not be multiples of
+copied to the output, whose NHWC layout is the GEMM's [N * OH * OW, F] (the kernel returns it
+in that shape; `conv2d` reshapes it). Image sizes, channels and filters need not be multiples of
 the tile sizes.
 """
 import argparse
@@ -32,7 +33,7 @@ def convolution(N, C, H, W, F, KH, KW, stride=1, padding=0, dilation=1, block_M=
     def main(
             data: T.Tensor((N, H, W, C), dtype),
             weight: T.Tensor((KH * KW * C, F), dtype),
-            out: T.Tensor((N, OH, OW, F), dtype),
+            out: T.Tensor((M_total, F), dtype),   # NHWC: output pixel m's row of F filters
     ):
         with T.Kernel(T.ceildiv(F, block_N), T.ceildiv(M_total, block_M), threads=threads) as (
                 bx, by):
@@ -52,11 +53,7 @@ def convolution(N, C, H, W, F, KH, KW, stride=1, padding=0, dilation=1, block_M=
                         valid, data[m // (OH * OW), ih, iw, kk % C], 0)
                 T.copy(weight[k * block_K, bx * block_N], weight_shared)
                 T.gemm(data_shared, weight_shared, out_local)
-            for i, j in T.Parallel(block_M, block_N):
-                m = by * block_M + i
-                if m < M_total and bx * block_N + j < F:
-                    out[m // (OH * OW), m % (OH * OW) // OW, m % OW, bx * block_N + j] = \
-                        out_local[i, j]
+            T.copy(out_local, out[by * block_M, bx * block_N])
 
     return main
 
@@ -77,15 +74,25 @@ def ref_program(data, weight, stride, padding, dilation):
     return out
 
 
+def conv2d(data, weight, stride=1, padding=0, dilation=1, **config):
+    """data [N, H, W, C], weight [KH, KW, C, F] (numpy arrays, or torch tensors on the GPU) ->
+    out [N, OH, OW, F]."""
+    N, H, W, C = data.shape
+    KH, KW, _, F = weight.shape
+    kernel = convolution(N, C, H, W, F, KH, KW, stride, padding, dilation, **config)
+    out = kernel(data, weight.reshape(KH * KW * C, F))
+    return out.reshape(N, out_size(H, KH, stride, padding, dilation),
+                       out_size(W, KW, stride, padding, dilation), F)
+
+
 def run(N=2, C=16, H=16, W=16, F=32, KH=3, KW=3, stride=1, padding=1, dilation=1, seed=0,
         **config):
     """Build the kernel, run it on random inputs, check it against ref_program and return the
     largest absolute error."""
-    kernel = convolution(N, C, H, W, F, KH, KW, stride, padding, dilation, **config)
     rng = np.random.default_rng(seed)
     data = rng.uniform(-1.0, 1.0, (N, H, W, C)).astype(np.float16)
     weight = rng.uniform(-1.0, 1.0, (KH, KW, C, F)).astype(np.float16)
-    out = kernel(data, weight.reshape(KH * KW * C, F))
+    out = conv2d(data, weight, stride, padding, dilation, **config)
     ref = ref_program(data, weight, stride, padding, dilation)
     assert out.shape == ref.shape and out.dtype == np.float16
     np.testing.assert_allclose(out.astype(np.float32), ref, rtol=1e-2, atol=1e-2)

@@ -359,28 +359,47 @@ def test_target_names_pick_the_emulated_pipeline():
         resolve("emulator:sm_75")
 
 
-def test_a_wgmma_batch_kept_in_flight_over_a_rewritten_operand(example, monkeypatch):
-    """conv2d's consumers write the im2col tile (an operand of its wgmma) every iteration, so
+def doubled_a_gemm(M, N, K, bm=64, bn=64, bk=32):
+    """C = (2 A) B with the doubled A tile written by a T.Parallel loop every iteration (a
+    computed wgmma operand, which the pipeline cannot run ahead as a copy)."""
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
+             C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), "float16")
+            B_s = T.alloc_shared((bk, bn), "float16")
+            C_l = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_l)
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=2):
+                for i, j in T.Parallel(bm, bk):
+                    A_s[i, j] = A[by * bm + i, k * bk + j] * 2
+                T.copy(B[k * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, C_l)
+            T.copy(C_l, C[by * bm, bx * bn])
+    return main
+
+
+def test_a_wgmma_batch_kept_in_flight_over_a_rewritten_operand(monkeypatch):
+    """The consumers write the doubled A tile (an operand of the wgmma) every iteration, so
     overlap_wgmma must leave its wait in place; with the legality check forced, the next
     iteration's stores land while the previous batch may still read the tile."""
     from tilecraft.backends.cuda.transforms import overlap_wgmma
-    conv = example("conv2d")
-    func = underlying(conv.convolution)(2, 8, 8, 8, 16, 3, 3, padding=1, block_M=64,
-                                        block_N=64, block_K=32, num_stages=2, threads=128)
+    func = doubled_a_gemm(64, 64, 128)
     rng = np.random.default_rng(4)
-    data = rng.uniform(-1, 1, (2, 8, 8, 8)).astype(np.float16)
-    weight = rng.uniform(-1, 1, (3 * 3 * 8, 16)).astype(np.float16)
+    A = rng.uniform(-1, 1, (64, 128)).astype(np.float16)
+    B = rng.uniform(-1, 1, (128, 64)).astype(np.float16)
+    C = np.zeros((64, 64), np.float16)
     kept = E.lower(func, "sm_90a")
     assert "tc::wgmma_wait_group<1>" not in kept.script()
-    assert list(E.run(kept, [data, weight, np.zeros((2, 8, 8, 16), np.float16)])) == []
+    assert list(E.run(kept, [A, B, C])) == []
     monkeypatch.setattr(overlap_wgmma, "_only_wgmma_touches", lambda body, acc: True)
     forced = E.lower(func, "sm_90a")
     assert "tc::wgmma_wait_group<1>" in forced.script()
-    reports = list(E.run(forced, [data, weight, np.zeros((2, 8, 8, 16), np.float16)]))
+    reports = list(E.run(forced, [A, B, C]))
     races = [r for r in reports if r.kind == "race" and "wgmma" in r.message]
-    assert races and races[0].buffer == "data_shared"
+    assert races and races[0].buffer == "A_s"
     assert "may still be reading it" in races[0].message
-    assert line_of(conv.convolution, "T.gemm(") in races[0].lines
+    assert line_of(doubled_a_gemm, "T.gemm(") in races[0].lines
 
 
 @pytest.mark.parametrize("seq, causal, block_N", [

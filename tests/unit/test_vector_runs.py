@@ -62,22 +62,32 @@ def test_results_match_the_interpreter(target, M, N, in_place):
     np.testing.assert_array_equal(W, reference(P, S, in_place))
 
 
-@pytest.mark.parametrize("transpose", [True, False])
-def test_loops_that_do_not_qualify_keep_one_element_per_thread(transpose):
-    """Stored at another position than the loop's own, or reading global memory per element
-    (a run per thread would make each warp-wide load touch eight times the lines)."""
+def test_loops_that_do_not_qualify_keep_one_element_per_thread():
+    """Stored at another position than the loop's own: each thread keeps one element at a
+    time."""
     @T.prim_func
     def main(X: T.Tensor((64, 64), "float16"), Y: T.Tensor((64, 64), "float16")):
         with T.Kernel(1, threads=128) as bx:
             s = T.alloc_shared((64, 64), "float16")
             for i, j in T.Parallel(64, 64):
-                if transpose:
-                    s[j, i] = X[i, j]
-                else:
-                    s[i, j] = X[i, j] * 2
+                s[j, i] = X[i, j]
             T.copy(s, Y)
     text = emit_cuda(pipelines.cuda_sm80(main))[0]
     assert "s_run" not in text and "tc::st_pair" not in text
+
+
+def test_global_reads_along_the_run_are_one_vector_load():
+    """A global read at the run's own elements is read 16 bytes at a time, like the store."""
+    @T.prim_func
+    def main(X: T.Tensor((64, 64), "float16"), Y: T.Tensor((64, 64), "float16")):
+        with T.Kernel(1, threads=128) as bx:
+            s = T.alloc_shared((64, 64), "float16")
+            for i, j in T.Parallel(64, 64):
+                s[i, j] = X[i, j] * 2
+            T.copy(s, Y)
+    text = emit_cuda(pipelines.cuda_sm80(main))[0]
+    assert "tc::st_regs_128((&X_run[0]), tc::ld_global_128(" in text
+    assert "tc::st_shared_128((&s[" in text
 
 
 def test_stores_independent_only_when_each_iteration_reads_its_own_elements():

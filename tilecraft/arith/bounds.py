@@ -201,10 +201,13 @@ def _divmod(op: str, a, d: int, vb, original):
         else:
             small.append((atom, coeff))
     if aligned and d % g == 0:
-        small_expr = _sum(small, rest_k, a)
+        # the constant's multiple of g stays with the aligned terms: (k * 32 + 35) % 64 is
+        # (k * 32 + 32) % 64 + 3
+        small_expr = _sum(small, rest_k % g, a)
         slo, shi = bound_of(small_expr, vb)
         if 0 <= slo and shi < g:
-            inner = binary(op, _sum(aligned, 0, a), const(d, a.dtype), original.span)
+            inner = binary(op, _sum(aligned, rest_k - rest_k % g, a), const(d, a.dtype),
+                           original.span)
             if op == "//":
                 return linear_simplify(quotient + inner)
             return linear_simplify(inner + small_expr)

@@ -171,3 +171,17 @@ def region_of(x, span=None) -> BufferRegion:
         return BufferRegion(x.buffer, tuple((i, convert(1)) for i in x.indices), x.span or span)
     raise TileError(f"expected a buffer, a buffer slice or a buffer element, got "
                     f"{type(x).__name__}", span)
+
+
+def row_major_offset(load: BufferLoad):
+    """The element offset of a load in its buffer laid out row-major (a tensor's layout), or
+    None when the buffer's shape is not static."""
+    shape = load.buffer.shape
+    if not all(isinstance(x, int) for x in shape):
+        return None
+    offset, stride = None, 1
+    for idx, extent in zip(reversed(load.indices), reversed(shape)):
+        term = idx * stride if stride != 1 else idx
+        offset = term if offset is None else term + offset
+        stride *= extent
+    return offset

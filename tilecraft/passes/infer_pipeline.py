@@ -3,7 +3,8 @@ section 4.3 and appendix F, algorithms 4 and 5).
 
 For a loop with num_stages = n >= 2 the statements of its body are summarized by the buffers they
 read and write (index expressions and `if` conditions included). Copies are the T.copy ops
-from global into shared memory; producers are the statements before a copy that write what a
+from global into shared memory and the gathers (T.Parallel nests that only fill one shared
+tile with global reads, each maybe under a condition with zero otherwise: an im2col tile); producers are the statements before a copy that write what a
 copy (or another producer) reads, found to a fixed point. Copies and producers form the first
 stage (stage 0). Each first-stage statement is anchored at its last use: for a copy, the last
 later statement that reads what it writes; for a producer, the earliest anchor among the
@@ -47,6 +48,7 @@ from ..ir.expr import BufferLoad
 from ..ir.stmt import BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt, seq, stmts_of
 from ..ir.tileop import Copy, Fill, TileOp
 from ..ir.visitor import walk
+from .parallel_nests import gather_target
 from ..ir.annotations import NUM_STAGES, PIPELINE_ORDER, PIPELINE_STAGE
 
 
@@ -64,7 +66,11 @@ class _Info:
 
 
 def is_async_copy(s) -> bool:
-    return isinstance(s, Copy) and s.src.buffer.scope == GLOBAL and is_shared(s.dst.buffer.scope)
+    """A T.copy from global into shared memory, or a gather: a T.Parallel nest that only stores
+    global reads into one shared tile (parallel_nests.gather_target)."""
+    if isinstance(s, Copy):
+        return s.src.buffer.scope == GLOBAL and is_shared(s.dst.buffer.scope)
+    return gather_target(s) is not None
 
 
 def _summarize(index: int, s) -> _Info:

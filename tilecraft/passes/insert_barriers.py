@@ -20,7 +20,7 @@ from ..ir.buffer import FRAGMENT, is_shared
 from ..ir.expr import BufferLoad
 from ..ir.stmt import BufferStore, For, IfThenElse, Kernel, seq, stmts_of
 from ..ir.tileop import Reduce, TileOp
-from ..ir.visitor import map_kernels, walk
+from ..ir.visitor import children, map_kernels, walk
 from ..ir.annotations import (LAYOUTS, SCHEDULED, SMEM_OFFSETS, is_sync, is_warpgroup_branch,
                               sync_stmt)
 import dataclasses
@@ -42,9 +42,7 @@ def shared_buffers_of(s) -> list:
 def shared_accesses(s) -> tuple[set, set]:
     """(ids read, ids written) of shared buffers by a tile-level statement."""
     reads, writes = set(), set()
-    for n in walk(s):
-        if isinstance(n, TileOp) and getattr(n, "annotations", {}).get(SCHEDULED):
-            continue  # ordered by its software pipeline's own waits and barriers
+    for n in _unscheduled(s):
         if isinstance(n, TileOp):
             reads |= {id(b) for b in n.reads() if is_shared(b.scope)}
             writes |= {id(b) for b in n.writes() if is_shared(b.scope)}
@@ -53,6 +51,18 @@ def shared_accesses(s) -> tuple[set, set]:
         elif isinstance(n, BufferStore) and is_shared(n.buffer.scope):
             writes.add(id(n.buffer))
     return reads, writes
+
+
+def _unscheduled(node):
+    """The nodes of node's tree, pre-order, leaving out the copies (and gathers) a software
+    pipeline issued: its own waits and barriers order them."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (TileOp, For)) and getattr(n, "annotations", {}).get(SCHEDULED):
+            continue
+        yield n
+        stack.extend(reversed(children(n)))
 
 
 class _State:

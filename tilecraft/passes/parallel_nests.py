@@ -4,13 +4,15 @@ variables (the same indices, a row / column projection of them, or a coarsening:
 where several iterations read one element)."""
 from __future__ import annotations
 
-from ..ir.buffer import FRAGMENT, GLOBAL, is_shared
-from ..ir.expr import Binary, BufferLoad, Const
+from ..arith.bounds import simplify
+from ..ir import dtypes as dt
+from ..ir.buffer import FRAGMENT, GLOBAL, is_shared, row_major_offset
+from ..ir.expr import Binary, BufferLoad, Const, Select, Var
 from ..ir.ftg import element_accesses
 from ..ir.linear import linear_form
 from ..ir.stmt import Allocate, BufferStore, For, Stmt, flat_stmts
 from ..ir.tileop import TileOp
-from ..ir.visitor import children, walk
+from ..ir.visitor import children, substitute, walk
 
 
 def tile_ops(body) -> list:
@@ -136,9 +138,15 @@ def store_run(loop: For) -> int:
                              for s in stores):
         return 1
     j, nest = loop_vars[-1], {id(v) for v in loop_vars}
+    v = 16
+    for s in stores:
+        v = min(v, 16 // s.buffer.dtype.bytes)
+    while v > 1 and extents[-1] % v:
+        v //= 2
     for n in walk(inner):
         if isinstance(n, BufferLoad) and n.buffer.scope == GLOBAL and \
-                any(x is j for i in n.indices for x in walk(i)):
+                any(x is j for i in n.indices for x in walk(i)) and \
+                not _contiguous_runs(n, j, v, loop_vars, extents):
             # Read from global memory element by element, a run per thread would make each
             # warp-wide load touch w times the lines (the rows of an im2col, a gather).
             return 1
@@ -154,3 +162,53 @@ def store_run(loop: For) -> int:
     while v > 1 and extents[-1] % v:
         v //= 2
     return v
+
+
+def _contiguous_runs(load: BufferLoad, j, v: int, loop_vars, extents) -> bool:
+    """The load reads v consecutive elements of its tensor for each run of v values of j that
+    starts at a multiple of v (im2col's data[n, ih, iw, kk % C] with C a multiple of v), other
+    variables taken as non-negative; the lowering checks it again with the real ranges
+    (tileops/global_runs.py) and reads element by element where it does not hold."""
+    offset = row_major_offset(load)
+    if v < 2 or offset is None:
+        return False
+    q = Var("run", dt.int32)
+    bounds = {id(x): (0, 1 << 30) for x in walk(offset) if isinstance(x, Var)}
+    bounds.update({id(x): (0, int(e.value) - 1) for x, e in zip(loop_vars, extents)
+                   if isinstance(e, Const)})
+    bounds[id(q)] = (0, max(0, int(extents[-1].value) // v - 1)) \
+        if isinstance(extents[-1], Const) else (0, 1 << 30)
+    at = [simplify(substitute(offset, {id(j): q * v + k}), bounds) for k in range(v)]
+    return all(isinstance(d, Const) and d.value == k
+               for k, d in enumerate(simplify(x - at[0], bounds) for x in at))
+
+
+def gather_target(s):
+    """The shared tile a T.Parallel nest fills when the nest is a gather: every statement of
+    its body stores into that tile a value that is a global read, or a select (T.if_then_else)
+    of one with zero otherwise, reading nothing else from memory; None for anything else."""
+    if not (isinstance(s, For) and s.kind == "parallel"):
+        return None
+    inner = s
+    while isinstance(inner, For) and inner.kind == "parallel":
+        inner = inner.body
+    stores = flat_stmts(inner)
+    if not stores or not all(isinstance(x, BufferStore) for x in stores):
+        return None
+    targets = {id(x.buffer): x.buffer for x in stores}
+    if len(targets) != 1 or not is_shared(stores[0].buffer.scope):
+        return None
+    for x in stores:
+        if not _zero_or_global_read(x.value):
+            return None
+    return stores[0].buffer
+
+
+def _zero_or_global_read(e) -> bool:
+    if isinstance(e, BufferLoad):
+        return e.buffer.scope == GLOBAL and not any(
+            isinstance(n, BufferLoad) for i in e.indices for n in walk(i))
+    if isinstance(e, Select):
+        return isinstance(e.b, Const) and e.b.value == 0 and _zero_or_global_read(e.a) and \
+            not any(isinstance(n, BufferLoad) for n in walk(e.cond))
+    return False

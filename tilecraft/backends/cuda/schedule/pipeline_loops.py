@@ -37,6 +37,7 @@ from ....ir.expr import const, convert
 from ....ir.stmt import Allocate, For, IfThenElse, SeqStmt, call_stmt, seq, stmts_of
 from ....ir.tileop import Copy, CumSum, Gemm
 from ....passes.infer_pipeline import is_async_copy
+from ....passes.parallel_nests import gather_target
 from ....ir.visitor import Mutator, map_kernels, substitute, walk
 from ....ir.annotations import (ASYNC_COPY, NUM_STAGES, PIPELINE_ORDER, PIPELINE_STAGE, SCHEDULED,
                                 SOFTWARE_PIPELINED, TILE_RANK, sync_stmt)
@@ -129,11 +130,11 @@ class _Pipeliner:
             return dataclasses.replace(loop, kind="serial")
         depth = max(num, last + 1)
         for i in sorted(ahead):
-            if isinstance(body[i], Copy):
+            if isinstance(body[i], Copy) or gather_target(body[i]) is not None:
                 if not is_async_copy(body[i]):
                     raise TileError("T.Pipelined: only copies from global into shared memory "
                                     "can run in an earlier stage on this target", body[i].span)
-                b = body[i].dst.buffer
+                b = body[i].dst.buffer if isinstance(body[i], Copy) else gather_target(body[i])
                 if id(b) not in self.versions:
                     self.versions[id(b)] = Buffer(b.name, (depth,) + tuple(b.shape), b.dtype,
                                                   b.scope, b.span)
@@ -147,9 +148,11 @@ class _Pipeliner:
             for i in indices:
                 moved = substitute(body[i], {id(k): iteration})
                 moved = Versioned(self.versions, version).visit(moved)
-                if isinstance(moved, Copy):
+                if isinstance(moved, Copy) or gather_target(body[i]) is not None:
                     # In the loop the schedule itself orders these copies (see the module
                     # docstring), so insert_barriers leaves them out of its hazard analysis.
+                    # A gather (a T.Parallel nest filling the tile) is lowered to asynchronous
+                    # copies where its runs allow (tileops/vector_runs.py).
                     marks = {ASYNC_COPY: True, SCHEDULED: True} if in_loop else {ASYNC_COPY: True}
                     moved = dataclasses.replace(moved, annotations={**moved.annotations,
                                                                     **marks})

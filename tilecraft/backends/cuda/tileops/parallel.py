@@ -18,6 +18,7 @@ from ....ir.expr import BufferLoad, Call, Const, Var, const
 from ....ir.stmt import BufferStore, For, IfThenElse, seq
 from ....arith.bounds import simplify_int_ops
 from ....ir.visitor import substitute, walk
+from ....ir.annotations import ASYNC_COPY
 from .relayout import ROWS_ADVICE, Relayout, misowned, where_chosen
 from .uniform_select import unswitch_selects
 from .vector_runs import stage_runs
@@ -61,7 +62,7 @@ def lower_parallel(loop: For, ctx: ThreadContext) -> object:
             if guard is not None:
                 inner = IfThenElse(guard, inner, None, loop.span)
             return stage_runs(For(l, const(0), const(n), "unroll", inner, {}, loop.span), frag,
-                              ctx)
+                              ctx, asynchronous=bool(loop.annotations.get(ASYNC_COPY)))
         except _NeedsUnroll:
             parts = []
             for value in range(n):

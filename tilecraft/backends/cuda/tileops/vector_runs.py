@@ -25,13 +25,15 @@ from __future__ import annotations
 
 from ....arith.bounds import divisor_of
 from ....ir import dtypes as dt
-from ....ir.buffer import LOCAL, Buffer, is_shared
-from ....ir.expr import BufferLoad, Call, Const, address_of, const
+from ....ir.buffer import LOCAL, Buffer, is_shared, row_major_offset
+from ....ir.expr import BufferLoad, Call, Const, Select, address_of, const
 from ....ir.linear import structural_key
 from ....ir.stmt import Allocate, BufferStore, Evaluate, For, flat_stmts, seq
 from ....ir.visitor import Mutator, stores_independent, substitute, walk
 from ....layout import vector_runs
-from ..intrinsics import LD_REGS, LD_SHARED, ST_REGS, ST_SHARED
+from ..intrinsics import (CP_ASYNC_CG_16, LD_GLOBAL, LD_GLOBAL_PRED, LD_REGS, LD_SHARED,
+                          ST_REGS, ST_SHARED)
+from .global_runs import guarded_global_loads, uniform_over_run
 
 
 def _chunks(count: int, nbytes: int) -> list | None:
@@ -58,10 +60,18 @@ class _Reads(Mutator):
         regs, c = hit
         return BufferLoad(regs, (self.r if c == 1 else self.r // c,), e.span)
 
+    def visit_Select(self, e: Select):   # a guarded global read (global_runs.py)
+        hit = self.staged.get(structural_key(e))
+        if hit is None:
+            return self.generic_visit(e)
+        return BufferLoad(hit[0], (self.r,), e.span)
 
-def stage_runs(loop: For, layout, ctx):
+
+def stage_runs(loop: For, layout, ctx, asynchronous: bool = False):
     """The unrolled register loop `loop` (one element per iteration l) rewritten to move runs
-    of elements with vector accesses (module docstring), or `loop` itself."""
+    of elements with vector accesses (module docstring), or `loop` itself. asynchronous: the
+    loop is a gather a software pipeline issues ahead; where every store is a global run of
+    16-byte chunks it becomes cp.async copies (zero-filled where the run's condition fails)."""
     body = flat_stmts(loop.body)
     if not body or not all(isinstance(s, BufferStore) and is_shared(s.buffer.scope) and
                            len(s.indices) == 1 for s in body):
@@ -115,6 +125,34 @@ def stage_runs(loop: For, layout, ctx):
                 loads.append(Evaluate(Call(ST_REGS.format(bits=bits),
                                            (address_of(regs, const(first)), value), dt.handle),
                                       e.span))
+    gathered = {}   # staged global runs: key -> (load, guard, chunks)
+    for s in body:
+        for value, load, guard in guarded_global_loads(s.value):
+            key = structural_key(value)
+            offset = row_major_offset(load)
+            if key in staged or value.dtype is not load.buffer.dtype or offset is None or \
+                    steps(offset) != list(range(w)):
+                continue
+            chunks = _chunks(w, load.buffer.dtype.bytes)
+            if chunks is None or divisor_of(at(offset, 0)) % w or (
+                    guard is not None and not uniform_over_run(guard, at, w, ctx.simplify)):
+                continue
+            regs = Buffer(f"{load.buffer.name}_run", (w,), load.buffer.dtype, LOCAL, load.span)
+            allocations.append(Allocate(regs, load.span))
+            staged[key] = (regs, 1)
+            gathered[key] = (load, guard, chunks)
+            for first, bits in chunks:
+                addr = address_of(load.buffer, *[at(i, first) for i in load.indices])
+                fetch = Call(LD_GLOBAL.format(bits=bits), (addr,), dt.handle) if guard is None \
+                    else Call(LD_GLOBAL_PRED.format(bits=bits), (addr, at(guard, 0)), dt.handle)
+                loads.append(Evaluate(Call(ST_REGS.format(bits=bits),
+                                           (address_of(regs, const(first)), fetch), dt.handle),
+                                      load.span))
+    if asynchronous:
+        copies = _async_copies(body, gathered, at, ctx)
+        if copies is not None:
+            return For(q, const(0), const(n // w), "unroll", seq(copies, loop.span), {},
+                       loop.span)
     reads = _Reads(staged, r)
     computes, stores = [], []
     for s in body:
@@ -132,3 +170,21 @@ def stage_runs(loop: For, layout, ctx):
     runs = For(q, const(0), const(n // w), "unroll", seq(loads + [inner] + stores, loop.span),
                {}, loop.span)
     return seq(allocations + [runs], loop.span)
+
+
+def _async_copies(body, gathered, at, ctx) -> list | None:
+    """One cp.async per 16-byte chunk of each store's run, when every store stores a staged
+    global run of its own dtype in 16-byte chunks; else None."""
+    out = []
+    for s in body:
+        hit = gathered.get(structural_key(s.value))
+        if hit is None or hit[0].buffer.dtype is not s.buffer.dtype or \
+                any(bits != 128 for _, bits in hit[2]):
+            return None
+        load, guard, chunks = hit
+        pred = at(guard, 0) if guard is not None else const(True)
+        for first, _ in chunks:
+            dst = address_of(s.buffer, ctx.simplify(at(s.indices[0], 0) + first))
+            src = address_of(load.buffer, *[at(i, first) for i in load.indices])
+            out.append(Evaluate(Call(CP_ASYNC_CG_16.name, (dst, src, pred), dt.handle), s.span))
+    return out

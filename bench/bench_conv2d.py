@@ -1,0 +1,93 @@
+"""2-D convolution (examples/conv2d.py: implicit GEMM on NHWC, the im2col tile gathered by a
+T.Parallel loop) beside cuDNN, in one process on one GPU, at the paper's eight shapes (table
+16, batch 128, float16).
+
+    python3 bench/bench_conv2d.py [--shapes 0,1,...] [--configs bmxbnxbkxsxt,...]
+                                  [--rounds 3] [--tag ...] [--out dir]
+
+Peers, timed in the same rounds: torch.nn.functional.conv2d (cuDNN, benchmark mode on) on
+channels_last views of the same NHWC memory, and on NCHW copies. ratio: median over rounds of
+cuDNN's time / ours; every timer starts from a cold L2. A config is block_M x block_N x block_K
+x num_stages x threads of `convolution`; the first is the example's default.
+
+Results: bench/conv2d.md.
+"""
+import argparse
+from statistics import median
+
+from common import OUT, add_arm_options, clean_timer, in_rounds, show_results, warm_gpu
+import conv2d
+import tilecraft
+
+# N, C, H, W, F, K, stride, padding (dilation 1)
+SHAPES = [(128, 2048, 7, 7, 512, 1, 1, 0), (128, 512, 7, 7, 2048, 1, 1, 0),
+          (128, 512, 14, 14, 512, 3, 2, 1), (128, 512, 7, 7, 512, 3, 1, 1),
+          (128, 256, 14, 14, 256, 3, 1, 1), (128, 1024, 14, 14, 256, 1, 1, 0),
+          (128, 512, 28, 28, 128, 1, 1, 0), (128, 64, 56, 56, 64, 1, 1, 0)]
+CONFIGS = "64x64x32x2x128,128x128x32x3x256,128x128x64x3x256"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=OUT)
+    parser.add_argument("--tag", default="conv2d")
+    parser.add_argument("--shapes", default=",".join(str(i) for i in range(len(SHAPES))))
+    parser.add_argument("--configs", default=CONFIGS)
+    add_arm_options(parser, rounds=3, pass_config=False)
+    args = parser.parse_args()
+    import torch
+    torch.backends.cudnn.benchmark = True
+    warm_gpu()
+    rows = []
+    for index in (int(x) for x in args.shapes.split(",")):
+        N, C, H, W, F, K, stride, pad = SHAPES[index]
+        gen = torch.Generator(device="cuda").manual_seed(index)
+        data = (torch.rand(N, H, W, C, device="cuda", generator=gen) * 2 - 1).half()
+        weight = (torch.rand(K, K, C, F, device="cuda", generator=gen) * 2 - 1).half()
+        x_cl = data.permute(0, 3, 1, 2)                  # NCHW view, channels_last memory
+        w_cl = weight.permute(3, 2, 0, 1)                # FCKK view of KKCF memory
+        w_cl = w_cl.contiguous(memory_format=torch.channels_last)
+        x_nchw, w_nchw = x_cl.contiguous(), w_cl.contiguous()
+        ref = torch.nn.functional.conv2d(x_cl.float(), w_cl.float(), stride=stride,
+                                         padding=pad).permute(0, 2, 3, 1)
+        cases = []
+        for text in args.configs.split(","):
+            bm, bn, bk, stages, threads = (int(v) for v in text.split("x"))
+            kernel = tilecraft.compile(conv2d.convolution.__wrapped__(
+                N, C, H, W, F, K, K, stride, pad, 1, block_M=bm, block_N=bn, block_K=bk,
+                num_stages=stages, threads=threads), out_idx=[-1])
+            flat_w = weight.reshape(K * K * C, F)
+            out = kernel(data, flat_w)
+            err = float((out.float().reshape(ref.shape) - ref).norm() / ref.norm())
+            cases.append((text, kernel, flat_w, err))
+        timers = [clean_timer(lambda: torch.nn.functional.conv2d(x_cl, w_cl, stride=stride,
+                                                                 padding=pad)),
+                  clean_timer(lambda: torch.nn.functional.conv2d(x_nchw, w_nchw, stride=stride,
+                                                                 padding=pad))]
+        timers += [clean_timer(lambda k=k, w=w: k(data, w)) for _, k, w, _ in cases]
+        times = in_rounds(args.rounds, timers, args.settle)
+        flop = 2 * N * ((H + 2 * pad - K) // stride + 1) ** 2 * F * C * K * K
+        for (text, kernel, _, err), t in zip(cases, times[2:]):
+            row = {"shape": index, "config": text, "us": median(t) * 1e3,
+                   "tflops": flop / median(t) / 1e9,
+                   "cudnn_cl_us": median(times[0]) * 1e3, "cudnn_nchw_us": median(times[1]) * 1e3,
+                   "vs_cl": median([p / x for p, x in zip(times[0], t)]),
+                   "vs_nchw": median([p / x for p, x in zip(times[1], t)]),
+                   "rel_error": err, "registers": kernel.n_regs}
+            print(f"conv{index} {text}: {row['us']:.1f} us, cuDNN cl {row['cudnn_cl_us']:.1f} "
+                  f"({row['vs_cl']:.2f}x), nchw {row['cudnn_nchw_us']:.1f} "
+                  f"({row['vs_nchw']:.2f}x), err {err:.1e}", flush=True)
+            rows.append(row)
+    columns = [("shape", lambda r: f"conv{r['shape']}"), ("config", lambda r: r["config"]),
+               ("us", lambda r: f"{r['us']:.1f}"), ("TFLOP/s", lambda r: f"{r['tflops']:.0f}"),
+               ("cuDNN NHWC us", lambda r: f"{r['cudnn_cl_us']:.1f}"),
+               ("vs NHWC", lambda r: f"{r['vs_cl']:.2f}"),
+               ("cuDNN NCHW us", lambda r: f"{r['cudnn_nchw_us']:.1f}"),
+               ("vs NCHW", lambda r: f"{r['vs_nchw']:.2f}"),
+               ("rel err", lambda r: f"{r['rel_error']:.1e}"),
+               ("regs", lambda r: str(r["registers"]))]
+    show_results(args.out, args.tag, rows, columns)
+
+
+if __name__ == "__main__":
+    main()
