@@ -1,6 +1,7 @@
 """Malformed uses of the tile operators and builtins (copy, gemm, reductions, cumsum, fill,
 atomics, T.Pipelined, T.use_swizzle, expression builtins): message, exact line:col, no traceback."""
 
+import tilecraft
 import tilecraft.language as T
 
 from error_expect import expect
@@ -198,6 +199,28 @@ def test_reduce_of_global_tensor():
                 m = T.alloc_fragment((16,), "float32")
                 T.reduce_max(A, m, dim=1)  # <- here
     expect(program, "T.reduce_max: the source A is in global memory", "T.reduce_max(")
+
+
+def test_reduce_into_a_fragment_laid_out_for_another_dimension():
+    """Row sums then column sums of one accumulator into the same fragment: its layout follows
+    the first reduction, which keeps the column sums in other threads (wrong results before);
+    now a clear error at the second."""
+    def program():
+        @T.prim_func
+        def main(A: T.Tensor((64, 64), "float16"), R: T.Tensor((2, 64), "float32")):
+            with T.Kernel(1, threads=128) as bx:
+                a = T.alloc_shared((64, 64), "float16")
+                c = T.alloc_fragment((64, 64), "float32")
+                r = T.alloc_fragment((64,), "float32")
+                T.copy(A, a)
+                T.gemm(a, a, c, clear_accum=True)
+                T.reduce_sum(c, r, dim=1)
+                T.copy(r, R[0, :])
+                T.reduce_sum(c, r, dim=0)  # <- here
+                T.copy(r, R[1, :])
+        tilecraft.compile(main, target="sm_80")
+    expect(program, "T.reduce_sum: fragment r keeps its elements in other threads than the "
+           "ones that reduce c along dim 0 into them", "T.reduce_sum(c, r, dim=0)")
 
 
 def test_cumsum_shape_mismatch():

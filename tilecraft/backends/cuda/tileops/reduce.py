@@ -56,9 +56,9 @@ def _compact(t, masks):
     return t
 
 
-def reduce_plan(src_layout, dst_layout, dim: int, threads: int):
-    """(folds, lane_masks, warp_masks): folds[dl] lists the source registers each thread folds
-    into output register dl; masks are the thread-index bits that share an output element."""
+def _output_coords(src_layout, dst_layout, dim: int, threads: int) -> list:
+    """For each thread and source register (arrays [threads, registers]), the coordinates
+    of the output element its value is reduced into."""
     n = src_layout.locals_per_thread
     t, l = Var("t"), Var("l")
     env = {id(t): np.arange(threads)[:, None], id(l): np.arange(n)[None, :]}
@@ -67,6 +67,14 @@ def reduce_plan(src_layout, dst_layout, dim: int, threads: int):
     kept = [x for d, x in enumerate(logical) if d != dim]
     if len(kept) < dst_layout.ndim:  # the output keeps the reduced dim (of extent 1)
         kept.insert(dim, np.zeros_like(logical[dim]))
+    return kept
+
+
+def reduce_plan(src_layout, dst_layout, dim: int, threads: int):
+    """(folds, lane_masks, warp_masks): folds[dl] lists the source registers each thread folds
+    into output register dl; masks are the thread-index bits that share an output element."""
+    n = src_layout.locals_per_thread
+    kept = _output_coords(src_layout, dst_layout, dim, threads)
     kvars = [Var(f"k{d}") for d in range(len(kept))]
     kenv = {id(v): arr for v, arr in zip(kvars, kept)}
     dst_local = np.broadcast_to(evaluate_table(dst_layout.local_of(kvars), kenv), (threads, n))
@@ -94,6 +102,22 @@ def reduce_plan(src_layout, dst_layout, dim: int, threads: int):
     return folds, [m for m in masks if m < 32], [m for m in masks if m >= 32]
 
 
+def _held_where_computed(src_layout, dst_layout, dim: int, threads: int) -> bool:
+    """Whether each thread that computes an output element of the reduction holds that element
+    in dst's layout: a dst whose layout an earlier use fixed (a reduction along another
+    dimension) may keep it in other threads."""
+    n = src_layout.locals_per_thread
+    kept = _output_coords(src_layout, dst_layout, dim, threads)
+    table = dst_layout.table()
+    owners = table[..., 0].reshape(tuple(dst_layout.shape) + (-1,))
+    inside = np.ones((threads, n), bool)
+    for k, e in zip(kept, dst_layout.shape):
+        inside &= (k >= 0) & (k < e)
+    idx = tuple(np.where(inside, k, 0) for k in kept)
+    held = (owners[idx] == np.arange(threads)[:, None, None]).any(-1)
+    return bool(np.all((held | ~inside)[:src_layout.num_threads]))
+
+
 def lower_reduce(op, ctx):
     src, dst = op.src.buffer, op.dst.buffer
     if src.scope != FRAGMENT or dst.scope != FRAGMENT:
@@ -101,6 +125,12 @@ def lower_reduce(op, ctx):
                         f"{src.name if src.scope != FRAGMENT else dst.name} into a "
                         "T.alloc_fragment tile first", op.span)
     s_layout, d_layout = ctx.layouts.buffer(src), ctx.layouts.buffer(dst)
+    if not _held_where_computed(s_layout, d_layout, op.dim, ctx.num_threads):
+        raise TileError(
+            f"T.reduce_{op.kind}: fragment {dst.name} keeps its elements in other threads than "
+            f"the ones that reduce {src.name} along dim {op.dim} into them (its layout was "
+            "fixed by another use first, such as a reduction along another dimension); reduce "
+            "into a fragment of its own", op.span)
     folds, lane_masks, warp_masks = reduce_plan(s_layout, d_layout, op.dim, ctx.num_threads)
     if lane_masks and ctx.num_threads % 32:
         # The shuffles name all 32 lanes of a warp; a warp that is only partly there leaves
