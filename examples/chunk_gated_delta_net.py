@@ -44,14 +44,53 @@ import tilecraft.language as T
 SUB = 16   # the diagonal blocks of I + L inverted by substitution
 
 
+def wy_inverse_of(BT):
+    """A macro computing X = (I + L)^-1 of a chunk (L strictly lower, float32 in shared
+    memory) into X_shared (float32) and Xh_shared (the input dtype, a GEMM operand): the
+    diagonal blocks of 16 by substitution, all at once (step s gives row s of each block,
+    X[r, :] = e_r - sum_{i < r} L[r, i] X[i, :] over the block's earlier rows), then pairs of
+    blocks merged 16 -> 32 -> ... -> BT: with X block diagonal (blocks of n), X - X R X is the
+    inverse with blocks of 2n, R the lower-left n x n block of L inside each 2n block.
+    Scratch: R_shared, Q_shared (BT x BT, the input dtype), prod (sub x BT), row (BT) and merge
+    (BT x BT) fragments."""
+    sub = min(SUB, BT)
+    assert BT % sub == 0 and (BT // sub) & (BT // sub - 1) == 0, \
+        "chunk_size: 16 times a power of two (or at most 16)"
+    merge_sizes = [sub << e for e in range((BT // sub).bit_length() - 1)]   # 16, 32, ..
+
+    @T.macro
+    def wy_inverse(L_shared, X_shared, Xh_shared, R_shared, Q_shared, prod, row, merge):
+        T.clear(X_shared)
+        for s in T.serial(sub):
+            for i, c in T.Parallel(sub, BT):
+                b0 = c // sub * sub
+                prod[i, c] = T.if_then_else(
+                    i < s, L_shared[b0 + s, b0 + i] * X_shared[b0 + i, c], 0)
+            T.reduce_sum(prod, row, dim=0)
+            for c in T.Parallel(BT):
+                X_shared[c // sub * sub + s, c] = T.if_then_else(c % sub == s, 1, 0) - row[c]
+        for n in merge_sizes:
+            for r, c in T.Parallel(BT, BT):
+                Xh_shared[r, c] = X_shared[r, c]
+                R_shared[r, c] = T.if_then_else(
+                    r // (2 * n) == c // (2 * n) and r // n % 2 == 1 and c // n % 2 == 0,
+                    L_shared[r, c], 0)
+            T.gemm(R_shared, Xh_shared, merge, clear_accum=True)
+            T.copy(merge, Q_shared)
+            T.gemm(Xh_shared, Q_shared, merge, clear_accum=True)
+            for r, c in T.Parallel(BT, BT):
+                X_shared[r, c] = X_shared[r, c] - merge[r, c]
+        T.copy(X_shared, Xh_shared)
+
+    return wy_inverse
+
+
 @tilecraft.jit(out_idx=[-3, -2, -1])
 def chunk_prepare(B, seq_len, H, DK, DV, chunk_size=64, threads=128, dtype="float16",
                   accum_dtype="float32"):
     BT = chunk_size
     sub = min(SUB, BT)
-    assert BT % sub == 0 and (BT // sub) & (BT // sub - 1) == 0, \
-        "chunk_size: 16 times a power of two (or at most 16)"
-    merge_sizes = [sub << e for e in range((BT // sub).bit_length() - 1)]   # 16, 32, ..
+    wy_inverse = wy_inverse_of(BT)
 
     @T.prim_func
     def main(
@@ -93,33 +132,7 @@ def chunk_prepare(B, seq_len, H, DK, DV, chunk_size=64, threads=128, dtype="floa
                 L_shared[r, i] = T.if_then_else(
                     r > i, beta_local[r] * kkt[r, i] * T.exp(G[r] - G[i]), 0)
 
-            # The diagonal blocks' inverses, all blocks at once: step s gives row s of each
-            # block, X[r, :] = e_r - sum_{i < r} L[r, i] X[i, :] over the block's earlier rows.
-            T.clear(X_shared)
-            for s in T.serial(sub):
-                for i, c in T.Parallel(sub, BT):
-                    b0 = c // sub * sub
-                    prod[i, c] = T.if_then_else(
-                        i < s, L_shared[b0 + s, b0 + i] * X_shared[b0 + i, c], 0)
-                T.reduce_sum(prod, row, dim=0)
-                for c in T.Parallel(BT):
-                    X_shared[c // sub * sub + s, c] = T.if_then_else(c % sub == s, 1, 0) - row[c]
-
-            # Merge pairs of blocks, 16 -> 32 -> ... -> BT: with X block diagonal (blocks of
-            # n), X - X R X is the inverse with blocks of 2n, R the lower-left n x n block of
-            # L inside each 2n block.
-            for n in merge_sizes:
-                for r, c in T.Parallel(BT, BT):
-                    Xh_shared[r, c] = X_shared[r, c]
-                    R_shared[r, c] = T.if_then_else(
-                        r // (2 * n) == c // (2 * n) and r // n % 2 == 1 and c // n % 2 == 0,
-                        L_shared[r, c], 0)
-                T.gemm(R_shared, Xh_shared, merge, clear_accum=True)
-                T.copy(merge, Q_shared)
-                T.gemm(Xh_shared, Q_shared, merge, clear_accum=True)
-                for r, c in T.Parallel(BT, BT):
-                    X_shared[r, c] = X_shared[r, c] - merge[r, c]
-            T.copy(X_shared, Xh_shared)
+            wy_inverse(L_shared, X_shared, Xh_shared, R_shared, Q_shared, prod, row, merge)
 
             # w = X diag(beta * exp(G)) K,  u = X diag(beta) V (V read only now: its tile
             # takes the place of L's, which is no longer needed)

@@ -55,6 +55,8 @@ EXAMPLES = [
     ("chunk_gated_delta_net", "chunk_prepare", (2, 512, 4, 64, 64), {}),
     ("chunk_gated_delta_net", "chunk_state", (2, 512, 4, 64, 64), {}),
     ("chunk_gated_delta_net", "chunk_output", (2, 512, 4, 64, 64), {}),
+    ("chunk_gated_delta_net_bwd", "chunk_bwd_dv_local", (2, 512, 4, 64, 64), {}),
+    ("chunk_gated_delta_net_bwd", "chunk_bwd_state", (2, 500, 4, 64, 64), {}),
     ("flash_attention", "flash_attention", (2, 8, 1024, 128, True), {}),
     ("flash_attention", "flash_attention", (2, 8, 1000, 64, False), {}),
     ("flash_attention", "flash_attention_lse", (2, 8, 1000, 64, True), {}),
@@ -82,7 +84,7 @@ def _example_funcs(arch):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_examples_compile(arch):
     named = _example_funcs(arch)
-    assert len({n.split(".")[0] for n, _ in named}) == 10
+    assert len({n.split(".")[0] for n, _ in named}) == 11
     failures = []
     for name, func in named:
         try:
