@@ -114,7 +114,9 @@ def _held_where_computed(src_layout, dst_layout, dim: int, threads: int) -> bool
     for k, e in zip(kept, dst_layout.shape):
         inside &= (k >= 0) & (k < e)
     idx = tuple(np.where(inside, k, 0) for k in kept)
-    held = (owners[idx] == np.arange(threads)[:, None, None]).any(-1)
+    # a layout over fewer threads than the block's repeats over the others
+    mine = np.arange(threads) % dst_layout.num_threads
+    held = (owners[idx] == mine[:, None, None]).any(-1)
     return bool(np.all((held | ~inside)[:src_layout.num_threads]))
 
 
