@@ -198,8 +198,8 @@ def chunk_bwd_grads(B, seq_len, H, DK, DV, chunk_size=64, threads=128, scale=Non
             prod = T.alloc_fragment((sub, BT), accum_dtype)
             row = T.alloc_fragment((BT,), accum_dtype)
             sq = T.alloc_fragment((BT, BT), accum_dtype)      # a BT x BT product
-            KK_s = T.alloc_shared((BT, BT), accum_dtype)
-            dE_s = T.alloc_shared((BT, BT), accum_dtype)      # dE * E, summed into dG
+            KK_s = T.alloc_shared((BT, BT), dtype)            # K K^T
+            dE = T.alloc_fragment((BT, BT), accum_dtype)      # dE * E, summed into dG
             M_s = T.alloc_shared((BT, BT), dtype)             # a BT x BT GEMM operand
             dW_s = T.alloc_shared((BT, DK), dtype)
             kb_s = T.alloc_shared((BT, DK), dtype)
@@ -246,7 +246,7 @@ def chunk_bwd_grads(B, seq_len, H, DK, DV, chunk_size=64, threads=128, scale=Non
                 M_s[r, i] = T.if_then_else(r >= i, sq[r, i] * scale * T.exp(G[r] - G[i]), 0)
             T.gemm(q_s, k_s, sq, transpose_B=True, clear_accum=True)
             for r, i in T.Parallel(BT, BT):
-                dE_s[r, i] = M_s[r, i] * sq[r, i]          # dP * E * (Q K^T)
+                dE[r, i] = M_s[r, i] * sq[r, i]          # dP * E * (Q K^T)
             # dQ = scale diag(gamma) dO S^T + (dP * E) K
             T.gemm(do_s, S_s, acc_k, transpose_B=True, clear_accum=True)
             for r, d in T.Parallel(BT, DK):
@@ -300,7 +300,7 @@ def chunk_bwd_grads(B, seq_len, H, DK, DV, chunk_size=64, threads=128, scale=Non
             for r, i in T.Parallel(BT, BT):
                 M_s[r, i] = T.if_then_else(
                     r > i, -sq[r, i] * T.exp(G[r] - G[i]) * beta_s[r], 0)     # B
-                dE_s[r, i] = dE_s[r, i] + T.if_then_else(
+                dE[r, i] = dE[r, i] + T.if_then_else(
                     r > i, -sq[r, i] * beta_s[r] * KK_s[r, i] * T.exp(G[r] - G[i]), 0)
             for r, i in T.Parallel(BT, BT):
                 sq[r, i] = T.if_then_else(r > i, -sq[r, i] * KK_s[r, i] * T.exp(G[r] - G[i]), 0)
@@ -312,10 +312,8 @@ def chunk_bwd_grads(B, seq_len, H, DK, DV, chunk_size=64, threads=128, scale=Non
             T.gemm(M_s, k_s, dk_acc, transpose_A=True)
             T.copy(dk_acc, dk[bb, t0:t0 + BT, bh, :])
             # dG = rowsum(dE E) - colsum(dE E) + dgamma gamma - df f, dG_last += ...
-            for r, i in T.Parallel(BT, BT):
-                sq[r, i] = dE_s[r, i]
-            T.reduce_sum(sq, r1, dim=1)
-            T.reduce_sum(sq, r3, dim=0)
+            T.reduce_sum(dE, r1, dim=1)
+            T.reduce_sum(dE, r3, dim=0)
             for r in T.Parallel(BT):
                 dG[r] = dG[r] + r1[r] - r3[r]
             # df_r f_r = f_r sum_j (K dS')[r, j] U[r, j];  dlambda lambda = lambda sum dS' S
