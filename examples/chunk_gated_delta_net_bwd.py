@@ -149,7 +149,7 @@ def chunk_bwd_state(B, seq_len, H, DK, DV, chunk_size=64, block_DV=64, num_stage
 
 
 @tilecraft.jit(out_idx=[-5, -4, -3, -2, -1])
-def chunk_bwd_grads(B, seq_len, H, DK, DV, chunk_size=64, threads=128, scale=None,
+def chunk_bwd_grads(B, seq_len, H, DK, DV, chunk_size=64, threads=256, scale=None,
                     dtype="float16", accum_dtype="float32"):
     """dq, dk, dv, dg, dbeta of every chunk, all chunks in parallel, from the chunk's state h
     (before it), dh (the gradient of the state after it), dU (the scan's) and dO: the terms of
@@ -198,12 +198,11 @@ def chunk_bwd_grads(B, seq_len, H, DK, DV, chunk_size=64, threads=128, scale=Non
             prod = T.alloc_fragment((sub, BT), accum_dtype)
             row = T.alloc_fragment((BT,), accum_dtype)
             sq = T.alloc_fragment((BT, BT), accum_dtype)      # a BT x BT product
+            sq2 = T.alloc_fragment((BT, BT), accum_dtype)
             KK_s = T.alloc_shared((BT, BT), dtype)            # K K^T
             dE = T.alloc_fragment((BT, BT), accum_dtype)      # dE * E, summed into dG
             M_s = T.alloc_shared((BT, BT), dtype)             # a BT x BT GEMM operand
             dW_s = T.alloc_shared((BT, DK), dtype)
-            kb_s = T.alloc_shared((BT, DK), dtype)
-            vb_s = T.alloc_shared((BT, DV), dtype)
             acc_k = T.alloc_fragment((BT, DK), accum_dtype)
             dk_acc = T.alloc_fragment((BT, DK), accum_dtype)
             acc_v = T.alloc_fragment((BT, DV), accum_dtype)
@@ -222,12 +221,6 @@ def chunk_bwd_grads(B, seq_len, H, DK, DV, chunk_size=64, threads=128, scale=Non
             t0 = bt * BT
             T.copy(q[bb, t0:t0 + BT, bh, :], q_s)
             T.copy(k[bb, t0:t0 + BT, bh, :], k_s)
-            T.copy(v[bb, t0:t0 + BT, bh, :], v_s)
-            T.copy(v_new[bb, t0:t0 + BT, bh, :], U_s)
-            T.copy(do[bb, t0:t0 + BT, bh, :], do_s)
-            T.copy(du[bb, t0:t0 + BT, bh, :], du_s)
-            T.copy(h[bb, bt, bh, :, :], S_s)
-            T.copy(dh[bb, bt, bh, :, :], dS_s)
             T.copy(g_cum[bb, bh, t0:t0 + BT], G)
             T.copy(beta[bb, t0:t0 + BT, bh], beta_s)
             last = T.min(BT, seq_len - t0) - 1
@@ -238,6 +231,13 @@ def chunk_bwd_grads(B, seq_len, H, DK, DV, chunk_size=64, threads=128, scale=Non
                 KK_s[r, i] = sq[r, i]
                 L_s[r, i] = T.if_then_else(r > i, beta_s[r] * sq[r, i] * T.exp(G[r] - G[i]), 0)
             wy_inverse(L_s, X_s, Xh, R_s, Q_s, prod, row, sq)
+            # the rest is read now, into the bytes the inverse's scratch used
+            T.copy(v[bb, t0:t0 + BT, bh, :], v_s)
+            T.copy(v_new[bb, t0:t0 + BT, bh, :], U_s)
+            T.copy(do[bb, t0:t0 + BT, bh, :], do_s)
+            T.copy(du[bb, t0:t0 + BT, bh, :], du_s)
+            T.copy(h[bb, bt, bh, :, :], S_s)
+            T.copy(dh[bb, bt, bh, :, :], dS_s)
             T.copy(X_s, Xh)
 
             # dP = scale dO U^T (r >= i): dQ and dK through P, and P's part of dE
@@ -285,14 +285,12 @@ def chunk_bwd_grads(B, seq_len, H, DK, DV, chunk_size=64, threads=128, scale=Non
             T.reduce_sum(wv, r2, dim=1)
             for r in T.Parallel(BT):
                 dG[r] = dG[r] + scale * r2[r] * T.exp(G[r])
-            # dX = dW (beta gamma K)^T + dU (beta V)^T;  dA = -(X^T dX X^T) below the diagonal
-            for r, d in T.Parallel(BT, DK):
-                kb_s[r, d] = k_s[r, d] * beta_s[r] * T.exp(G[r])
-            for r, j in T.Parallel(BT, DV):
-                vb_s[r, j] = v_s[r, j] * beta_s[r]
-            T.gemm(dW_s, kb_s, sq, transpose_B=True, clear_accum=True)
-            T.gemm(du_s, vb_s, sq, transpose_B=True)
-            T.copy(sq, M_s)
+            # dX = dW (beta gamma K)^T + dU (beta V)^T, column i scaled by beta_i (gamma_i);
+            # dA = -(X^T dX X^T) below the diagonal
+            T.gemm(dW_s, k_s, sq, transpose_B=True, clear_accum=True)
+            T.gemm(du_s, v_s, sq2, transpose_B=True, clear_accum=True)
+            for r, i in T.Parallel(BT, BT):
+                M_s[r, i] = beta_s[i] * (T.exp(G[i]) * sq[r, i] + sq2[r, i])
             T.gemm(Xh, M_s, sq, transpose_A=True, clear_accum=True)       # X^T dX
             T.copy(sq, M_s)
             T.gemm(M_s, Xh, sq, transpose_B=True, clear_accum=True)       # (X^T dX) X^T
@@ -358,7 +356,11 @@ def chunk_gated_delta_rule_bwd(q, k, v, g, beta, do, scale=None, initial_state=N
     dh, du, dh0 = chunk_bwd_state(*sizes, block_DV=block_DV, scale=scale,
                                   use_final_state_grad=dht is not None, **common)(
         q, k, w, g_cum, do, du_local, ds_final)
-    dq, dk, dv, dg, dbeta = chunk_bwd_grads(*sizes, scale=scale, **common)(
+    # eight warps where the tiles split over them: its many BT x D accumulators would spill
+    # from 128 threads' registers at D = 128
+    grads_threads = 256 if chunk_size >= 64 and min(DK, DV) >= 64 else threads
+    dq, dk, dv, dg, dbeta = chunk_bwd_grads(*sizes, scale=scale, chunk_size=chunk_size,
+                                            threads=grads_threads, dtype=dtype)(
         q, k, v, g_cum, beta, v_new, h, dh, do, du)
     return dq, dk, dv, dg, dbeta, (dh0 if initial_state is not None else None)
 

@@ -57,6 +57,7 @@ EXAMPLES = [
     ("chunk_gated_delta_net", "chunk_output", (2, 512, 4, 64, 64), {}),
     ("chunk_gated_delta_net_bwd", "chunk_bwd_dv_local", (2, 512, 4, 64, 64), {}),
     ("chunk_gated_delta_net_bwd", "chunk_bwd_state", (2, 500, 4, 64, 64), {}),
+    ("chunk_gated_delta_net_bwd", "chunk_bwd_grads", (2, 500, 4, 64, 64), {}),
     ("flash_attention", "flash_attention", (2, 8, 1024, 128, True), {}),
     ("flash_attention", "flash_attention", (2, 8, 1000, 64, False), {}),
     ("flash_attention", "flash_attention_lse", (2, 8, 1000, 64, True), {}),

@@ -98,7 +98,8 @@ def test_chunk_gradients_kernel(problem, target):
     dh, du, _ = tilecraft.compile(bwd.chunk_bwd_state.__wrapped__(
         *sizes, chunk_size=BT, block_DV=32, use_final_state_grad=True), out_idx=[-3, -2, -1],
         **interp)(q, k, w, g_cum, do, du_local, ds_final)
-    kernel = tilecraft.compile(bwd.chunk_bwd_grads.__wrapped__(*sizes, chunk_size=BT),
+    kernel = tilecraft.compile(bwd.chunk_bwd_grads.__wrapped__(*sizes, chunk_size=BT,
+                                                               threads=128),
                                out_idx=[-5, -4, -3, -2, -1], target=target)
     got = kernel(q, k, v, g_cum, beta, v_new, h, dh, do, du)
     if target.startswith("emulator"):
