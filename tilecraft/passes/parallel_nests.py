@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..arith.bounds import simplify
 from ..ir import dtypes as dt
 from ..ir.buffer import FRAGMENT, GLOBAL, is_shared, row_major_offset
-from ..ir.expr import Binary, BufferLoad, Const, Select, Var
+from ..ir.expr import Binary, BufferLoad, Const, Select, Var, logical
 from ..ir.ftg import element_accesses
 from ..ir.linear import linear_form
 from ..ir.stmt import Allocate, BufferStore, For, Stmt, flat_stmts
@@ -72,6 +72,13 @@ def nest_vars(loop: For) -> list:
     return out
 
 
+def nest_body(loop: For):
+    """The body inside a nest of directly nested T.Parallel loops."""
+    while isinstance(loop, For) and loop.kind == "parallel":
+        loop = loop.body
+    return loop
+
+
 def fragment_accesses(loop: For) -> list:
     out = []
     for n in walk(loop):
@@ -125,22 +132,25 @@ def access_map(indices, loop_vars):
 def store_run(loop: For) -> int:
     """How many consecutive innermost elements each thread takes at a time in an element-wise
     nest that touches no fragment: for a body of stores into shared memory at the innermost
-    variable's own position (x[..., j + c]) that reads global memory at no position that
-    varies with it, runs of up to 16 bytes of the widest stored type, which the lowering
-    writes with one vector store each and computes from registers (tileops/vector_runs.py);
-    1 (one element per thread in turn) otherwise."""
+    variable's own position (x[..., j + c]) whose global reads either do not vary with it or
+    read consecutive elements along it (_contiguous_runs), runs of up to 16 bytes of the widest
+    stored type, which the lowering moves with one vector access each and computes from
+    registers (tileops/vector_runs.py); 1 (one element per thread in turn) otherwise."""
     loop_vars, extents = nest_vars(loop), nest_extents(loop)
-    inner = loop
-    while isinstance(inner, For) and inner.kind == "parallel":
-        inner = inner.body
+    inner = nest_body(loop)
     stores = flat_stmts(inner)
     if not stores or not all(isinstance(s, BufferStore) and is_shared(s.buffer.scope)
                              for s in stores):
         return 1
     j, nest = loop_vars[-1], {id(v) for v in loop_vars}
-    v = 16
     for s in stores:
-        v = min(v, 16 // s.buffer.dtype.bytes)
+        terms, _ = linear_form(s.indices[-1])
+        if not any(atom is j and c == 1 for atom, c in terms.values()):
+            return 1
+        if any(atom is not j and any(id(x) in nest for x in walk(atom))
+               for atom, _ in terms.values()):
+            return 1
+    v = min(16 // s.buffer.dtype.bytes for s in stores)
     while v > 1 and extents[-1] % v:
         v //= 2
     for n in walk(inner):
@@ -150,17 +160,6 @@ def store_run(loop: For) -> int:
             # Read from global memory element by element, a run per thread would make each
             # warp-wide load touch w times the lines (the rows of an im2col, a gather).
             return 1
-    v = 16
-    for s in stores:
-        terms, _ = linear_form(s.indices[-1])
-        if not any(atom is j and c == 1 for atom, c in terms.values()):
-            return 1
-        if any(atom is not j and any(id(x) in nest for x in walk(atom))
-               for atom, _ in terms.values()):
-            return 1
-        v = min(v, 16 // s.buffer.dtype.bytes)
-    while v > 1 and extents[-1] % v:
-        v //= 2
     return v
 
 
@@ -174,41 +173,42 @@ def _contiguous_runs(load: BufferLoad, j, v: int, loop_vars, extents) -> bool:
         return False
     q = Var("run", dt.int32)
     bounds = {id(x): (0, 1 << 30) for x in walk(offset) if isinstance(x, Var)}
-    bounds.update({id(x): (0, int(e.value) - 1) for x, e in zip(loop_vars, extents)
-                   if isinstance(e, Const)})
-    bounds[id(q)] = (0, max(0, int(extents[-1].value) // v - 1)) \
-        if isinstance(extents[-1], Const) else (0, 1 << 30)
+    bounds.update({id(x): (0, e - 1) for x, e in zip(loop_vars, extents)})
+    bounds[id(q)] = (0, max(0, extents[-1] // v - 1))
     at = [simplify(substitute(offset, {id(j): q * v + k}), bounds) for k in range(v)]
     return all(isinstance(d, Const) and d.value == k
                for k, d in enumerate(simplify(x - at[0], bounds) for x in at))
 
 
+def guarded_global_read(e):
+    """(load, guard or None) when e is a global load, or a select of one (or of such a select)
+    with a zero else-branch: T.if_then_else(valid, data[...], 0), the bounds check the lowering
+    puts on a read that may leave its tensor, or both; None otherwise."""
+    if isinstance(e, BufferLoad) and e.buffer.scope == GLOBAL:
+        return e, None
+    if isinstance(e, Select) and isinstance(e.b, Const) and e.b.value == 0:
+        inner = guarded_global_read(e.a)
+        if inner is not None:
+            load, guard = inner
+            return load, e.cond if guard is None else logical("and", e.cond, guard)
+    return None
+
+
 def gather_target(s):
     """The shared tile a T.Parallel nest fills when the nest is a gather: every statement of
-    its body stores into that tile a value that is a global read, or a select (T.if_then_else)
-    of one with zero otherwise, reading nothing else from memory; None for anything else."""
+    its body stores into that tile a guarded_global_read whose indices and guard read nothing
+    else from memory; None for anything else."""
     if not (isinstance(s, For) and s.kind == "parallel"):
         return None
-    inner = s
-    while isinstance(inner, For) and inner.kind == "parallel":
-        inner = inner.body
-    stores = flat_stmts(inner)
+    stores = flat_stmts(nest_body(s))
     if not stores or not all(isinstance(x, BufferStore) for x in stores):
         return None
-    targets = {id(x.buffer): x.buffer for x in stores}
-    if len(targets) != 1 or not is_shared(stores[0].buffer.scope):
+    if len({id(x.buffer) for x in stores}) != 1 or not is_shared(stores[0].buffer.scope):
         return None
     for x in stores:
-        if not _zero_or_global_read(x.value):
+        read = guarded_global_read(x.value)
+        if read is None or any(isinstance(n, BufferLoad) for part in
+                               (*read[0].indices, read[1]) if part is not None
+                               for n in walk(part)):
             return None
     return stores[0].buffer
-
-
-def _zero_or_global_read(e) -> bool:
-    if isinstance(e, BufferLoad):
-        return e.buffer.scope == GLOBAL and not any(
-            isinstance(n, BufferLoad) for i in e.indices for n in walk(i))
-    if isinstance(e, Select):
-        return isinstance(e.b, Const) and e.b.value == 0 and _zero_or_global_read(e.a) and \
-            not any(isinstance(n, BufferLoad) for n in walk(e.cond))
-    return False

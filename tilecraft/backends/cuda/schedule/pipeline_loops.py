@@ -129,15 +129,18 @@ class _Pipeliner:
         if not ahead:
             return dataclasses.replace(loop, kind="serial")
         depth = max(num, last + 1)
-        for i in sorted(ahead):
-            if isinstance(body[i], Copy) or gather_target(body[i]) is not None:
-                if not is_async_copy(body[i]):
-                    raise TileError("T.Pipelined: only copies from global into shared memory "
-                                    "can run in an earlier stage on this target", body[i].span)
-                b = body[i].dst.buffer if isinstance(body[i], Copy) else gather_target(body[i])
-                if id(b) not in self.versions:
-                    self.versions[id(b)] = Buffer(b.name, (depth,) + tuple(b.shape), b.dtype,
-                                                  b.scope, b.span)
+        # the shared tile each copy or gather run ahead fills
+        fills = {i: body[i].dst.buffer if isinstance(body[i], Copy) else gather_target(body[i])
+                 for i in ahead}
+        fills = {i: b for i, b in fills.items() if b is not None}
+        for i in sorted(fills):
+            if isinstance(body[i], Copy) and not is_async_copy(body[i]):
+                raise TileError("T.Pipelined: only copies from global into shared memory "
+                                "can run in an earlier stage on this target", body[i].span)
+            b = fills[i]
+            if id(b) not in self.versions:
+                self.versions[id(b)] = Buffer(b.name, (depth,) + tuple(b.shape), b.dtype,
+                                              b.scope, b.span)
         issue = sorted(range(len(body)), key=lambda i: order[i])
         k, n, span = loop.var, loop.extent, loop.span
         start = loop.start
@@ -148,7 +151,7 @@ class _Pipeliner:
             for i in indices:
                 moved = substitute(body[i], {id(k): iteration})
                 moved = Versioned(self.versions, version).visit(moved)
-                if isinstance(moved, Copy) or gather_target(body[i]) is not None:
+                if i in fills:
                     # In the loop the schedule itself orders these copies (see the module
                     # docstring), so insert_barriers leaves them out of its hazard analysis.
                     # A gather (a T.Parallel nest filling the tile) is lowered to asynchronous

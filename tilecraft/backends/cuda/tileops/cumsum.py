@@ -13,14 +13,13 @@ group with log2(P) shuffles, and each lane adds the total of the segments before
 from __future__ import annotations
 
 from ....errors import TileError
-from ....ir.buffer import FRAGMENT, SHARED, Buffer, BufferRegion, is_shared
-from ....ir.buffer import LOCAL
+from ....ir.buffer import FRAGMENT, LOCAL, SHARED, Buffer, BufferRegion, is_shared
 from ....ir.expr import BufferLoad, Call, const, logical, select
 from ....ir.stmt import Allocate, BufferStore, For, IfThenElse, seq
-from ..intrinsics import SHFL_XOR
 from ....ir.tileop import Copy
 from ....ir.annotations import sync_stmt
 from .... import layout as lay
+from ..intrinsics import SHFL_XOR
 
 
 def lower_cumsum(op, ctx):
@@ -80,11 +79,7 @@ def _scan(region: BufferRegion, dim: int, reverse: bool, ctx, span):
     rounds = -(-lines // T)
     r = ctx.fresh("r", rounds)
     line = r * T + ctx.tx
-    coords = [None] * len(shape)
-    rest = line
-    for d in reversed(others):
-        coords[d] = rest % shape[d]
-        rest = rest // shape[d]
+    coords = _line_coords(line, shape, others)
     k = ctx.fresh("k", n)
     pos = (n - 1 - k) if reverse else k
     prev = (n - k) if reverse else (k - 1)
@@ -94,8 +89,7 @@ def _scan(region: BufferRegion, dim: int, reverse: bool, ctx, span):
     before[dim] = prev
 
     def element(idx):
-        full = [s + i for s, i in zip(region.starts, idx)]
-        return ctx.shared_offset(region.buffer, [ctx.simplify(x) for x in full])
+        return _offset(region, idx, ctx)
 
     flat = ctx.flat(region.buffer)
     load_here = BufferLoad(flat, (element(here),))
@@ -107,14 +101,21 @@ def _scan(region: BufferRegion, dim: int, reverse: bool, ctx, span):
     return For(r, const(0), const(rounds), "serial", body, {}, span)
 
 
-
-def _line_coords(line, shape, others, dim):
+def _line_coords(line, shape, others):
+    """The coordinates of line number `line` in the dimensions other than the scanned one
+    (None in the scanned one)."""
     coords = [None] * len(shape)
     rest = line
     for d in reversed(others):
         coords[d] = rest % shape[d]
         rest = rest // shape[d]
     return coords
+
+
+def _offset(region, idx, ctx):
+    """The shared-memory offset of element idx of the region."""
+    full = [s + i for s, i in zip(region.starts, idx)]
+    return ctx.shared_offset(region.buffer, [ctx.simplify(x) for x in full])
 
 
 def _scan_in_groups(region, dim, reverse, ctx, span, shape, others, lines, P):
@@ -128,15 +129,14 @@ def _scan_in_groups(region, dim, reverse, ctx, span, shape, others, lines, P):
     r = ctx.fresh("r", -(-lines // groups))
     lane = ctx.tx % P
     line = ctx.simplify(r * groups + ctx.tx // P)
-    coords = _line_coords(line, shape, others, dim)
+    coords = _line_coords(line, shape, others)
     flat = ctx.flat(region.buffer)
 
     def element(e):
         idx = lane * seg + e
         here = list(coords)
         here[dim] = (n - 1 - idx) if reverse else idx
-        full = [s + i for s, i in zip(region.starts, here)]
-        offset = ctx.shared_offset(region.buffer, [ctx.simplify(x) for x in full])
+        offset = _offset(region, here, ctx)
         inside = ctx.simplify(idx) < n
         if lines % groups:
             inside = logical("and", ctx.simplify(line) < lines, inside)

@@ -14,36 +14,22 @@ run, or compares x + d (d in [0, w), x a multiple of w) with a bound that is a m
 from __future__ import annotations
 
 from ....arith.bounds import divisor_of
-from ....ir.buffer import GLOBAL
-from ....ir.expr import Binary, BufferLoad, Const, Expr, Select, Unary, logical
+from ....ir.expr import Binary, Const, Expr, Select, Unary
 from ....ir.linear import structural_key
 from ....ir.visitor import children
+from ....passes.parallel_nests import guarded_global_read
 
 _ORDER = ("<", "<=", ">", ">=")
 
 
-def _guarded(e):
-    """(load, guard or None) when e is a global load, or a select of one (or of such a select)
-    with a zero else-branch: T.if_then_else(valid, data[...], 0), the bounds check the lowering
-    puts on a read that may leave its tensor, or both."""
-    if isinstance(e, BufferLoad) and e.buffer.scope == GLOBAL:
-        return e, None
-    if isinstance(e, Select) and isinstance(e.b, Const) and e.b.value == 0:
-        inner = _guarded(e.a)
-        if inner is not None:
-            load, guard = inner
-            return load, e.cond if guard is None else logical("and", e.cond, guard)
-    return None
-
-
 def guarded_global_loads(value):
     """(expression to stage, the load, its guard or None) for each outermost expression of
-    value that _guarded recognises, outside the branches of any other select (a load read
+    value that parallel_nests.guarded_global_read recognises, outside the branches of any other select (a load read
     only on some path cannot be read ahead unconditionally)."""
     out = []
 
     def visit(e, conditional):
-        found = None if conditional else _guarded(e)
+        found = None if conditional else guarded_global_read(e)
         if found is not None:
             out.append((e, *found))
             return

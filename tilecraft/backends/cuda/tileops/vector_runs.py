@@ -130,29 +130,30 @@ def stage_runs(loop: For, layout, ctx, asynchronous: bool = False):
         for value, load, guard in guarded_global_loads(s.value):
             key = structural_key(value)
             offset = row_major_offset(load)
-            if key in staged or value.dtype is not load.buffer.dtype or offset is None or \
-                    steps(offset) != list(range(w)):
+            if key in staged or key in gathered or value.dtype is not load.buffer.dtype or \
+                    offset is None or steps(offset) != list(range(w)):
                 continue
             chunks = _chunks(w, load.buffer.dtype.bytes)
             if chunks is None or divisor_of(at(offset, 0)) % w or (
                     guard is not None and not uniform_over_run(guard, at, w, ctx.simplify)):
                 continue
-            regs = Buffer(f"{load.buffer.name}_run", (w,), load.buffer.dtype, LOCAL, load.span)
-            allocations.append(Allocate(regs, load.span))
-            staged[key] = (regs, 1)
             gathered[key] = (load, guard, chunks)
-            for first, bits in chunks:
-                addr = address_of(load.buffer, *[at(i, first) for i in load.indices])
-                fetch = Call(LD_GLOBAL.format(bits=bits), (addr,), dt.handle) if guard is None \
-                    else Call(LD_GLOBAL_PRED.format(bits=bits), (addr, at(guard, 0)), dt.handle)
-                loads.append(Evaluate(Call(ST_REGS.format(bits=bits),
-                                           (address_of(regs, const(first)), fetch), dt.handle),
-                                      load.span))
     if asynchronous:
         copies = _async_copies(body, gathered, at, ctx)
         if copies is not None:
             return For(q, const(0), const(n // w), "unroll", seq(copies, loop.span), {},
                        loop.span)
+    for key, (load, guard, chunks) in gathered.items():
+        regs = Buffer(f"{load.buffer.name}_run", (w,), load.buffer.dtype, LOCAL, load.span)
+        allocations.append(Allocate(regs, load.span))
+        staged[key] = (regs, 1)
+        for first, bits in chunks:
+            addr = address_of(load.buffer, *[at(i, first) for i in load.indices])
+            fetch = Call(LD_GLOBAL.format(bits=bits), (addr,), dt.handle) if guard is None \
+                else Call(LD_GLOBAL_PRED.format(bits=bits), (addr, at(guard, 0)), dt.handle)
+            loads.append(Evaluate(Call(ST_REGS.format(bits=bits),
+                                       (address_of(regs, const(first)), fetch), dt.handle),
+                                  load.span))
     reads = _Reads(staged, r)
     computes, stores = [], []
     for s in body:
