@@ -21,7 +21,6 @@ from statistics import median
 
 from common import OUT, add_arm_options, in_rounds, show_results, warm_gpu
 import chunk_gated_delta_net as gdn
-import tilecraft
 from tilecraft.profiler import cuda_median_ms
 
 SHAPES = "1x16384,1x32768,1x65536,64x1024,64x2048,64x4096"
@@ -53,7 +52,7 @@ def state_block_dv(B, requested):
     if requested is not None:
         return requested
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    return 32 if B * H * -(-D // 64) < sms else 64
+    return gdn.scan_block_DV(B, H, D, 64, sms)
 
 
 def compile_all(B, T, dtype, state_dv=64):

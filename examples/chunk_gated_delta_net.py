@@ -265,16 +265,13 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
     three launches; returns (o, final_state), final_state None unless output_final_state.
     Tensors may be torch tensors on the GPU or numpy arrays (run on the interpreter).
     state_block_DV: the value columns of the state one block of the scan carries; by default
-    block_DV, or half of it where the scan's B * H * DV / block_DV blocks would leave some of
-    the GPU's multiprocessors idle (its chunks run one after another in a block)."""
+    scan_block_DV's choice for the GPU the tensors are on."""
     B, seq_len, H, DK = q.shape
     DV = v.shape[-1]
     sizes = (B, seq_len, H, DK, DV)
     dtype = str(q.dtype).replace("torch.", "")
     if state_block_DV is None:
-        state_block_DV = block_DV
-        if B * H * -(-DV // block_DV) < _multiprocessors(q) and block_DV >= 32:
-            state_block_DV = block_DV // 2
+        state_block_DV = scan_block_DV(B, H, DV, block_DV, _multiprocessors(q))
     g_cum, w, u = chunk_prepare(*sizes, chunk_size=chunk_size, threads=threads,
                                 dtype=dtype)(k, v, g, beta)
     state = chunk_state(*sizes, chunk_size=chunk_size, block_DV=state_block_DV,
@@ -286,6 +283,15 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
     o = chunk_output(*sizes, chunk_size=chunk_size, block_DV=block_DV, threads=threads,
                      scale=scale, dtype=dtype)(q, k, v_new, h, g_cum)
     return o, (final_state if output_final_state else None)
+
+
+def scan_block_DV(B, H, DV, block_DV, multiprocessors) -> int:
+    """The value columns one block of chunk_state carries: block_DV, or half of it where the
+    scan's B * H * DV / block_DV blocks would leave some of the multiprocessors idle (its
+    chunks run one after another in a block)."""
+    if B * H * -(-DV // block_DV) < multiprocessors and block_DV >= 32:
+        return block_DV // 2
+    return block_DV
 
 
 def _multiprocessors(like) -> int:
