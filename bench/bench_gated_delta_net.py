@@ -4,7 +4,8 @@
 B 1 with T 16k / 32k / 64k and B 64 with T 1k / 2k / 4k; H 32, DK = DV = 128).
 
     python3 bench/bench_gated_delta_net.py [--shapes 1x16384,...] [--dtype bfloat16]
-                                           [--rounds 3] [--compile-only] [--tag ...] [--out dir]
+                                           [--backward] [--rounds 3] [--compile-only]
+                                           [--tag ...] [--out dir]
 
 Both sides get the same inputs (unit-norm keys, log decays in (-0.1, -0.01), beta in
 (0.1, 0.9), a random initial state, the final state returned), each timer starts from a cold L2
@@ -12,6 +13,12 @@ and the two alternate in rounds; ratio = median over rounds of fla's time / ours
 kernels are also timed one by one in the last round. fla is imported from where pip put it
 (`fla` of the flash-linear-attention / fla-core wheels); without it only ours is timed.
 --compile-only builds the kernels (nvcc included) and times nothing.
+
+--backward times the backward instead: ours (examples/chunk_gated_delta_net_bwd.py's
+`chunk_gated_delta_rule_bwd`, five launches that recompute the forward's intermediates) beside
+fla's autograd backward of the same forward (`torch.autograd.grad` of o and the final state,
+the graph kept: fla's backward kernels only, with the inverse its forward saved), the gradients
+of o and of the final state random; each gradient compared with fla's.
 
 Results: bench/gated_delta_net.md.
 """
@@ -21,6 +28,7 @@ from statistics import median
 
 from common import OUT, add_arm_options, in_rounds, show_results, warm_gpu
 import chunk_gated_delta_net as gdn
+import chunk_gated_delta_net_bwd as gdn_bwd
 from tilecraft.profiler import cuda_median_ms
 
 SHAPES = "1x16384,1x32768,1x65536,64x1024,64x2048,64x4096"
@@ -74,6 +82,7 @@ def main():
     parser.add_argument("--state-block-dv", type=int, default=None,
                         help="chunk_state's block_DV (default: the wrapper's choice)")
     parser.add_argument("--compile-only", action="store_true")
+    parser.add_argument("--backward", action="store_true", help="time the backward")
     add_arm_options(parser, rounds=3, pass_config=False)
     args = parser.parse_args()
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
@@ -91,6 +100,8 @@ def main():
         fla_gdn = None
     dtype = getattr(torch, args.dtype)
     warm_gpu()
+    if args.backward:
+        return backward(args, shapes, dtype, fla_gdn)
     rows = []
     for B, T in shapes:
         q, k, v, g, beta, h0 = inputs(B, T, dtype)
@@ -142,6 +153,62 @@ def main():
                 lambda r: f"{r['state_vs_fla']:.1e}" if "state_vs_fla" in r else "-"),
                ("regs", lambda r: "/".join(str(x) for x in r["registers"]))]
     show_results(args.out, args.tag, rows, columns)
+
+
+GRADS = ("dq", "dk", "dv", "dg", "dbeta", "dh0")
+
+
+def backward(args, shapes, dtype, fla_gdn):
+    import torch
+    rows = []
+    for B, T in shapes:
+        q, k, v, g, beta, h0 = inputs(B, T, dtype)
+        gen = torch.Generator(device="cuda").manual_seed(1)
+        do = (torch.rand(B, T, H, D, device="cuda", generator=gen) * 2 - 1).to(dtype)
+        dht = torch.rand(B, H, D, D, device="cuda", generator=gen) * 2 - 1
+        scale = D ** -0.5
+
+        def ours():
+            return gdn_bwd.chunk_gated_delta_rule_bwd(q, k, v, g, beta, do, scale=scale,
+                                                      initial_state=h0, dht=dht)
+        started = time.time()
+        mine = ours()
+        row = {"B": B, "T": T, "dtype": args.dtype, "first_call_s": time.time() - started}
+        timers = [timer(ours)]
+        if fla_gdn is not None:
+            leaves = [x.detach().clone().requires_grad_() for x in (q, k, v, g, beta, h0)]
+            o, state = fla_gdn(*leaves[:5], scale=scale, initial_state=leaves[5],
+                               output_final_state=True)
+
+            def theirs():
+                return torch.autograd.grad((o, state), leaves, (do, dht), retain_graph=True)
+            ref = theirs()
+            row["vs_fla_grads"] = {
+                name: float((a.float() - b.float()).norm() / b.float().norm())
+                for name, a, b in zip(GRADS, mine, ref)}
+            timers.append(timer(theirs))
+        times = in_rounds(args.rounds, timers, args.settle)
+        row["ours_ms"] = median(times[0])
+        if fla_gdn is not None:
+            row["fla_ms"] = median(times[1])
+            row["vs_fla"] = median([f / x for x, f in zip(times[0], times[1])])
+        print(f"B{B} T{T} backward: ours {row['ours_ms']:.3f} ms, fla "
+              f"{row.get('fla_ms', float('nan')):.3f} ms, vs fla {row.get('vs_fla', 0):.2f}x; "
+              f"rel. diff vs fla {row.get('vs_fla_grads')}", flush=True)
+        rows.append(row)
+        del q, k, v, g, beta, h0, do, dht, mine
+        if fla_gdn is not None:
+            del o, state, leaves, ref
+        torch.cuda.empty_cache()
+    columns = [("B x T", lambda r: f"{r['B']}x{r['T']}"),
+               ("ours ms", lambda r: f"{r['ours_ms']:.3f}"),
+               ("fla ms", lambda r: f"{r['fla_ms']:.3f}" if "fla_ms" in r else "-"),
+               ("vs fla", lambda r: f"{r['vs_fla']:.2f}" if "vs_fla" in r else "-"),
+               ("largest grad rel. diff",
+                lambda r: "%.1e" % max(r["vs_fla_grads"].values()) if "vs_fla_grads" in r
+                else "-")]
+    show_results(args.out, args.tag + ("_bwd" if args.tag == "gated_delta_net" else ""), rows,
+                 columns)
 
 
 if __name__ == "__main__":

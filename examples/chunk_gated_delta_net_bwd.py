@@ -334,15 +334,18 @@ def chunk_bwd_grads(B, seq_len, H, DK, DV, chunk_size=64, threads=256, scale=Non
 
 
 def chunk_gated_delta_rule_bwd(q, k, v, g, beta, do, scale=None, initial_state=None,
-                               dht=None, chunk_size=64, block_DV=64, threads=128):
+                               dht=None, chunk_size=64, block_DV=None, threads=128):
     """The gradients of forward.chunk_gated_delta_rule's o (do) and final state (dht, or none)
     with respect to q, k, v, g, beta and the initial state: (dq, dk, dv, dg, dbeta, dh0), dh0
     None without an initial state. The forward's intermediates (w, u, the chunk states, the new
-    values) are computed again, as fla's backward does. Five launches."""
+    values) are computed again, as fla's backward does. Five launches. block_DV: the value
+    columns one block of the two scans carries; by default the forward's scan_block_DV."""
     B, seq_len, H, DK = q.shape
     DV = v.shape[-1]
     sizes = (B, seq_len, H, DK, DV)
     dtype = str(q.dtype).replace("torch.", "")
+    if block_DV is None:
+        block_DV = forward.scan_block_DV(B, H, DV, 64, forward._multiprocessors(q))
     common = dict(chunk_size=chunk_size, threads=threads, dtype=dtype)
     g_cum, w, u = forward.chunk_prepare(*sizes, **common)(k, v, g, beta)
     state_in = initial_state if initial_state is not None else \
@@ -350,7 +353,7 @@ def chunk_gated_delta_rule_bwd(q, k, v, g, beta, do, scale=None, initial_state=N
     h, v_new, _ = forward.chunk_state(*sizes, block_DV=block_DV,
                                       use_initial_state=initial_state is not None,
                                       **common)(k, w, u, g_cum, state_in)
-    du_local = chunk_bwd_dv_local(*sizes, block_DV=block_DV, scale=scale, **common)(
+    du_local = chunk_bwd_dv_local(*sizes, scale=scale, **common)(
         q, k, g_cum, do)
     ds_final = dht if dht is not None else forward._unread_state(q, (B, H, DK, DV))
     dh, du, dh0 = chunk_bwd_state(*sizes, block_DV=block_DV, scale=scale,

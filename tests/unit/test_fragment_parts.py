@@ -19,17 +19,17 @@ from test_persistent_tiles import staging_elements
 PERSISTENT = tilecraft.PassConfigKey.TL_ENABLE_PERSISTENT_TILES
 
 
-def banded_gemm(M, N, K, block_M, block_N, block_K, threads):
+def banded_gemm(M, N, K, block_M, block_N, block_K, threads, out="float16"):
     """A GEMM whose epilogue the user wrote in two column bands through one shared tile."""
     half = block_N // 2
 
     @T.prim_func
     def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
-             C: T.Tensor((M, N), "float16")):
+             C: T.Tensor((M, N), out)):
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
             A_s = T.alloc_shared((block_M, block_K), "float16")
             B_s = T.alloc_shared((block_K, block_N), "float16")
-            C_band = T.alloc_shared((block_M, half), "float16")
+            C_band = T.alloc_shared((block_M, half), out)
             C_local = T.alloc_fragment((block_M, block_N), "float32")
             T.clear(C_local)
             for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
@@ -50,8 +50,8 @@ def random_operands(M, N, K):
     return A, B, A.astype(np.float32) @ B.astype(np.float32)
 
 
-def emulated(lowered, A, B):
-    C = np.full((A.shape[0], B.shape[1]), np.nan, np.float16)
+def emulated(lowered, A, B, out=np.float16):
+    C = np.full((A.shape[0], B.shape[1]), np.nan, out)
     reports = list(E.run(lowered, [A, B, C]))
     return C, reports
 
@@ -66,6 +66,51 @@ def test_user_bands_run_on_the_emulator(block_M, threads):
     C, reports = emulated(lowered, A, B)
     assert not reports
     assert np.abs(C.astype(np.float32) - want).max() < 2e-2
+
+
+@pytest.mark.parametrize("block_M", [64, 128])
+def test_bands_of_float32_leave_in_their_own_dtype(block_M):
+    # no packing into halves: each thread's column pairs leave as 64-bit stores
+    M, N, K = 200, 136, 72
+    A, B, want = random_operands(M, N, K)
+    func = banded_gemm(M, N, K, block_M, 64, 32, 128, out="float32")
+    lowered = E.lower(func, "sm_90a")
+    C, reports = emulated(lowered, A, B, np.float32)
+    assert not reports
+    assert np.abs(C - want).max() < 1e-3
+    text = tilecraft.compile(func, target="sm_90a").get_kernel_source()
+    assert "tc::st_shared_64(" in text and "tc::pack_half2" not in text
+
+
+def float32_gemm(M, N, K, block_M, block_N, block_K):
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
+             C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+            A_s = T.alloc_shared((block_M, block_K), "float16")
+            B_s = T.alloc_shared((block_K, block_N), "float16")
+            C_local = T.alloc_fragment((block_M, block_N), "float32")
+            T.clear(C_local)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
+                T.copy(A[by * block_M, k * block_K], A_s)
+                T.copy(B[k * block_K, bx * block_N], B_s)
+                T.gemm(A_s, B_s, C_local)
+            T.copy(C_local, C[by * block_M, bx * block_N])
+    return main
+
+
+@pytest.mark.parametrize("bands", [2, 4])
+def test_a_persistent_float32_gemm_stages_in_bands(bands):
+    M, N, K = 150, 300, 100
+    # the whole 64 x 128 float32 tile is 32 KiB: room beside the ring for one band only
+    ring = 2 * (64 * 32 + 32 * 128) * 2
+    lowered = pipelines.cuda(float32_gemm(M, N, K, 64, 128, 32), "sm_90a",
+                             ring + 2048 + 32 * 1024 // bands + 1024, {PERSISTENT: True})
+    assert staging_elements(lowered) == [64 * 128 // bands]
+    A, B, want = random_operands(M, N, K)
+    C, reports = emulated(lowered, A, B, np.float32)
+    assert not reports
+    assert np.abs(C - want).max() < 1e-3
 
 
 def test_a_band_written_while_the_last_band_is_being_stored_is_a_race():

@@ -112,10 +112,10 @@ def lower_copy(op, ctx: ThreadContext):
                     _stmatrix_blocks(op, layout, ctx):
                 return seq([_stmatrix_store(op, layout, ctx, run) for run in runs])
             return seq([_paired_store(op, layout, ctx, run) for run in runs])
-        if not whole:
-            raise TileError(f"T.copy: a part of fragment {frag.name} is stored only as packed "
-                            "pairs of a float accumulator into float16 / bfloat16; copy the "
-                            "whole fragment", op.span)
+        if not whole:   # a band of an accumulator into a tile of its own dtype
+            v = 2 if aligned(runs, 2) and _pairs_store_together(op, layout, ctx, as_is=True) \
+                else 1
+            return seq([_run_store(op, layout, ctx, run, v) for run in runs])
         if v > 1:
             return _register_vector_copy(op, frag, layout, v, ctx)
         return _lower_with_layout(loop, layout, ctx)
@@ -221,15 +221,19 @@ def _register_vector_copy(op, frag, layout, v: int, ctx: ThreadContext):
     return For(q, const(0), const(n), "unroll", stmt, {}, op.span)
 
 
-def _pairs_store_together(op, layout, ctx) -> bool:
+def _pairs_store_together(op, layout, ctx, as_is: bool = False) -> bool:
     """A floating-point fragment (an accumulator's epilogue) stored into float16 / bfloat16
     elements whose registers 2m, 2m + 1 hold column neighbours (j, j + 1) with j even, as every
-    mma / wgmma accumulator does: each pair leaves as one 32-bit store, not two 16-bit ones."""
+    mma / wgmma accumulator does: each pair leaves as one 32-bit store, not two 16-bit ones.
+    as_is: the same for a 32-bit fragment stored into its own dtype (64-bit stores)."""
     dst = op.dst
     # The packing goes through float32 (tc::pack_half2 / pack_bf162), which is exact only for
     # floating-point sources and defined only for these two destinations.
-    if dst.buffer.dtype.name not in ("float16", "bfloat16") or \
-            not op.src.buffer.dtype.is_float or getattr(layout, "replicate", 1) != 1 or \
+    if as_is:
+        stored = dst.buffer.dtype is op.src.buffer.dtype and dst.buffer.dtype.bits == 32
+    else:
+        stored = dst.buffer.dtype.name in ("float16", "bfloat16") and op.src.buffer.dtype.is_float
+    if not stored or getattr(layout, "replicate", 1) != 1 or \
             layout.locals_per_thread % 2 or not _multiple_of(dst.ranges[-1][0], 2):
         return False
     if dst.buffer.scope == GLOBAL:
@@ -265,6 +269,28 @@ def _paired_store(op, layout, ctx: ThreadContext, run: tuple):
     value = packed_pair(dst.buffer.dtype.name, *halves)
     store = _vector_store(dst.buffer, region_index(dst, coords), value, 32, ctx, op.span)
     return For(l2, const(0), const(n), "unroll", store, {}, op.span)
+
+
+def _run_store(op, layout, ctx: ThreadContext, run: tuple, v: int):
+    """Registers run[0] .. run[1] - 1 of each thread (the part of the fragment a copy names)
+    stored into a tile of the fragment's dtype, v (1 or 2: _pairs_store_together) at a time."""
+    src, dst = op.src, op.dst
+    first, n = run[0] // v, (run[1] - run[0]) // v
+    slot = ctx.fresh("l", n)
+    local = ctx.simplify((slot + first) * v)
+    coords = [ctx.simplify(x) for x in part_coords(op, layout.logical_of(ctx.tx, local))]
+    idx = region_index(dst, coords)
+    reg = ctx.register_array(src.buffer)
+    if v == 1:
+        store = BufferStore(dst.buffer, idx, cast(BufferLoad(reg, (local,)), dst.buffer.dtype),
+                            op.span)
+        if dst.buffer.scope == GLOBAL:
+            store = _where_inside(store, dst.buffer, idx, ctx, op.span)
+    else:
+        bits = src.buffer.dtype.bits * v
+        value = Call(LD_REGS.format(bits=bits), (address_of(reg, local),), dt.handle)
+        store = _vector_store(dst.buffer, idx, value, bits, ctx, op.span)
+    return For(slot, const(0), const(n), "unroll", store, {}, op.span)
 
 
 def _stmatrix_blocks(op, layout, ctx) -> bool:
