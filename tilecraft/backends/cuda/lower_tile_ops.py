@@ -12,7 +12,7 @@ import dataclasses
 
 from ...arith.bounds import bounds_under
 from ...ir.linear import constant_value
-from ...errors import TileError
+from ...errors import TileError, span_scope
 from ...ir import tileop as top
 from ...ir.buffer import FRAGMENT, GLOBAL, BufferRegion, is_shared
 from ...ir.expr import Expr, Var
@@ -86,6 +86,12 @@ class _KernelLowering:
         return AccessRewriter(self.ctx, local_index)
 
     def stmt(self, s):
+        # Expressions built while lowering s take s's span from the scope: without one, each
+        # asks for its caller by walking the stack (tens of thousands of walks a kernel).
+        with span_scope(getattr(s, "span", None)):
+            return self._stmt(s)
+
+    def _stmt(self, s):
         ctx = self.ctx
         if isinstance(s, SeqStmt):
             return seq([self.stmt(x) for x in s.stmts], s.span)
