@@ -12,7 +12,8 @@ Both sides get the same inputs (unit-norm keys, log decays in (-0.1, -0.01), bet
 and the two alternate in rounds; ratio = median over rounds of fla's time / ours. Our three
 kernels are also timed one by one in the last round. fla is imported from where pip put it
 (`fla` of the flash-linear-attention / fla-core wheels); without it only ours is timed.
---compile-only builds the kernels (nvcc included) and times nothing.
+--compile-only builds the kernels (nvcc included; with --backward the backward's too), prints
+the seconds each took and times nothing (TILECRAFT_DISABLE_CACHE=1 for cold compiles).
 
 --backward times the backward instead: ours (examples/chunk_gated_delta_net_bwd.py's
 `chunk_gated_delta_rule_bwd`, five launches that recompute the forward's intermediates) beside
@@ -63,14 +64,25 @@ def state_block_dv(B, requested):
     return gdn.scan_block_DV(B, H, D, 64, sms)
 
 
-def compile_all(B, T, dtype, state_dv=64):
-    """Each kernel of ours for (B, T), compiled (the jit caches them for the timed calls)."""
+def compile_all(B, T, dtype, state_dv=64, backward=False):
+    """Each kernel of ours for (B, T), compiled (the jit caches them for the timed calls), and
+    the seconds each took; with backward, the backward's three kernels too."""
     sizes = (B, T, H, D, D)
-    started = time.time()
-    kernels = [gdn.chunk_prepare(*sizes, dtype=dtype),
-               gdn.chunk_state(*sizes, block_DV=state_dv, use_initial_state=True, dtype=dtype),
-               gdn.chunk_output(*sizes, dtype=dtype)]
-    return kernels, time.time() - started
+    builds = [lambda: gdn.chunk_prepare(*sizes, dtype=dtype),
+              lambda: gdn.chunk_state(*sizes, block_DV=state_dv, use_initial_state=True,
+                                      dtype=dtype),
+              lambda: gdn.chunk_output(*sizes, dtype=dtype)]
+    if backward:
+        builds += [lambda: gdn_bwd.chunk_bwd_dv_local(*sizes, dtype=dtype),
+                   lambda: gdn_bwd.chunk_bwd_state(*sizes, block_DV=state_dv,
+                                                   use_final_state_grad=True, dtype=dtype),
+                   lambda: gdn_bwd.chunk_bwd_grads(*sizes, threads=256, dtype=dtype)]
+    kernels, seconds = [], []
+    for build in builds:
+        started = time.time()
+        kernels.append(build())
+        seconds.append(time.time() - started)
+    return kernels, seconds
 
 
 def main():
@@ -88,9 +100,9 @@ def main():
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     if args.compile_only:
         for B, T in shapes:
-            kernels, secs = compile_all(B, T, args.dtype)
-            print(f"B{B} T{T}: compiled in {secs:.1f} s; registers "
-                  f"{[k.n_regs for k in kernels]}", flush=True)
+            kernels, secs = compile_all(B, T, args.dtype, backward=args.backward)
+            print(f"B{B} T{T}: compiled in {' / '.join(f'{x:.2f}' for x in secs)} s; "
+                  f"registers {[k.n_regs for k in kernels]}", flush=True)
         return
 
     import torch
