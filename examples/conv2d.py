@@ -2,7 +2,8 @@
 data[n, oh * stride + kh * dilation - pad, ow * stride + kw * dilation - pad, c] *
 weight[kh, kw, c, f], with zero padding. The GEMM view has M = N * OH * OW rows (output pixels),
 K = KH * KW * C (the receptive field) and F columns (filters). Each block builds its im2col
-tile of the image in shared memory with a T.Parallel loop (padding handled by T.if_then_else),
+tile of the image in shared memory with T.c2d_im2col (square kernels) or the T.Parallel loop it
+stands for (padding handled by T.if_then_else),
 copies the matching tile of the HWIO weight (flattened to [KH * KW * C, F], a free reshape),
 and accumulates a tile GEMM, pipelined over K. The float32 accumulator is cast to float16 and
 copied to the output, whose NHWC layout is the GEMM's [N * OH * OW, F] (the kernel returns it
@@ -24,7 +25,11 @@ def out_size(size, kernel, stride, padding, dilation):
 @tilecraft.jit(out_idx=[-1])
 def convolution(N, C, H, W, F, KH, KW, stride=1, padding=0, dilation=1, block_M=64,
                 block_N=64, block_K=32, num_stages=2, threads=128, dtype="float16",
-                accum_dtype="float32"):
+                accum_dtype="float32", use_im2col=None):
+    """use_im2col: fill the im2col tile with T.c2d_im2col (square kernels; the default there)
+    rather than the T.Parallel gather it stands for (the same code)."""
+    use_im2col = KH == KW if use_im2col is None else use_im2col
+    assert not use_im2col or KH == KW, "T.c2d_im2col takes square kernels"
     OH = out_size(H, KH, stride, padding, dilation)
     OW = out_size(W, KW, stride, padding, dilation)
     M_total, K_total = N * OH * OW, KH * KW * C
@@ -43,14 +48,17 @@ def convolution(N, C, H, W, F, KH, KW, stride=1, padding=0, dilation=1, block_M=
 
             T.clear(out_local)
             for k in T.Pipelined(T.ceildiv(K_total, block_K), num_stages=num_stages):
-                for i, j in T.Parallel(block_M, block_K):
-                    m = by * block_M + i  # output pixel (n, oh, ow)
-                    kk = k * block_K + j  # receptive-field index (kh, kw, c)
-                    ih = (m % (OH * OW)) // OW * stride + kk // (KW * C) * dilation - padding
-                    iw = m % OW * stride + kk // C % KW * dilation - padding
-                    valid = m < M_total and kk < K_total and 0 <= ih < H and 0 <= iw < W
-                    data_shared[i, j] = T.if_then_else(
-                        valid, data[m // (OH * OW), ih, iw, kk % C], 0)
+                if use_im2col:
+                    T.c2d_im2col(data, data_shared, by, k, KH, stride, dilation, padding)
+                else:
+                    for i, j in T.Parallel(block_M, block_K):
+                        m = by * block_M + i  # output pixel (n, oh, ow)
+                        kk = k * block_K + j  # receptive-field index (kh, kw, c)
+                        ih = (m % (OH * OW)) // OW * stride + kk // (KW * C) * dilation - padding
+                        iw = m % OW * stride + kk // C % KW * dilation - padding
+                        valid = m < M_total and kk < K_total and 0 <= ih < H and 0 <= iw < W
+                        data_shared[i, j] = T.if_then_else(
+                            valid, data[m // (OH * OW), ih, iw, kk % C], 0)
                 T.copy(weight[k * block_K, bx * block_N], weight_shared)
                 T.gemm(data_shared, weight_shared, out_local)
             T.copy(out_local, out[by * block_M, bx * block_N])

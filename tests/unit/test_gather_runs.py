@@ -36,9 +36,11 @@ def emulated_equals_interpreted(func, inputs):
     (1, 8, 11, 10, 16, 3, 2, 1, 2, True),    # stride and dilation, ragged output
     (2, 12, 6, 6, 16, 3, 1, 1, 1, False),    # a run of 8 crosses a pixel: one at a time
 ])
-def test_im2col_tiles(N, C, H, W, F, K, stride, padding, dilation, vector):
+@pytest.mark.parametrize("use_im2col", [False, True], ids=["T.Parallel", "T.c2d_im2col"])
+def test_im2col_tiles(N, C, H, W, F, K, stride, padding, dilation, vector, use_im2col):
     func = conv2d.convolution.__wrapped__(N, C, H, W, F, K, K, stride, padding, dilation,
-                                          block_M=32, block_N=16, block_K=16, threads=64)
+                                          block_M=32, block_N=16, block_K=16, threads=64,
+                                          use_im2col=use_im2col)
     text = emit_cuda(pipelines.cuda_sm80(func))[0]
     assert (ASYNC in text) == vector
     if vector:   # issued ahead: in the prologue and in the loop for the next step

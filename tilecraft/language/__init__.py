@@ -14,6 +14,7 @@ from .math import (exp, exp2, exp10, log, log2, log10, log1p, sqrt, rsqrt, sin, 
                    cdiv, floordiv, floormod, truncdiv, infinity, max_value, min_value, cast, Cast,
                    if_then_else, call_extern, address_of, print, evaluate)
 from .annotate import annotate_layout, use_swizzle
+from .im2col import c2d_im2col, im2col
 
 _d = _DType._interned
 bool = _d["bool"]  # noqa: A001
