@@ -8,8 +8,10 @@ scalar's value — so the first call with a given look records its plan (where e
 value comes from, the outputs to allocate, every parameter's shape) and later calls that look
 the same only allocate the outputs and launch. The program's side of it (runtime/program.py,
 PreparedCall) keeps the grids and the packed arguments, which change only with the tensors'
-addresses. Anything that is not a contiguous torch CUDA
-tensor or a plain number takes the checked path, which also raises the errors.
+addresses, and the device the tensors are on, whose context and stream its launches use (the
+device is part of the look, so reading it costs no more than the look). Anything that is not
+a contiguous torch CUDA tensor or a plain number takes the checked path, which also raises the
+errors: tensors on two devices never get a plan, so each such call is refused there.
 """
 from __future__ import annotations
 

@@ -120,16 +120,13 @@ class JITKernel:
         if host:
             return self._run_cuda_from_host(tensors, scalars, sizes, shapes, host), None
         import torch
-        device = None
         for k, t in tensors.items():
-            name = _name_of(self.params, k)
             if not t.is_contiguous():
-                raise TileError(f"argument {name} is not contiguous; pass tensor.contiguous()")
-            if device is not None and t.device != device:
-                raise TileError(f"argument {name} is on {t.device} but other arguments are on "
-                                f"{device}")
-            device = t.device
-        device = device or torch.device("cuda", torch.cuda.current_device())
+                raise TileError(f"argument {_name_of(self.params, k)} is not contiguous; pass "
+                                "tensor.contiguous()")
+        like = self._on_one_device(tensors)
+        device = like.device if like is not None else \
+            torch.device("cuda", torch.cuda.current_device())
         if device.index not in self._arch_checked:
             # Asked of the driver once per device, not on every call.
             from .backends.cuda.runtime.device import current_arch
@@ -141,18 +138,37 @@ class JITKernel:
         outputs = []
         for i, shape in zip(self.out_idx, shapes):
             p = self.params[i]
-            t = torch.empty(shape, dtype=arrays.torch_dtype(p.dtype), device=device)
+            dtype = arrays.torch_dtype(p.dtype)
+            # On the inputs' device, as the planned calls make them (call_cache.py).
+            t = like.new_empty(shape, dtype=dtype) if like is not None else \
+                torch.empty(shape, dtype=dtype, device=device)
             tensors[id(p)] = t
             outputs.append(t)
         values = [tensors.get(id(p), scalars.get(id(p))) for p in self.params]
         dims = [tuple(values[i].shape) if isinstance(p, Buffer) else () for i, p in
                 enumerate(self.params)]
-        self.program.run(values, dims)
+        self.program.run(values, dims, device=device.index)
         return outputs, (values, dims)
+
+    def _on_one_device(self, tensors: dict):
+        """The first CUDA tensor of `tensors` (None without one); a TileError naming each
+        argument's device when they are on several GPUs (a kernel reads one GPU's memory)."""
+        where: dict = {}
+        for k, t in tensors.items():
+            if arrays.is_torch(t) and t.is_cuda:
+                where.setdefault(str(t.device), []).append(_name_of(self.params, k))
+        if len(where) > 1:
+            listed = "; ".join(f"{', '.join(names)} on {device}"
+                               for device, names in where.items())
+            raise TileError(f"kernel {self.func.name} runs on one GPU, but its tensor arguments "
+                            f"are on {len(where)} devices: {listed}; move them to one device "
+                            "(tensor.to(device)) before the call")
+        return next((t for t in tensors.values() if arrays.is_torch(t) and t.is_cuda), None)
 
     def _run_cuda_from_host(self, tensors, scalars, sizes, shapes, host):
         """numpy arrays or CPU tensors given to a GPU kernel: copied to the GPU and back, so
-        the same script runs on either target (outputs come back as the inputs' kind)."""
+        the same script runs on either target (outputs come back as the inputs' kind). They go
+        to the device of the CUDA tensors passed with them, else to torch's current one."""
         try:
             import torch
         except ImportError:
@@ -162,13 +178,15 @@ class JITKernel:
             raise TileError(f"kernel {self.func.name} was compiled for {self.arch}, but no CUDA "
                             "GPU is usable here; compile it with target='interp' to run on "
                             "the CPU")
+        like = self._on_one_device(tensors)
+        device = like.device if like is not None else torch.device("cuda")
         use_torch = any(arrays.is_torch(t) for t in host.values())
         on_gpu = {}
         for k, t in tensors.items():
             if k in host:
                 data = t if arrays.is_torch(t) else arrays.from_numpy(
                     np.ascontiguousarray(t), True)
-                on_gpu[k] = data.contiguous().cuda()
+                on_gpu[k] = data.contiguous().to(device)
             else:
                 on_gpu[k] = t
         outputs, _ = self._run_cuda(on_gpu, scalars, sizes, shapes)

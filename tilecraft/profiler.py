@@ -175,7 +175,11 @@ class Profiler:
         inputs = list(input_tensors) if input_tensors is not None else self._inputs()
         fn = func or self.kernel
         if self.kernel.backend == "cuda":
-            return cuda_median_ms(lambda: fn(*inputs), warmup, rep, flush_l2)
+            import torch
+            # The kernel runs where its inputs are; the events and the flush must be there too.
+            on = next((t.device for t in inputs if arrays.is_torch(t) and t.is_cuda), None)
+            with torch.cuda.device(on):
+                return cuda_median_ms(lambda: fn(*inputs), warmup, rep, flush_l2)
         for _ in range(min(warmup, 1)):
             fn(*inputs)
         times = []

@@ -1,7 +1,9 @@
 """The per-signature fast path of calling a compiled kernel (tilecraft/call_cache.py), with the
 launch replaced by a recorder and CPU tensors standing in for CUDA ones: the fast path launches
 exactly what the checked path launched, only for arguments that look the same, and the checked
-path still raises for arguments that do not fit."""
+path still raises for arguments that do not fit. Tensors that say they are on cuda:1 (the
+driver's contexts and torch's streams faked) launch on that device, by either path, and
+tensors on two devices are refused with their names."""
 import sys
 
 import pytest
@@ -17,15 +19,24 @@ pytestmark = pytest.mark.skipif(not has_nvcc(), reason="nvcc not found")
 
 
 class FakeCuda(torch.Tensor):
-    """A CPU tensor that says it lives on a GPU (nothing reads its memory here)."""
+    """A CPU tensor that says it lives on a GPU (nothing reads its memory here): on cuda:<on>
+    when `on` is set, else on the CPU it really is on."""
 
     @property
     def is_cuda(self):
         return True
 
+    @property
+    def device(self):
+        on = self.__dict__.get("on")
+        return torch.device("cuda", on) if on is not None else super().device
 
-def cuda_like(*shape, dtype=torch.float16):
-    return torch.zeros(*shape, dtype=dtype).as_subclass(FakeCuda)
+
+def cuda_like(*shape, dtype=torch.float16, on=None):
+    t = torch.zeros(*shape, dtype=dtype).as_subclass(FakeCuda)
+    if on is not None:
+        t.on = on
+    return t
 
 
 def scale_rows(N):
@@ -41,28 +52,37 @@ def scale_rows(N):
 
 class RecordingKernel:
     """Stands in for a loaded CudaKernel: records what each launch would pack, and by which
-    path (the checked launch or the planned launch_packed)."""
+    path (the checked launch or the planned launch_packed); `places` records where: the
+    device a checked launch was given, the (stream, context) of a planned one."""
 
     def __init__(self, launches):
-        self.launches = launches
+        self.launches, self.places = launches, []
 
     def packable(self, args):
         return [a.data_ptr() if hasattr(a, "data_ptr") else a for a in args]
 
-    def launch(self, args, grid, stream=None):
+    def launch(self, args, grid, stream=None, device=None):
         self.launches.append(("checked", tuple(self.packable(args)), grid))
+        self.places.append(device)
 
-    def launch_packed(self, values, grid, stream):
+    def launch_packed(self, values, grid, stream, context=None):
         self.launches.append(("planned", values, grid))
+        self.places.append((stream, context))
+
+
+STREAM, CONTEXT = 0x5000, 0xC000  # torch's stream and the primary context of device i: + i
 
 
 @pytest.fixture
 def kernel(monkeypatch):
+    from tilecraft.backends.cuda.runtime import driver, launcher
     k = tilecraft.compile(scale_rows(64), out_idx=[-1], target="sm_80")
-    k._arch_checked.add(None)  # the stand-in tensors are on "cpu", whose index is None
+    k._arch_checked.update({None, 0, 1})  # "cpu" (index None) and the faked GPUs
     launches = []
-    k.program._kernels, k.program._sms = [RecordingKernel(launches)], None
-    monkeypatch.setattr(sys.modules["tilecraft.backends.cuda.runtime.launcher"], "_default_stream", lambda: 0)
+    k.program._kernels = [RecordingKernel(launches)]
+    monkeypatch.setattr(launcher, "_default_stream", lambda: 0)
+    monkeypatch.setattr(launcher, "torch_stream", lambda device=None: STREAM + device)
+    monkeypatch.setattr(driver, "primary_context", lambda ordinal: CONTEXT + ordinal)
     checks = []
     real = jit_module._check_tensor
     monkeypatch.setattr(jit_module, "_check_tensor",
@@ -154,3 +174,46 @@ def test_outputs_like_the_first_tensor_come_from_empty_like_and_the_others_from_
     assert same.dtype == torch.float16 and same.data_ptr() != a.data_ptr()
     assert other.shape == (100,) and other.dtype == torch.float32
     assert plan.prepared.values == [a, same, other]
+
+
+def test_calls_on_another_gpu_launch_there_by_either_path(kernel):
+    k, launches, checks = kernel
+    places = k.program._kernels[0].places
+    a1 = cuda_like(100, 64, on=1)
+    k(a1, 2.0)
+    k(a1, 2.0)
+    assert [path for path, _, _ in launches] == ["checked", "planned"]
+    assert places == [1, (STREAM + 1, CONTEXT + 1)]       # device 1's stream and context
+    a0 = cuda_like(100, 64, on=0)
+    k(a0, 2.0)                                             # another device: another look
+    k(a0, 2.0)
+    assert checks == ["A", "A"]
+    assert places[2:] == [0, (STREAM + 0, CONTEXT + 0)]
+    k(a1, 2.0)
+    assert places[-1] == (STREAM + 1, CONTEXT + 1)         # each look keeps its device
+
+
+def scale_into(N):
+    M = T.symbolic("M")
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float16"), B: T.Tensor((M, N), "float16"),
+             C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(M, 32), threads=128) as bx:
+            for i, j in T.Parallel(32, N):
+                C[bx * 32 + i, j] = A[bx * 32 + i, j] + B[bx * 32 + i, j]
+    return main
+
+
+def test_tensors_on_two_gpus_are_refused_with_their_names(monkeypatch):
+    k = tilecraft.compile(scale_into(64), target="sm_80")
+    k._arch_checked.update({0, 1})
+    launches = []
+    k.program._kernels = [RecordingKernel(launches)]
+    a, b, c = cuda_like(64, 64, on=0), cuda_like(64, 64, on=1), cuda_like(64, 64, on=0)
+    for _ in range(2):                                     # never planned: refused each time
+        with pytest.raises(tilecraft.TileError) as info:
+            k(a, b, c)
+        assert ("kernel main runs on one GPU, but its tensor arguments are on 2 devices: A, C "
+                "on cuda:0; B on cuda:1") in info.value.message
+    assert launches == [] and not k._calls.plans

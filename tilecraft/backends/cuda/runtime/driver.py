@@ -226,13 +226,25 @@ def ensure_context(ordinal: int | None = None) -> int:
     ctx = current_context()
     if ctx:
         return ctx
-    if ordinal is None:
-        ordinal = default_ordinal()
-    handle = c_void_p()
-    check(functions().cuDevicePrimaryCtxRetain(ctypes.byref(handle), device(ordinal)),
-          f"cuDevicePrimaryCtxRetain(device {ordinal})")
-    set_current_context(handle)
-    return handle.value
+    context = primary_context(default_ordinal() if ordinal is None else ordinal)
+    set_current_context(context)
+    return context
+
+
+_primary: dict = {}  # device ordinal -> its primary context, retained once
+
+
+def primary_context(ordinal: int) -> int:
+    """Device `ordinal`'s primary context, the one torch works in there: where a kernel called
+    on that device's tensors is loaded and launched. Retained on first use, never released."""
+    context = _primary.get(ordinal)
+    if context is None:
+        init()
+        handle = c_void_p()
+        check(functions().cuDevicePrimaryCtxRetain(ctypes.byref(handle), device(ordinal)),
+              f"cuDevicePrimaryCtxRetain(device {ordinal})")
+        context = _primary[ordinal] = handle.value
+    return context
 
 
 def default_ordinal() -> int:

@@ -14,8 +14,12 @@ bytes on a 64-byte boundary, and the same single pack copies the bytes there.
 
 Modules and functions belong to a CUDA context. Each launch asks the driver for the calling
 thread's current context (torch keeps its device's primary context current) and uses the
-function loaded in that context, loading the module there on first use; with one GPU that is
-one dictionary lookup per call, with several it launches on whichever device torch has current.
+function loaded in that context, loading the module there on first use: one dictionary lookup
+per call. A launch told its tensors' device (a jit call always is) runs in that device's
+primary context, on torch's current stream of that device; when that is not the context
+current here, it is made current for the launch alone and the caller's is put back (torch reads
+the current context as its current device). With one GPU the two contexts are the same, so the
+device costs one comparison per launch.
 """
 from __future__ import annotations
 
@@ -57,31 +61,31 @@ def tensor_pointer(obj) -> int:
                     f"address, got {type(obj).__name__}")
 
 
-_current_stream = None
+_stream_of = _device_now = None  # torch's raw stream of a device index; its current device
 
 
-def torch_stream() -> int:
-    """The handle of torch's current CUDA stream on its current device.
+def torch_stream(device: int | None = None) -> int:
+    """The handle of torch's current CUDA stream on `device` (default: torch's current device).
 
     `torch.cuda.current_stream()` builds a Stream object (as long as the launch itself on the
     H100's host: bench/overhead.md); torch's own generated code reads the raw handle through
     `torch._C`, and so does this when that entry exists.
     """
-    global _current_stream
-    if _current_stream is None:
+    global _stream_of, _device_now
+    if _stream_of is None:
         import torch
-        raw, device = (getattr(torch._C, "_cuda_getCurrentRawStream", None),
-                       getattr(torch._C, "_cuda_getDevice", None))
-        if raw is not None and device is not None:
-            _current_stream = lambda: raw(device())  # noqa: E731
-        else:
-            _current_stream = lambda: torch.cuda.current_stream().cuda_stream  # noqa: E731
-    return _current_stream()
+        raw, now = (getattr(torch._C, "_cuda_getCurrentRawStream", None),
+                    getattr(torch._C, "_cuda_getDevice", None))
+        if raw is None or now is None:
+            raw = lambda index: torch.cuda.current_stream(index).cuda_stream  # noqa: E731
+            now = torch.cuda.current_device
+        _stream_of, _device_now = raw, now
+    return _stream_of(_device_now() if device is None else device)
 
 
 def _default_stream() -> int:
     # torch's current stream when the program uses torch, else the legacy default stream.
-    if _current_stream is not None or "torch" in sys.modules:
+    if _stream_of is not None or "torch" in sys.modules:
         return torch_stream()
     return 0
 
@@ -206,7 +210,7 @@ class CudaKernel:
         self._get_context = driver.unprototyped("cuCtxGetCurrent")
         self._launch = driver.unprototyped("cuLaunchKernel")
 
-    def _launch_checking_maps(self, args, grid=None, stream=None) -> None:
+    def _launch_checking_maps(self, args, grid=None, stream=None, device=None) -> None:
         for i in self._tensormap_slots:
             if i < len(args) and not (type(args[i]) in (bytes, bytearray)
                                       and len(args[i]) == _TENSORMAP_BYTES):
@@ -215,7 +219,7 @@ class CudaKernel:
                                 f"{type(args[i]).__name__}"
                                 + (f" of {len(args[i])} bytes" if hasattr(args[i], "__len__")
                                    else ""))
-        CudaKernel.launch(self, args, grid, stream)
+        CudaKernel.launch(self, args, grid, stream, device)
 
     def function(self) -> int:
         """The CUfunction in the current context, loaded and configured on first use."""
@@ -246,21 +250,25 @@ class CudaKernel:
     def num_regs(self) -> int:
         return driver.function_attribute(self.function(), driver.FUNC_NUM_REGS)
 
-    def __call__(self, *args, grid=None, stream=None) -> None:
-        self.launch(args, grid, stream)
+    def __call__(self, *args, grid=None, stream=None, device=None) -> None:
+        self.launch(args, grid, stream, device)
 
-    def launch(self, args, grid=None, stream=None) -> None:
-        """Launch on `stream` (default: torch's current stream); grid defaults to grid_fn(args)."""
+    def launch(self, args, grid=None, stream=None, device=None) -> None:
+        """Launch on `stream` (default: torch's current stream); grid defaults to grid_fn(args).
+        With `device` (an ordinal: where the tensors are) the launch runs in that device's
+        primary context and the default stream is torch's current one there; without it, in
+        the current context."""
         values = self.packable(args)
         if grid is None:
             grid = self.grid_fn(args)
         if type(grid) is not tuple or len(grid) != 3:
             grid = _grid3(grid)
         if stream is None:
-            stream = _default_stream()
+            stream = _default_stream() if device is None else torch_stream(device)
         elif type(stream) is not int:
             stream = stream.cuda_stream  # a torch.cuda.Stream
-        self._submit(values, grid, stream, keep=False)
+        context = None if device is None else driver.primary_context(device)
+        self._submit(values, grid, stream, False, context)
 
     def packable(self, args) -> list:
         """The arguments as the buffer takes them: tensors as their addresses, bfloat16 scalars
@@ -275,37 +283,45 @@ class CudaKernel:
             values[i] = _bits_of_bfloat16(values[i])
         return values
 
-    def launch_packed(self, values: tuple, grid: tuple, stream: int) -> None:
-        """Launch with `values` already packable (see packable), a 3-tuple grid and a stream
-        handle: the per-call path of a call whose look was seen before (call_cache.py). The
-        buffer is packed again only when `values` is not the tuple this kernel packed last."""
-        self._submit(values, grid, stream, keep=True)
+    def launch_packed(self, values: tuple, grid: tuple, stream: int, context=None) -> None:
+        """Launch with `values` already packable (see packable), a 3-tuple grid, a stream
+        handle and the context to launch in (None: the current one): the per-call path of a
+        call whose look was seen before (call_cache.py). The buffer is packed again only when
+        `values` is not the tuple this kernel packed last."""
+        self._submit(values, grid, stream, True, context)
 
-    def _submit(self, values, grid, stream, keep) -> None:
+    def _submit(self, values, grid, stream, keep, context=None) -> None:
         bx, by, bz = self.block
         with self._lock:  # the context slot and the argument buffer are shared by all callers
-            if self._get_context(self._context_ref) or not self._context.value:
-                function = self._bound_function()
-            else:
-                function = self._functions.get(self._context.value) or self._bound_function()
-            if values is not self._packed:
-                try:
-                    self._pack(self._buffer, 0, *values)
-                except struct.error as err:
-                    self._packed = None
-                    raise self._argument_error(values, err) from None
-                # Holding the tuple keeps its identity from being reused by another object.
-                self._packed = values if keep else None
-            if self._stream[0] != stream:  # the handle object, made once per stream
-                self._stream = (stream, ctypes.c_void_p(stream))
-            handle = self._stream[1]
+            current = 0 if self._get_context(self._context_ref) else self._context.value or 0
+            switched = context is not None and context != current
+            if switched:  # the tensors' device is not the current one (module docstring)
+                driver.set_current_context(context)
             try:
-                code = self._launch(function, grid[0], grid[1], grid[2], bx, by, bz,
-                                    self.dynamic_smem, handle, self._argv, None)
-            except ctypes.ArgumentError:  # grid sizes that are not plain ints (numpy, too big)
-                grid = _grid3(grid)
-                code = self._launch(function, grid[0], grid[1], grid[2], bx, by, bz,
-                                    self.dynamic_smem, handle, self._argv, None)
+                function = self._functions.get(context if switched else current)
+                if function is None:  # a context this kernel has not run in (or none yet)
+                    function = self._bound_function()
+                if values is not self._packed:
+                    try:
+                        self._pack(self._buffer, 0, *values)
+                    except struct.error as err:
+                        self._packed = None
+                        raise self._argument_error(values, err) from None
+                    # Holding the tuple keeps its identity from being reused by another object.
+                    self._packed = values if keep else None
+                if self._stream[0] != stream:  # the handle object, made once per stream
+                    self._stream = (stream, ctypes.c_void_p(stream))
+                handle = self._stream[1]
+                try:
+                    code = self._launch(function, grid[0], grid[1], grid[2], bx, by, bz,
+                                        self.dynamic_smem, handle, self._argv, None)
+                except ctypes.ArgumentError:  # grid sizes that are not plain ints (numpy, big)
+                    grid = _grid3(grid)
+                    code = self._launch(function, grid[0], grid[1], grid[2], bx, by, bz,
+                                        self.dynamic_smem, handle, self._argv, None)
+            finally:
+                if switched:
+                    driver.set_current_context(current)
         if code:
             driver.check(code, f"launching '{self.name}' with grid {grid}, block {self.block}, "
                                f"{self.dynamic_smem} bytes of dynamic shared memory, on stream "

@@ -20,7 +20,7 @@ from ....interp.values import evaluate
 from ....errors import TileError
 from ....target import smem_limit
 from ....ir.buffer import Buffer
-from . import cache, launcher
+from . import cache, driver, launcher
 from .toolchain import compile_cubin
 from ....ir.annotations import PERSISTENT_BLOCKS, SMEM_BYTES
 
@@ -112,6 +112,7 @@ class CudaProgram:
         self.__dict__.update(plan)
         self._kernels = None
         self._maps: dict = {}
+        self._sms: dict = {}  # device ordinal (None: the current one) -> its SM count
         # What the compiler warned about while lowering, every time the program is made: a
         # program loaded from the cache would otherwise say nothing of it.
         for message, category, filename, line in plan.get("lowering_warnings", ()):
@@ -182,11 +183,6 @@ class CudaProgram:
         self._kernels = [launcher.CudaKernel(module, name, self.param_kinds, block=threads,
                                              dynamic_smem=smem)
                          for name, _, threads, smem in self.launches]
-        # The SMs of the device the module is loaded on: asked once, not on every launch.
-        self._sms = None
-        if any(isinstance(grid, PersistentGrid) for _, grid, _, _ in self.launches):
-            from .device import device_properties
-            self._sms = device_properties().sm_count
 
     def _tensor_map(self, tensor, box, swizzle) -> bytes:
         """The TMA tensor map of a tensor argument, encoded once per (address, shape)."""
@@ -199,14 +195,15 @@ class CudaProgram:
             found = self._maps[key] = encode_tensor(tensor, box, swizzle)
         return found
 
-    def run(self, values: list, shapes: list, stream=None):
-        """values[i]: the tensor or scalar for parameter i; shapes[i]: tensor i's shape."""
+    def run(self, values: list, shapes: list, stream=None, device: int | None = None):
+        """values[i]: the tensor or scalar for parameter i; shapes[i]: tensor i's shape;
+        device: the ordinal of the GPU the tensors are on (None: the current context's)."""
         if self._kernels is None:
             self._load()
         values = self.with_workspaces(values, self.workspace_specs(values, shapes))
         args = self._arguments(values, shapes)
-        for kernel, grid in self._grids(values, shapes):
-            kernel.launch(args, grid, stream)
+        for kernel, grid in self._grids(values, shapes, device):
+            kernel.launch(args, grid, stream, device)
 
     def prepared(self, values: list, shapes: list) -> "PreparedCall":
         """run's work for arguments that look like these, done once (call_cache.py)."""
@@ -241,6 +238,14 @@ class CudaProgram:
             env[id(var)] = np.int64(shapes[pos[0]][pos[1]] if kind == "size" else values[pos])
         return env
 
+    def _sm_count(self, device: int | None) -> int:
+        """The SMs of the device (a persistent grid's size): asked once per device."""
+        sms = self._sms.get(device)
+        if sms is None:
+            from .device import device_properties
+            sms = self._sms[device] = device_properties(device).sm_count
+        return sms
+
     def workspace_specs(self, values: list, shapes: list) -> list:
         """[(shape, torch dtype, device)] of the program's workspaces for a call, on the
         device of its first tensor argument."""
@@ -266,13 +271,13 @@ class CudaProgram:
         return list(values) + [torch.empty(shape, dtype=dtype, device=device)
                                for shape, dtype, device in specs]
 
-    def _grids(self, values: list, shapes: list) -> list:
-        """[(kernel, 3-tuple grid)] of the launches with a non-empty grid."""
+    def _grids(self, values: list, shapes: list, device: int | None = None) -> list:
+        """[(kernel, 3-tuple grid)] of the launches with a non-empty grid on `device`."""
         env = self._env(values, shapes)
         out = []
         for kernel, (_, grid, _, _) in zip(self._kernels, self.launches):
             if isinstance(grid, PersistentGrid):
-                dims = [grid.blocks(env, self._sms)]
+                dims = [grid.blocks(env, self._sm_count(device))]
             else:
                 dims = [g if isinstance(g, int) else int(evaluate(g, env)) for g in grid]
             if any(d <= 0 for d in dims):
@@ -290,7 +295,12 @@ class PreparedCall:
 
     def __init__(self, program: CudaProgram, values: list, shapes: list):
         self.program, self.shapes = program, shapes
-        self.grids = program._grids(values, shapes)
+        # The device of the tensors (a call's look includes it): its primary context and
+        # torch's stream there are where every call of this look launches.
+        first = next((v for v in values if hasattr(v, "data_ptr")), None)
+        self.device = getattr(getattr(first, "device", None), "index", None)
+        self.context = None if self.device is None else driver.primary_context(self.device)
+        self.grids = program._grids(values, shapes, self.device)
         self.workspaces = program.workspace_specs(values, shapes)
         self.tensors = tuple(i for i, v in enumerate(values) if hasattr(v, "data_ptr")) + \
             tuple(range(len(values), len(values) + len(self.workspaces)))
@@ -305,9 +315,10 @@ class PreparedCall:
             packable = tuple(self.program._kernels[0].packable(args)) if self.grids else ()
             made = self._made = (addresses, packable)
         if self.grids:
-            stream = launcher._default_stream()
+            stream = launcher.torch_stream(self.device) if self.device is not None else \
+                launcher._default_stream()
             for kernel, grid in self.grids:
-                kernel.launch_packed(made[1], grid, stream)
+                kernel.launch_packed(made[1], grid, stream, self.context)
 
 
 class PersistentGrid:
