@@ -32,3 +32,9 @@ def cache_dir() -> str:
 def cache_disabled() -> bool:
     """TILECRAFT_DISABLE_CACHE=1: never read or write the disk cache."""
     return _flag("TILECRAFT_DISABLE_CACHE")
+
+
+def autotune_gpus() -> str:
+    """TILECRAFT_AUTOTUNE_GPUS=n: measure tuning candidates on at most n GPUs (default: every
+    visible GPU of the tuned one's model; 1 measures in the calling process)."""
+    return os.environ.get("TILECRAFT_AUTOTUNE_GPUS", "").strip()

@@ -135,7 +135,7 @@ def test_the_fastest_few_are_timed_again_and_judged_by_their_median(monkeypatch)
     # The default timer, scripted: every candidate is screened by a short timing, then the
     # four fastest are timed with the full warmup / rep in three alternating rounds. block_M 16
     # was screened at a lucky moment, and its later timings expose it.
-    from tilecraft.autotuner import measure, tuner as tuner_module
+    from tilecraft.autotuner import measure
     script = {16: [1.0, 1.6, 1.5, 1.55], 32: [1.1, 1.05, 1.0, 1.1], 64: [1.2, 1.3, 1.3, 1.25],
               128: [5.0, 5.2, 4.8, 5.1], 256: [9.0]}
     seen = []
@@ -148,7 +148,7 @@ def test_the_fastest_few_are_timed_again_and_judged_by_their_median(monkeypatch)
     t = tuned(configs={"block_M": [16, 32, 64, 128, 256], "block_N": [32]}, warmup=7, rep=40)
     t(256, 32, 32)
     assert t.best_config["block_M"] == 32
-    screen = (tuner_module.SCREEN_WARMUP, tuner_module.SCREEN_REP)
+    screen = (measure.SCREEN_WARMUP, measure.SCREEN_REP)
     assert seen == [(m, *screen) for m in (16, 32, 64, 128, 256)] + \
         [(m, 7, 40) for m in (16, 32, 64, 128)] * 3
     latency = {r.config["block_M"]: r.latency_ms for r in t.result.results}

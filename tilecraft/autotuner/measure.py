@@ -16,6 +16,7 @@ interpreter the wall time of a few runs, which is enough to exercise tuning on a
 from __future__ import annotations
 
 import math
+import statistics
 import sys
 
 import numpy as np
@@ -23,20 +24,24 @@ import numpy as np
 from .. import arrays
 from ..errors import TileError
 from ..ir.buffer import Buffer
+from .results import OK, RUN_ERROR, WRONG, one_line
 
 
-def device_name(backend: str) -> str:
-    """What the times were measured on: the GPU's name, "cpu" for the interpreter and the
-    emulator, or "no-gpu" when compiling for an arch on a machine without one."""
+def device_name(backend: str, ordinal: int | None = None) -> str:
+    """What the times were measured on: the GPU's model (its name and SM count: a result is
+    kept per model, store.py) of the current device or device `ordinal`, "cpu" for the
+    interpreter and the emulator, or "no-gpu" when compiling for an arch on a machine without
+    one."""
     if backend != "cuda":
         return "cpu"
     from ..backends.cuda.runtime.device import device_properties, has_cuda_device
     if not has_cuda_device():
         return "no-gpu"
     try:
-        return device_properties().name
+        properties = device_properties(ordinal)
     except TileError:
         return "no-gpu"
+    return f"{properties.name}, {properties.sm_count} SMs"
 
 
 def device_arch() -> str | None:
@@ -105,6 +110,70 @@ def check(kernel, inputs: list, want: list, atol: float, rtol: float,
         compare(name, g, w, atol, rtol, max_mismatched_ratio)
 
 
+# With the default timer every candidate is first screened by a short timing (SCREEN_WARMUP
+# and SCREEN_REP runs at most): enough to tell the few that can win from the many that cannot
+# (the kept candidates of a large GEMM are far apart). Only the fastest CONTENDERS then get the
+# full warmup / rep, in each of CONFIRM_ROUNDS alternating rounds (sharing the rep runs between
+# the rounds measured faster but chose worse configs on an H100: bench/overhead.md); on
+# several GPUs the rounds are dealt to them (gpus.py).
+SCREEN_WARMUP, SCREEN_REP = 2, 10
+CONTENDERS, CONFIRM_ROUNDS = 4, 3
+
+
+def prepare(kernel, s) -> tuple:
+    """(inputs, the reference's outputs or None) of a tuning run with settings `s`, made with
+    its first compiled candidate; for the default timer the GPU is then kept busy for a second
+    (warm_gpu). The reference's own errors are the caller's to see."""
+    inputs = make_inputs(kernel, s.supply_prog, s.supply_type)
+    want = reference_outputs(s.ref_prog, inputs) \
+        if s.ref_prog is not None and not s.skip_check else None
+    if s.measure is None:
+        try:
+            warm_gpu(kernel, inputs)
+        except Exception:  # noqa: BLE001 - the candidate's own run reports it
+            pass
+    return inputs, want
+
+
+def screen(kernel, inputs: list, want, s, config: dict) -> tuple:
+    """(status, milliseconds or None, message) of one candidate: checked against the
+    reference's outputs when there are any, then timed, by the default timer with the
+    screening counts, by a custom one (s.measure) with warmup / rep."""
+    warmup, rep = (s.warmup, s.rep) if s.measure is not None else \
+        (min(s.warmup, SCREEN_WARMUP), min(s.rep, SCREEN_REP))
+    try:
+        if want is not None:
+            check(kernel, inputs, want, s.atol, s.rtol, s.max_mismatched_ratio)
+        ms = timed(s.measure or default_measure, kernel, inputs, warmup, rep, config)
+        torch_synchronize()
+    except AssertionError as e:
+        return WRONG, None, one_line(e)
+    except Exception as e:  # noqa: BLE001 - a candidate's failure is data
+        return RUN_ERROR, None, one_line(e)
+    return OK, ms, ""
+
+
+def confirm_round(pairs: list, inputs: list, s) -> list:
+    """One round of the confirmation: each (kernel, config) in turn, timed by the default timer
+    with the full warmup / rep; the milliseconds in the same order."""
+    return [timed(default_measure, kernel, inputs, s.warmup, s.rep, config)
+            for kernel, config in pairs]
+
+
+def confirm(ok: list, s, rounds) -> None:
+    """Time the fastest few of the screened trials `ok` again with the full warmup / rep, in
+    alternation, and keep each one's median: a GPU's clocks drift by several percent over a
+    tuning run (power and heat), enough to crown a candidate that was merely measured at a good
+    moment. A custom timer (s.measure) is trusted as it is. rounds(contenders, CONFIRM_ROUNDS)
+    times them: a list of rounds, each the milliseconds in the contenders' order."""
+    contenders = sorted(ok, key=lambda t: t.latency_ms)[:CONTENDERS]
+    if s.measure is not None or len(contenders) < 2:
+        return
+    samples = rounds(contenders, CONFIRM_ROUNDS)
+    for i, t in enumerate(contenders):
+        t.latency_ms = statistics.median(r[i] for r in samples)
+
+
 def default_measure(kernel, inputs: list, *, warmup: int, rep: int, config=None) -> float:
     """Milliseconds of one run of the kernel, by its profiler (see the module's text)."""
     return kernel.get_profiler().do_bench(warmup=warmup, rep=rep, input_tensors=inputs)
@@ -135,17 +204,17 @@ def timed(measure, kernel, inputs: list, warmup: int, rep: int, config: dict) ->
 WARM_SECONDS = 1.0
 
 
-def warm_gpu(kernel, inputs: list, seconds: float = WARM_SECONDS) -> None:
-    """Run the kernel for about `seconds` before anything is timed. A GPU left idle runs at its
-    boost clock and settles lower under a sustained load (an H100 from 1.98 GHz to about 1.4 under
-    GEMMs): without this the candidates timed first, the best predicted, would look faster than
-    they are against those timed later."""
+def warm_gpu(kernel, inputs: list, seconds: float = WARM_SECONDS, until=None) -> None:
+    """Run the kernel for about `seconds` (or until until() says stop) before anything is
+    timed. A GPU left idle runs at its boost clock and settles lower under a sustained load (an
+    H100 from 1.98 GHz to about 1.4 under GEMMs): without this the candidates timed first, the
+    best predicted, would look faster than they are against those timed later."""
     torch = sys.modules.get("torch")
     if kernel.backend != "cuda" or torch is None or not torch.cuda.is_available():
         return
     import time
     start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
+    while time.perf_counter() - start < seconds and not (until is not None and until()):
         for _ in range(8):
             kernel(*inputs)
         torch.cuda.synchronize()

@@ -61,8 +61,10 @@ class AutotuneResult:
     from_cache: bool = False
     ref_latency: float | None = field(default=None)
     # Wall seconds of each phase of the run ("predict", "compile", "measure"); empty when
-    # the result came from the tuning cache.
+    # the result came from the tuning cache. On several GPUs measuring overlaps compiling:
+    # "measure" is what is left of it once the last candidate is built.
     phases: dict = field(default_factory=dict)
+    gpus: int = 1                      # how many GPUs (of the model `device`) measured
 
     @property
     def best_config(self) -> dict:
@@ -142,7 +144,8 @@ def format_results(result: AutotuneResult) -> str:
         counts[t.status or "not run"] = counts.get(t.status or "not run", 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in counts.items())
     cached = " (from the tuning cache)" if result.from_cache else ""
-    title = (f"autotune {result.name}({result.problem}) on {result.device}{cached}: "
+    on = f"{result.gpus} x {result.device}" if result.gpus > 1 else result.device
+    title = (f"autotune {result.name}({result.problem}) on {on}{cached}: "
              f"{len(trials)} candidates ({summary}); best {config_text(result.config)} at "
              f"{result.latency:.4f} ms")
     lines = [title, fmt(head), fmt(["-" * w for w in widths[:-1]] + ["-" * 6])]

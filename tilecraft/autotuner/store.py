@@ -9,8 +9,10 @@ best configuration depends on:
   dtypes;
 - the search: the candidate configurations (after pins) or the recommender's space, the
   pruning fraction, the correctness reference and the timer by name;
-- where it ran: the GPU's name ("cpu" on the interpreter), the backend and arch, tilecraft's
-  version and the compiler's own fingerprint.
+- where it ran: the GPU's model, its name and SM count ("cpu" on the interpreter), the backend
+  and arch, tilecraft's version and the compiler's own fingerprint. A run measures on every
+  GPU of the tuned one's model (gpus.py) and on no other, so its result is that model's, and
+  is used again on one GPU of the model or several, never on another card.
 A different shape is a different key: an entry is never used for another problem.
 
 Writers fill a temporary file beside the entry and rename it into place, so a reader in
@@ -119,6 +121,7 @@ def save(key: str, parts: dict, result) -> None:
     """Write the result for key (atomically). A failure to write only warns: tuning worked."""
     record = {"key": key, "parts": parts, "best": canonical(result.config),
               "latency_ms": result.latency, "ref_latency_ms": result.ref_latency,
+              "gpus": result.gpus,
               "trials": [{**t.to_json(), "config": canonical(t.config)} for t in result.trials]}
     path = entry_path(key)
     text = json.dumps(record, indent=1, sort_keys=True, default=repr)

@@ -4,6 +4,10 @@
     fraction by predicted time -> compile (worker processes, a limit each) -> check against the
     reference and measure -> the fastest correct one (cached, shown in a table).
 
+On a host with several GPUs of the tuned one's model, each candidate is checked and measured
+on one of them as soon as it is built, in a process per GPU, and the fastest few are confirmed
+on all of them (gpus.py); on one GPU, this process measures them once they are all built.
+
 A candidate that fails to compile, runs out of time, raises when run or gives a wrong result
 is logged in one line and skipped; only when every candidate fails is that an error.
 """
@@ -11,13 +15,14 @@ from __future__ import annotations
 
 import sys
 import time
+from concurrent.futures import as_completed
 from dataclasses import dataclass
 
 from .. import knobs, placement
 from ..errors import TileError
+from . import gpus, space, store, workers
 from . import measure as measuring
-from . import space, store, workers
-from .results import (OK, PRUNED, RUN_ERROR, WRONG, AutotuneResult, Progress, Trial, log_skip,
+from .results import (OK, PRUNED, AutotuneResult, Progress, Trial, config_text, log_skip,
                       logger, one_line)
 
 
@@ -86,32 +91,57 @@ def run(tuned, problem: space.Problem, configs: list | None) -> AutotuneResult:
             return cached
 
     phases, clock = {}, time.perf_counter()
-    with workers.Workers(s.max_workers) as pool:
-        address = workers.address_of(fn)
+    address = workers.address_of(fn)
+    target = arch if backend == "cuda" else backend  # what workers compile for
+    with workers.Workers(s.max_workers) as pool, \
+            gpus.pool_for(tuned, problem, backend, target, device, address) as on_gpus:
         if backend == "cuda" and address is not None and not knobs.cache_disabled():
             pool.warm(address)  # the workers start while this process predicts
         trials = _candidates(tuned, problem, candidates, configs is None, fraction, cost_target,
                              pool)
         phases["predict"], clock = time.perf_counter() - clock, time.perf_counter()
         kept = [t for t in trials if not t.status]
-        kernels = _compile(tuned, problem, kept, backend, arch, pool)
-    phases["compile"], clock = time.perf_counter() - clock, time.perf_counter()
-    inputs = _measure(tuned, [(t, kernels[id(t)]) for t in kept if id(t) in kernels])
-    _confirm(tuned, [t for t in trials if t.ok], kernels, inputs)
-    phases["measure"] = time.perf_counter() - clock
+        found = _on_gpus(tuned, problem, kept, target, pool, on_gpus, phases) \
+            if on_gpus is not None else None
+        if found is None:
+            clock = time.perf_counter()
+            kernels = _compile(tuned, problem, kept, backend, arch, pool)
+    if found is None:  # measured here, on this process's GPU
+        phases["compile"], clock = time.perf_counter() - clock, time.perf_counter()
+        inputs = _measure(tuned, [(t, kernels[id(t)]) for t in kept if id(t) in kernels])
+        measuring.confirm([t for t in trials if t.ok], s, lambda pairs, rounds: [
+            measuring.confirm_round([(kernels[id(t)], t.config) for t in pairs], inputs, s)
+            for _ in range(rounds)])
+        phases["measure"] = time.perf_counter() - clock
+    best, kernel, ref_latency, on = _winner(tuned, problem, trials, found,
+                                            None if found else (kernels, inputs))
+    result = AutotuneResult(name, problem.describe(), device, best.config, best.latency_ms,
+                            trials, kernel, key, False, ref_latency, phases, on)
+    if key is not None:
+        store.save(key, parts, result)
+    return _finish(tuned, result)
+
+
+def _winner(tuned, problem, trials, found, here) -> tuple:
+    """(the fastest correct trial, its kernel, the reference's time or None, GPUs measured on).
+    found: _on_gpus's answer, or None when `here` = (kernels, inputs) were measured here."""
+    s, name, span = tuned.settings, tuned.__name__, tuned.declared_at
     ok = [t for t in trials if t.ok]
     if not ok:
         raise TileError(_all_failed(name, problem, trials), span)
     best = min(ok, key=lambda t: t.latency_ms)  # ties: the earlier (better predicted) one
-    kernel = kernels[id(best)]
-    ref_latency = None
+    if found is not None:
+        kernel, outcome = workers.compile_here(tuned.jit_impl, problem, best.config, s.timeout)
+        if kernel is None:
+            raise TileError(f"autotune {name}: the best configuration "
+                            f"({config_text(best.config)}), built by a compile worker, does "
+                            f"not build here: {outcome.message}", span)
+        return best, kernel, found[1], found[0]
+    kernels, inputs = here
+    kernel, ref_latency = kernels[id(best)], None
     if s.ref_prog is not None and s.measure is None:
         ref_latency = measuring.time_reference(kernel, s.ref_prog, inputs, s.warmup, s.rep)
-    result = AutotuneResult(name, problem.describe(), device, best.config, best.latency_ms,
-                            trials, kernel, key, False, ref_latency, phases)
-    if key is not None:
-        store.save(key, parts, result)
-    return _finish(tuned, result)
+    return best, kernel, ref_latency, 1
 
 
 def _probe(fn, problem, configs):
@@ -223,6 +253,17 @@ def _predict(tuned, problem, configs, cost_target, pool) -> list:
         return out
 
 
+def _compile_tasks(tuned, problem, trials, arch) -> list:
+    """A worker's CompileTask for each trial (the factory must have an address)."""
+    s, fn, impl = tuned.settings, tuned.factory, tuned.jit_impl
+    address, code_hash = workers.address_of(fn), store.source_hash(fn)
+    pass_configs = dict(impl.options["pass_configs"])
+    return [workers.CompileTask(i, address[0], address[1], code_hash, problem.args,
+                                problem.kwargs, t.config, impl.out_idx, arch, pass_configs,
+                                s.timeout)
+            for i, t in enumerate(trials)]
+
+
 def _compile(tuned, problem, trials, backend, arch, pool) -> dict:
     """Compile the trials; {id(trial): kernel} for those that compiled, the others marked."""
     s, fn, impl = tuned.settings, tuned.factory, tuned.jit_impl
@@ -235,13 +276,8 @@ def _compile(tuned, problem, trials, backend, arch, pool) -> dict:
     kernels = {}
     with Progress(len(trials), f"compile {tuned.__name__}", s.verbose) as bar:
         if parallel:
-            code_hash = store.source_hash(fn)
-            pass_configs = dict(impl.options["pass_configs"])
-            tasks = [workers.CompileTask(i, address[0], address[1], code_hash, problem.args,
-                                         problem.kwargs, t.config, impl.out_idx, arch,
-                                         pass_configs, s.timeout)
-                     for i, t in enumerate(trials)]
-            outcomes = pool.compile(tasks, lambda o: bar.update())
+            outcomes = pool.compile(_compile_tasks(tuned, problem, trials, arch),
+                                    lambda o: bar.update())
             away = [o.message for o in outcomes if o.status == workers.UNAVAILABLE]
             if away:
                 logger.info("autotune %s: compiling %d candidate(s) in this process: %s",
@@ -270,64 +306,81 @@ def _compile(tuned, problem, trials, backend, arch, pool) -> dict:
 def _measure(tuned, pairs) -> list | None:
     """Check (when a reference is given) and time each compiled trial; the inputs used."""
     s, name = tuned.settings, tuned.__name__
-    timer = s.measure or measuring.default_measure
-    # The default timer screens (see SCREEN_WARMUP); a custom one times each candidate once.
-    warmup, rep = (s.warmup, s.rep) if s.measure is not None else \
-        (min(s.warmup, SCREEN_WARMUP), min(s.rep, SCREEN_REP))
     inputs = want = None
     with Progress(len(pairs), f"measure {name}", s.verbose) as bar:
         for trial, kernel in pairs:
             if inputs is None:
-                inputs = measuring.make_inputs(kernel, s.supply_prog, s.supply_type)
-                if s.ref_prog is not None and not s.skip_check:
-                    want = measuring.reference_outputs(s.ref_prog, inputs)
-                if s.measure is None:
-                    try:
-                        measuring.warm_gpu(kernel, inputs)
-                    except Exception:  # noqa: BLE001 - the candidate's own run reports it
-                        pass
-            try:
-                if want is not None:
-                    measuring.check(kernel, inputs, want, s.atol, s.rtol, s.max_mismatched_ratio)
-                trial.latency_ms = measuring.timed(timer, kernel, inputs, warmup, rep,
-                                                   trial.config)
-                measuring.torch_synchronize()
-                trial.status = OK
-            except AssertionError as e:
-                trial.status, trial.message = WRONG, one_line(e)
-            except Exception as e:  # noqa: BLE001 - a candidate's failure is data
-                trial.status, trial.message = RUN_ERROR, one_line(e)
+                inputs, want = measuring.prepare(kernel, s)
+            trial.status, trial.latency_ms, trial.message = measuring.screen(
+                kernel, inputs, want, s, trial.config)
             if not trial.ok:
                 log_skip(name, trial)
             bar.update()
     return inputs
 
 
-# With the default timer every candidate is first screened by a short timing (SCREEN_WARMUP
-# and SCREEN_REP runs at most): enough to tell the few that can win from the many that cannot
-# (the kept candidates of a large GEMM are far apart). Only the fastest CONTENDERS get the
-# full warmup / rep in each of CONFIRM_ROUNDS alternating rounds (sharing the rep runs between
-# the rounds measured faster but chose worse configs on an H100: bench/overhead.md).
-SCREEN_WARMUP, SCREEN_REP = 2, 10
-CONTENDERS, CONFIRM_ROUNDS = 4, 3
+def _on_gpus(tuned, problem, trials, arch, pool, on_gpus, phases) -> tuple | None:
+    """Compile the trials in the workers and screen each on the GPUs as soon as it is built,
+    then confirm the fastest few there (gpus.py): (GPUs used, the reference's time or None).
+    None, with the trials as they were, when the GPUs could not measure them all: the caller
+    then compiles and measures here."""
+    s, name, clock = tuned.settings, tuned.__name__, time.perf_counter()
+    screening, reference, unable = {}, [], []
+    with Progress(len(trials), f"compile and measure {name}", s.verbose) as bar:
+        def built(outcome):
+            if outcome.status != OK:
+                bar.update()
+                return
+            config = trials[outcome.index].config
+            try:
+                screening[on_gpus.screen(outcome.index, config)] = outcome.index
+                if not reference and s.ref_prog is not None and s.measure is None:
+                    reference.append(on_gpus.reference(config))
+            except Exception as e:  # noqa: BLE001 - a measuring process that could not start
+                unable.append(one_line(e))
+
+        outcomes = pool.compile(_compile_tasks(tuned, problem, trials, arch), built)
+        phases["compile"], clock = time.perf_counter() - clock, time.perf_counter()
+        unable += [o.message for o in outcomes if o.status == workers.UNAVAILABLE]
+        if unable:
+            return _give_up(name, trials, unable[0])
+        for trial, outcome in zip(trials, outcomes):
+            trial.compile_s = outcome.seconds
+            if outcome.status != OK:
+                trial.status, trial.message = outcome.status, outcome.message
+                log_skip(name, trial)
+        for future in as_completed(screening):
+            try:
+                got = future.result()
+            except Exception as e:  # noqa: BLE001 - a measuring process died
+                return _give_up(name, trials, one_line(e))
+            if got.status == workers.UNAVAILABLE:
+                return _give_up(name, trials, got.message)
+            trial = trials[got.index]
+            trial.status, trial.latency_ms, trial.message = got.status, got.latency_ms, \
+                got.message
+            if not trial.ok:
+                log_skip(name, trial)
+            bar.update()
+    try:
+        measuring.confirm([t for t in trials if t.ok], s,
+                          lambda pairs, rounds: on_gpus.confirm([t.config for t in pairs], rounds))
+    except Exception as e:  # noqa: BLE001 - as above
+        return _give_up(name, trials, one_line(e))
+    phases["measure"] = time.perf_counter() - clock
+    try:
+        ref_latency = reference[0].result() if reference else None
+    except Exception:  # noqa: BLE001 - the reference's time is a courtesy, never a failure
+        ref_latency = None
+    return on_gpus.size, ref_latency
 
 
-def _confirm(tuned, ok: list, kernels: dict, inputs) -> None:
-    """Time the fastest few again with the full warmup / rep, in alternation, and keep each
-    one's median: a GPU's clocks drift by several percent over a tuning run (power and heat),
-    enough to crown a candidate that was merely measured at a good moment. A custom timer is
-    trusted as it is."""
-    s = tuned.settings
-    contenders = sorted(ok, key=lambda t: t.latency_ms)[:CONTENDERS]
-    if s.measure is not None or len(contenders) < 2:
-        return
-    samples = {id(t): [] for t in contenders}
-    for _ in range(CONFIRM_ROUNDS):
-        for t in contenders:
-            samples[id(t)].append(measuring.timed(measuring.default_measure, kernels[id(t)],
-                                                  inputs, s.warmup, s.rep, t.config))
-    for t in contenders:
-        t.latency_ms = sorted(samples[id(t)])[len(samples[id(t)]) // 2]
+def _give_up(name, trials, why: str) -> None:
+    """The GPUs' measurements are dropped: the trials go back to be compiled and measured here."""
+    logger.info("autotune %s: measuring on this process's GPU alone: a measuring process "
+                "could not do its part (%s)", name, why)
+    for t in trials:
+        t.status, t.message, t.latency_ms, t.compile_s = "", "", None, None
 
 
 def _all_failed(name, problem, trials) -> str:

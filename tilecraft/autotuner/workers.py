@@ -117,21 +117,33 @@ def _resolve(module: str, qualname: str):
         obj = inner
 
 
+def reach(module: str, qualname: str, code_hash: str) -> tuple:
+    """(the factory at module.qualname, "") as the caller has it, or (None, why not): it cannot
+    be imported here, or its source is not the caller's (rebound since)."""
+    try:
+        fn = _resolve(module, qualname)
+    except Exception as e:  # noqa: BLE001 - any import failure means: not from here
+        return None, one_line(e)
+    if source_hash(fn) != code_hash:
+        return None, f"{module}.{qualname} differs in the worker"
+    return fn, ""
+
+
+def jit_of(fn, out_idx, target: str, pass_configs: dict):
+    """The caller's @jit of the factory, rebuilt in a worker."""
+    from ..jit import jit
+    return jit(out_idx=out_idx, target=target, pass_configs=pass_configs)(fn)
+
+
 def compile_task(task: CompileTask) -> CompileOutcome:
     """The worker's job: build and compile one configuration (filling the disk cache)."""
     start = time.perf_counter()
-    try:
-        fn = _resolve(task.module, task.qualname)
-        if source_hash(fn) != task.code_hash:
-            return CompileOutcome(task.index, UNAVAILABLE,
-                                  f"{task.module}.{task.qualname} differs in the worker")
-    except Exception as e:  # noqa: BLE001 - any import failure means: compile in the caller
-        return CompileOutcome(task.index, UNAVAILABLE, one_line(e))
-    from ..jit import jit
+    fn, why = reach(task.module, task.qualname, task.code_hash)
+    if fn is None:  # compile in the caller
+        return CompileOutcome(task.index, UNAVAILABLE, why)
     try:
         with deadline(task.timeout):
-            impl = jit(out_idx=task.out_idx, target=task.target,
-                       pass_configs=task.pass_configs)(fn)
+            impl = jit_of(fn, task.out_idx, task.target, task.pass_configs)
             impl(*task.args, **task.kwargs, **task.config)
     except CompileTimeout as e:
         return CompileOutcome(task.index, TIMEOUT, str(e), time.perf_counter() - start)
@@ -169,11 +181,8 @@ def predict_task(task: PredictTask):
     """The worker's job: the cost model's Prediction for a chunk of configurations, or None
     when the factory cannot be reached here."""
     from .space import predict_one
-    try:
-        fn = _resolve(task.module, task.qualname)
-        if source_hash(fn) != task.code_hash:
-            return None
-    except Exception:  # noqa: BLE001 - the caller predicts these itself
+    fn, _ = reach(task.module, task.qualname, task.code_hash)
+    if fn is None:  # the caller predicts these itself
         return None
     return [predict_one(fn, task.args, task.kwargs, c, task.target, task.timeout)
             for c in task.configs]

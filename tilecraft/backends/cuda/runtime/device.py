@@ -28,9 +28,13 @@ def has_cuda_device() -> bool:
 
 
 def _ordinal(device: int | None) -> int:
-    """The device asked about: given, else the current context's, else torch's, else 0."""
-    if device is not None:
-        return device
+    """The device asked about: given, else the current one (current_ordinal)."""
+    return device if device is not None else current_ordinal()
+
+
+def current_ordinal() -> int:
+    """The device asked about when none is named: the current context's, else torch's current
+    one, else 0."""
     driver.init()
     if driver.current_context():
         return driver.context_device()

@@ -157,6 +157,11 @@ def check(code: int, what: str) -> None:
         raise CudaDriverError(f"CUDA driver: {what} failed: {name}: {text}", code, name)
 
 
+def initialized() -> bool:
+    """Whether this process has called cuInit (after which CUDA_VISIBLE_DEVICES is fixed)."""
+    return _initialized
+
+
 def init() -> None:
     """cuInit once per process."""
     global _initialized
