@@ -1,4 +1,4 @@
-"""Shared by the GPU tests: poisoned outputs and relative errors."""
+"""Shared by the GPU tests: poisoned outputs, relative errors and CUDA graph capture."""
 import torch
 
 import tilecraft
@@ -12,6 +12,21 @@ def poisoned(*shape, dtype=None):
     t = torch.empty(*shape, dtype=dtype, device="cuda")
     t.fill_(float("nan") if dtype.is_floating_point else -1)
     return t
+
+
+def capture(fn):
+    """fn run once on a side stream (torch's warm-up recipe), then captured in a CUDA graph, on
+    the current device; (graph, result)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    return graph, out
 
 
 def rel_error(got, want) -> float:

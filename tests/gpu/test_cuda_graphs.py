@@ -9,21 +9,7 @@ torch = pytest.importorskip("torch")
 import tilecraft  # noqa: E402
 import tilecraft.language as T  # noqa: E402
 from tilecraft.carver.recommend import underlying  # noqa: E402
-from gpu_helpers import poisoned, rel_error  # noqa: E402
-
-
-def _capture(fn):
-    """fn run once on a side stream (torch's warm-up recipe), then captured; (graph, result)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fn()
-    return graph, out
+from gpu_helpers import capture as _capture, poisoned, rel_error  # noqa: E402
 
 
 def _refill(*tensors):
