@@ -8,6 +8,7 @@ from __future__ import annotations
 import linecache
 import os
 import sys
+import threading
 import warnings
 from dataclasses import dataclass
 from itertools import islice
@@ -99,7 +100,13 @@ def install_excepthook():
 
 # The span of the user construct being evaluated right now: the frontend sets it per
 # statement and call, so IR built while evaluating carries it and errors point at it.
-_current_span: list = [None]
+# Per thread: programs compile in worker threads too (the tuner, background builds), and one
+# thread's scope must neither leak into nor be undone by another's.
+_current = threading.local()
+
+
+def _scoped() -> Span | None:
+    return getattr(_current, "span", None)
 
 
 def warn_at(span: Span | None, message: str):
@@ -112,7 +119,7 @@ def warn_at(span: Span | None, message: str):
 
 def current_span() -> Span | None:
     """The span being evaluated; outside the frontend, the user's line that called into us."""
-    return _current_span[0] or caller_span()
+    return _scoped() or caller_span()
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -170,11 +177,11 @@ class span_scope:
         self.span = span
 
     def __enter__(self):
-        self.saved = _current_span[0]
+        self.saved = _scoped()
         if self.span is not None:
-            _current_span[0] = self.span
+            _current.span = self.span
         return self.span
 
     def __exit__(self, *exc):
-        _current_span[0] = self.saved
+        _current.span = self.saved
         return False
