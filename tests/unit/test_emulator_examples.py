@@ -208,12 +208,11 @@ def test_blocksparse_attention(example, seq_len, is_causal, config):
 @pytest.mark.parametrize("seq_len, num_vertical, num_slash, config", [
     pytest.param(77, 8, 3, dict(block_M=32, block_N=32, num_stages=1, threads=64),
                  id="seq77-v8-s3-b32x32-t64-s1"),
+    # K_shared / V_shared are filled in two pipelined loops: a tile each (split_loop_tiles)
     pytest.param(70, 12, 2, dict(block_M=32, block_N=32, num_stages=2, threads=64),
-                 id="seq70-v12-s2-b32x32-t64-s2", marks=pytest.mark.xfail(
-                     strict=True, raises=tilecraft.TileError,
-                     reason="pipeline_loops: K_shared / V_shared are filled in two T.Pipelined "
-                            "loops (slash tiles, then gathered columns); a tile versioned by "
-                            "one pipelined loop may not be used outside it")),
+                 id="seq70-v12-s2-b32x32-t64-s2"),
+    pytest.param(130, 20, 3, dict(block_M=32, block_N=32, num_stages=3, threads=64),
+                 id="seq130-v20-s3-b32x32-t64-s3"),
 ])
 def test_vertical_slash_sparse_attention(example, seq_len, num_vertical, num_slash, config):
     mod = example("vertical_slash_sparse_attention")

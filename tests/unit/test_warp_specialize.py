@@ -2,8 +2,10 @@
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+import tilecraft
 import tilecraft.language as T
 from tilecraft.backends.cuda.codegen.cuda import emit_cuda, kernel_signature
 from tilecraft.backends.cuda import pipeline as pipelines
@@ -211,3 +213,39 @@ def test_by_default_and_in_persistent_kernels_the_consumers_load_the_query(examp
         producer, consumer = text.split("} else {", 1)
         assert "tma_ready" not in text and "Q_tma" not in producer
         assert "(&Q[" in consumer and "tc::st_shared_128((&Q_shared[" in consumer
+
+
+def compacted_list_sum(n_tiles=6, blk=32, D=32):
+    """Sums the tiles of X that Sel selects, through a list the block compacts in shared memory
+    before the pipelined loop: the loop's count and its copies' rows read block state."""
+    @T.prim_func
+    def main(X: T.Tensor((n_tiles * blk, D), "float16"), Sel: T.Tensor((n_tiles,), "int32"),
+             Y: T.Tensor((blk, D), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            chosen = T.alloc_shared((n_tiles,), "int32")
+            count = T.alloc_var("int32", init=0)
+            tile = T.alloc_shared((blk, D), "float16")
+            acc = T.alloc_fragment((blk, D), "float32")
+            for n in T.serial(n_tiles):
+                if Sel[n] != 0:
+                    chosen[count] = n
+                    count += 1
+            T.clear(acc)
+            for i in T.Pipelined(count, num_stages=2):
+                T.copy(X[chosen[i] * blk, 0], tile)
+                for r, c in T.Parallel(blk, D):
+                    acc[r, c] += tile[r, c]
+            T.copy(acc, Y)
+    return main
+
+
+def test_a_loop_over_a_list_the_block_compacted_keeps_the_cp_async_pipeline():
+    # a producer warp would read the list and the count before the consumers wrote them
+    X = np.random.default_rng(0).uniform(-1, 1, (6 * 32, 32)).astype(np.float16)
+    Sel = np.array([1, 0, 1, 1, 0, 1], np.int32)
+    want = X.reshape(6, 32, 32)[Sel != 0].astype(np.float32).sum(0)
+    kernel = tilecraft.compile(compacted_list_sum(), out_idx=[-1], target="emulator:sm_90a")
+    np.testing.assert_allclose(kernel(X, Sel), want, rtol=1e-5, atol=1e-5)
+    assert kernel.reports == []
+    text = tilecraft.compile(compacted_list_sum(), target="sm_90a").get_kernel_source()
+    assert "is_producer_thread" not in text and "cp_async" in text

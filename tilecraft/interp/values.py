@@ -118,6 +118,8 @@ class Evaluator:
         return to_dtype(e.value, e.dtype)[()]
 
     def eval_Binary(self, e: Binary, mask):
+        if e.op in ("and", "or"):
+            return self._short_circuit(e, mask)
         a, b = self.eval(e.a, mask), self.eval(e.b, mask)
         with np.errstate(all="ignore"):
             if e.op in ("<", "<=", ">", ">=", "==", "!=", "and", "or"):
@@ -147,6 +149,17 @@ class Evaluator:
             return np.invert(a) if e.dtype.is_int else np.logical_not(a)
         with np.errstate(all="ignore"):
             return to_dtype(np.negative(np.asarray(a).astype(compute_dtype(e.dtype))), e.dtype)
+
+    def _short_circuit(self, e: Binary, mask):
+        """a && b, a || b as C evaluates them: b only on the lanes a leaves undecided (the
+        guard `i < n && list[i] >= 0` reads list[i] only where i < n)."""
+        a = np.asarray(self.eval(e.a, mask), dtype=bool)
+        undecided = a if e.op == "and" else ~a
+        live = undecided if mask is None else (mask & undecided)
+        if not np.any(live):
+            return a
+        b = np.asarray(self.eval(e.b, live), dtype=bool)
+        return a & b if e.op == "and" else a | b
 
     def eval_Select(self, e: Select, mask):
         # Like TileLang's if_then_else, a side is only checked on the lanes that take it.

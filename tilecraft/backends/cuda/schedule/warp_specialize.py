@@ -62,7 +62,7 @@ from __future__ import annotations
 import dataclasses
 
 from ....ir import dtypes as dt
-from ....ir.buffer import LOCAL_VAR, Buffer
+from ....ir.buffer import GLOBAL, LOCAL_VAR, Buffer
 from ....ir.expr import BufferLoad, Call, Var, address_of, const, minmax
 from ....ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, For, IfThenElse, Kernel,
                        call_stmt, seq, stmts_of)
@@ -105,7 +105,22 @@ def _plan_loop(loop: For) -> dict | None:
              for i, st in enumerate(stages) if st < last}
     if not ahead or any(plan is None for plan in ahead.values()):
         return None
+    if _reads_block_state(loop, [body[i] for i in ahead]):
+        return None
     return ahead
+
+
+def _reads_block_state(loop: For, copies: list) -> bool:
+    """Whether the loop's bounds or the regions its copies ahead load read memory of the block
+    (shared tiles, variables, registers) rather than kernel arguments: a list of tiles the
+    block compacted before the loop, a count it kept. The producer warp computes those on its
+    own while the consumers run the code in front of the loop, so it would read them before
+    they are written; such a loop keeps the cp.async pipeline, in which every thread runs that
+    code first."""
+    exprs = [loop.start, loop.extent]
+    exprs += [x for c in copies for start, extent in c.src.ranges for x in (start, extent)]
+    return any(isinstance(n, BufferLoad) and n.buffer.scope != GLOBAL
+               for e in exprs for n in walk(e))
 
 
 def consumer_registers(threads: int) -> int | None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from ....arith.bounds import divisor_of
 from ....ir import dtypes as dt
 from ....ir.buffer import LOCAL, Buffer, is_shared, row_major_offset
-from ....ir.expr import BufferLoad, Call, Const, Select, address_of, const
+from ....ir.expr import BufferLoad, Call, Const, Select, address_of, const, select
 from ....ir.linear import structural_key
 from ....ir.stmt import Allocate, BufferStore, Evaluate, For, flat_stmts, seq
 from ....ir.visitor import Mutator, stores_independent, substitute, walk
@@ -148,7 +148,7 @@ def stage_runs(loop: For, layout, ctx, asynchronous: bool = False):
         allocations.append(Allocate(regs, load.span))
         staged[key] = (regs, 1)
         for first, bits in chunks:
-            addr = address_of(load.buffer, *[at(i, first) for i in load.indices])
+            addr = address_of(load.buffer, *_indices(load, guard, at, first))
             fetch = Call(LD_GLOBAL.format(bits=bits), (addr,), dt.handle) if guard is None \
                 else Call(LD_GLOBAL_PRED.format(bits=bits), (addr, at(guard, 0)), dt.handle)
             loads.append(Evaluate(Call(ST_REGS.format(bits=bits),
@@ -186,6 +186,19 @@ def _async_copies(body, gathered, at, ctx) -> list | None:
         pred = at(guard, 0) if guard is not None else const(True)
         for first, _ in chunks:
             dst = address_of(s.buffer, ctx.simplify(at(s.indices[0], 0) + first))
-            src = address_of(load.buffer, *[at(i, first) for i in load.indices])
+            src = address_of(load.buffer, *_indices(load, guard, at, first))
             out.append(Evaluate(Call(CP_ASYNC_CG_16.name, (dst, src, pred), dt.handle), s.span))
+    return out
+
+
+def _indices(load, guard, at, first: int) -> list:
+    """The indices of a run's chunk at `first`. An index that reads memory (a position taken
+    from a list, as a gather of listed columns does) is read only under the run's guard: the
+    list's slots past its end hold nothing, and the predicated access needs no address there."""
+    out = []
+    for i in load.indices:
+        index = at(i, first)
+        if guard is not None and any(isinstance(n, BufferLoad) for n in walk(index)):
+            index = select(at(guard, 0), index, const(0, index.dtype))
+        out.append(index)
     return out
