@@ -4,7 +4,9 @@ that logit and a zero value: it enters the softmax denominator, so a query can p
 attention "nowhere", but it adds nothing to the output,
     out[q] = sum_k exp(s[q, k]) v[k] / (exp(Sinks[h]) + sum_k exp(s[q, k])).
 Optionally each query only sees a sliding window of the last `window_size` keys (k > q -
-window_size). The kernel is the flash attention of paper appendix O.3; it starts each row's
+window_size). With grouped-query attention (kv_heads < heads, as gpt-oss runs it) K and V hold
+kv_heads heads and query head h reads K/V head h // (heads // kv_heads): the heads of a group
+read the same K/V tiles (no repeated copies of K and V). The kernel is the flash attention of paper appendix O.3; it starts each row's
 online softmax as if the sink key had already been seen (running max = the sink logit, running
 sum = 1), which also keeps rows whose first key tiles are fully masked well defined.
 """
@@ -20,16 +22,23 @@ LOG2E = 1.44269504088896
 
 @tilecraft.jit(out_idx=[-1], pass_configs={tilecraft.PassConfigKey.TL_ENABLE_FAST_MATH: True})
 def attention_sink(batch, heads, seq_len, dim, window_size=None, block_M=64, block_N=64,
-                   num_stages=1, threads=128, dtype="float16", accum_dtype="float"):
+                   num_stages=1, threads=128, dtype="float16", accum_dtype="float",
+                   kv_heads=None):
+    kv_heads = heads if kv_heads is None else kv_heads
+    assert heads % kv_heads == 0, "the query heads must split evenly into kv_heads groups"
+    group = heads // kv_heads
     sm_scale = (1.0 / dim) ** 0.5
     scale = sm_scale * LOG2E  # raw scores q.k times scale are base-2 logits
     shape = [batch, seq_len, heads, dim]
+    kv_shape = [batch, seq_len, kv_heads, dim]
     neg_inf = -T.infinity(accum_dtype)
 
     @T.prim_func
-    def main(Q: T.Tensor(shape, dtype), K: T.Tensor(shape, dtype), V: T.Tensor(shape, dtype),
-             Sinks: T.Tensor([heads], accum_dtype), Output: T.Tensor(shape, dtype)):
+    def main(Q: T.Tensor(shape, dtype), K: T.Tensor(kv_shape, dtype),
+             V: T.Tensor(kv_shape, dtype), Sinks: T.Tensor([heads], accum_dtype),
+             Output: T.Tensor(shape, dtype)):
         with T.Kernel(T.ceildiv(seq_len, block_M), heads, batch, threads=threads) as (bx, by, bz):
+            kv_head = by // group
             Q_shared = T.alloc_shared([block_M, dim], dtype)
             K_shared = T.alloc_shared([block_N, dim], dtype)
             V_shared = T.alloc_shared([block_N, dim], dtype)
@@ -55,7 +64,7 @@ def attention_sink(batch, heads, seq_len, dim, window_size=None, block_M=64, blo
             end = T.min(T.ceildiv(seq_len, block_N), T.ceildiv((bx + 1) * block_M, block_N))
 
             for k in T.Pipelined(start, end, num_stages=num_stages):
-                T.copy(K[bz, k * block_N:(k + 1) * block_N, by, :], K_shared)
+                T.copy(K[bz, k * block_N:(k + 1) * block_N, kv_head, :], K_shared)
                 for i, j in T.Parallel(block_M, block_N):
                     q_idx = bx * block_M + i
                     k_idx = k * block_N + j
@@ -82,7 +91,7 @@ def attention_sink(batch, heads, seq_len, dim, window_size=None, block_M=64, blo
                 T.copy(acc_s, acc_s_cast)
                 for i, j in T.Parallel(block_M, dim):
                     acc_o[i, j] *= scores_scale[i]
-                T.copy(V[bz, k * block_N:(k + 1) * block_N, by, :], V_shared)
+                T.copy(V[bz, k * block_N:(k + 1) * block_N, kv_head, :], V_shared)
                 T.gemm(acc_s_cast, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
 
             for i, j in T.Parallel(block_M, dim):
@@ -94,9 +103,11 @@ def attention_sink(batch, heads, seq_len, dim, window_size=None, block_M=64, blo
 
 
 def ref_program(Q, K, V, Sinks, window_size=None):
-    """Causal attention in float64 with one extra zero-value key per head holding the sink."""
+    """Causal attention in float64 with one extra zero-value key per head holding the sink
+    (K and V with fewer heads than Q: each serves heads // kv_heads query heads)."""
     q, k, v = (x.astype(np.float64) for x in (Q, K, V))
     batch, seq_len, heads, _ = q.shape
+    k, v = (np.repeat(x, heads // x.shape[2], axis=2) for x in (k, v))
     scores = np.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(q.shape[-1])
     rows, cols = np.arange(seq_len)[:, None], np.arange(seq_len)[None, :]
     allowed = cols <= rows
@@ -112,13 +123,15 @@ def ref_program(Q, K, V, Sinks, window_size=None):
 
 
 def run(batch=1, heads=2, seq_len=100, dim=32, window_size=None, seed=0, atol=1e-2, rtol=1e-2,
-        **config):
+        kv_heads=None, **config):
     """Build the kernel, run it on random inputs and sink logits, check it against ref_program;
     returns the max abs error."""
-    kernel = attention_sink(batch, heads, seq_len, dim, window_size, **config)
+    kv_heads = heads if kv_heads is None else kv_heads
+    kernel = attention_sink(batch, heads, seq_len, dim, window_size, kv_heads=kv_heads, **config)
     rng = np.random.default_rng(seed)
-    shape = (batch, seq_len, heads, dim)
-    Q, K, V = (rng.standard_normal(shape).astype(np.float16) for _ in range(3))
+    Q = rng.standard_normal((batch, seq_len, heads, dim)).astype(np.float16)
+    K, V = (rng.standard_normal((batch, seq_len, kv_heads, dim)).astype(np.float16)
+            for _ in range(2))
     Sinks = (2.0 * rng.standard_normal(heads)).astype(np.float32)
     out = kernel(Q, K, V, Sinks).astype(np.float64)
     ref = ref_program(Q, K, V, Sinks, window_size)
@@ -130,6 +143,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--heads", type=int, default=2)
+    parser.add_argument("--kv_heads", type=int, default=None,
+                        help="K/V heads (grouped-query attention; default: --heads)")
     parser.add_argument("--seq_len", type=int, default=100)
     parser.add_argument("--dim", type=int, default=32)
     parser.add_argument("--window_size", type=int, default=None,
@@ -138,5 +153,5 @@ if __name__ == "__main__":
     parser.add_argument("--block_N", type=int, default=64)
     args = parser.parse_args()
     err = run(args.batch, args.heads, args.seq_len, args.dim, args.window_size,
-              block_M=args.block_M, block_N=args.block_N)
+              kv_heads=args.kv_heads, block_M=args.block_M, block_N=args.block_N)
     print(f"attention_sink (window={args.window_size}): ok (max abs error {err:.2e})")

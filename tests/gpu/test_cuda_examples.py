@@ -24,6 +24,10 @@ def test_example_runs_on_gpu_at_its_default_size(example, name):
     ("flash_attention", dict(batch=2, heads=2, seq_len=130, dim=64, is_causal=True)),
     ("conv2d", dict(N=2, C=32, H=13, W=11, F=40)),
     ("dequant_gemm", dict(M=72, N=200, K=256)),
+    ("attention_sink", dict(batch=2, heads=8, kv_heads=2, seq_len=150, dim=64, window_size=40,
+                            block_M=64, block_N=64, num_stages=2)),
+    ("vertical_slash_sparse_attention", dict(seq_len=300, num_vertical=40, num_slash=6,
+                                             block_M=64, block_N=64, num_stages=2)),
 ])
 def test_examples_at_ragged_sizes(example, name, kwargs):
     example(name).run(**kwargs)

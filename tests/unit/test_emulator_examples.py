@@ -196,6 +196,20 @@ def test_attention_sink(example, seq_len, window, config):
     compare(mod.attention_sink, (1, 2, seq_len, 16, window), config, inputs)
 
 
+@pytest.mark.parametrize("kv_heads", [1, 2])
+def test_attention_sink_grouped_query(example, kv_heads):
+    # four query heads over kv_heads K/V heads; checked against the float64 reference too
+    mod = example("attention_sink")
+    rng = np.random.default_rng(9)
+    q = normal(rng, 1, 45, 4, 16)
+    k, v = (normal(rng, 1, 45, kv_heads, 16) for _ in range(2))
+    sinks = (2.0 * rng.standard_normal(4)).astype(np.float32)
+    config = dict(block_M=32, block_N=32, num_stages=2, threads=64, kv_heads=kv_heads)
+    out, = compare(mod.attention_sink, (1, 4, 45, 16, None), config, (q, k, v, sinks))
+    np.testing.assert_allclose(out.astype(np.float64), mod.ref_program(q, k, v, sinks),
+                               atol=1e-2, rtol=1e-2)
+
+
 @pytest.mark.parametrize("seq_len, is_causal, config", ATTENTION)
 def test_blocksparse_attention(example, seq_len, is_causal, config):
     mod = example("blocksparse_attention")

@@ -118,6 +118,14 @@ def test_attention_sink(example, window_size, seq_len, block_M, block_N):
     assert err < 1e-2
 
 
+@pytest.mark.parametrize("heads, kv_heads, window_size", [(8, 1, None), (6, 2, 20), (4, 4, None)])
+def test_attention_sink_grouped_query(example, heads, kv_heads, window_size):
+    mod = example("attention_sink")
+    err = mod.run(batch=2, heads=heads, seq_len=70, dim=16, window_size=window_size,
+                  kv_heads=kv_heads, block_M=32, block_N=32)
+    assert err < 1e-2
+
+
 def test_flash_attention_script():
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     result = subprocess.run([sys.executable, "examples/flash_attention.py"], cwd=ROOT,
