@@ -73,3 +73,15 @@ def test_conditions_split_runs_only_at_their_edges(cols, keep, vector):
     assert (VECTOR in emit_cuda(pipelines.cuda_sm80(func))[0]) == vector
     X = np.random.default_rng(cols + keep).uniform(-1, 1, (64, cols)).astype(np.float16)
     emulated_equals_interpreted(func, (X,))
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_a_gather_of_listed_rows_into_two_tiles_runs_ahead(example, arch):
+    # vertical-slash attention's columns: K and V rows at positions the block listed in shared
+    # memory, one T.Parallel nest filling both tiles, run ahead as cp.async copies
+    vs = example("vertical_slash_sparse_attention")
+    func = vs.vertical_slash_attention.__wrapped__(1, 2, 130, 16, 20, 3, block_M=32, block_N=32,
+                                                   num_stages=3, threads=64)
+    text = tilecraft.compile(func, target=arch).get_kernel_source()
+    for tile in ("K_shared_2", "V_shared_2"):
+        assert f"tc::cp_async_cg_16((&{tile}[(c + 2) % 3 * " in text, tile

@@ -48,7 +48,7 @@ from ..ir.expr import BufferLoad
 from ..ir.stmt import BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt, seq, stmts_of
 from ..ir.tileop import Copy, Fill, TileOp
 from ..ir.visitor import walk
-from .parallel_nests import gather_target
+from .parallel_nests import gather_targets
 from ..ir.annotations import NUM_STAGES, PIPELINE_ORDER, PIPELINE_STAGE
 
 
@@ -67,10 +67,10 @@ class _Info:
 
 def is_async_copy(s) -> bool:
     """A T.copy from global into shared memory, or a gather: a T.Parallel nest that only stores
-    global reads into one shared tile (parallel_nests.gather_target)."""
+    global reads into shared tiles (parallel_nests.gather_targets)."""
     if isinstance(s, Copy):
         return s.src.buffer.scope == GLOBAL and is_shared(s.dst.buffer.scope)
-    return gather_target(s) is not None
+    return gather_targets(s) is not None
 
 
 def _summarize(index: int, s) -> _Info:

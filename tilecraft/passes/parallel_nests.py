@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..arith.bounds import simplify
 from ..ir import dtypes as dt
-from ..ir.buffer import FRAGMENT, GLOBAL, is_shared, row_major_offset
+from ..ir.buffer import FRAGMENT, GLOBAL, LOCAL, is_shared, row_major_offset
 from ..ir.expr import Binary, BufferLoad, Const, Select, Var, logical
 from ..ir.ftg import element_accesses
 from ..ir.linear import linear_form
@@ -194,21 +194,23 @@ def guarded_global_read(e):
     return None
 
 
-def gather_target(s):
-    """The shared tile a T.Parallel nest fills when the nest is a gather: every statement of
-    its body stores into that tile a guarded_global_read whose indices and guard read nothing
-    else from memory; None for anything else."""
+def gather_targets(s) -> tuple | None:
+    """The shared tiles a T.Parallel nest fills when the nest is a gather: every statement of
+    its body stores into a shared tile a guarded_global_read (one tile, or several filled side
+    by side: a key tile and a value tile at the same listed rows). Its indices and guard may read
+    scalars, shared tiles and global tensors (a list of rows the block compacted), never
+    registers another thread may hold; whether what they read may be read ahead is
+    infer_pipeline's question, as for any statement. None for anything else."""
     if not (isinstance(s, For) and s.kind == "parallel"):
         return None
     stores = flat_stmts(nest_body(s))
-    if not stores or not all(isinstance(x, BufferStore) for x in stores):
-        return None
-    if len({id(x.buffer) for x in stores}) != 1 or not is_shared(stores[0].buffer.scope):
+    if not stores or not all(isinstance(x, BufferStore) and is_shared(x.buffer.scope)
+                             for x in stores):
         return None
     for x in stores:
         read = guarded_global_read(x.value)
-        if read is None or any(isinstance(n, BufferLoad) for part in
-                               (*read[0].indices, read[1]) if part is not None
+        if read is None or any(isinstance(n, BufferLoad) and n.buffer.scope in (FRAGMENT, LOCAL)
+                               for part in (*read[0].indices, read[1]) if part is not None
                                for n in walk(part)):
             return None
-    return stores[0].buffer
+    return tuple({id(x.buffer): x.buffer for x in stores}.values())

@@ -37,7 +37,7 @@ from ....ir.expr import const, convert
 from ....ir.stmt import Allocate, For, IfThenElse, SeqStmt, call_stmt, seq, stmts_of
 from ....ir.tileop import Copy, CumSum, Gemm
 from ....passes.infer_pipeline import is_async_copy
-from ....passes.parallel_nests import gather_target
+from ....passes.parallel_nests import gather_targets
 from ....ir.visitor import Mutator, map_kernels, substitute, walk
 from ....ir.annotations import (ASYNC_COPY, NUM_STAGES, PIPELINE_ORDER, PIPELINE_STAGE, SCHEDULED,
                                 SOFTWARE_PIPELINED, TILE_RANK, sync_stmt)
@@ -129,18 +129,18 @@ class _Pipeliner:
         if not ahead:
             return dataclasses.replace(loop, kind="serial")
         depth = max(num, last + 1)
-        # the shared tile each copy or gather run ahead fills
-        fills = {i: body[i].dst.buffer if isinstance(body[i], Copy) else gather_target(body[i])
-                 for i in ahead}
+        # the shared tiles each copy or gather run ahead fills
+        fills = {i: (body[i].dst.buffer,) if isinstance(body[i], Copy) else
+                 gather_targets(body[i]) for i in ahead}
         fills = {i: b for i, b in fills.items() if b is not None}
         for i in sorted(fills):
             if isinstance(body[i], Copy) and not is_async_copy(body[i]):
                 raise TileError("T.Pipelined: only copies from global into shared memory "
                                 "can run in an earlier stage on this target", body[i].span)
-            b = fills[i]
-            if id(b) not in self.versions:
-                self.versions[id(b)] = Buffer(b.name, (depth,) + tuple(b.shape), b.dtype,
-                                              b.scope, b.span)
+            for b in fills[i]:
+                if id(b) not in self.versions:
+                    self.versions[id(b)] = Buffer(b.name, (depth,) + tuple(b.shape), b.dtype,
+                                                  b.scope, b.span)
         issue = sorted(range(len(body)), key=lambda i: order[i])
         k, n, span = loop.var, loop.extent, loop.span
         start = loop.start
