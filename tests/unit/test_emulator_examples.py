@@ -286,3 +286,23 @@ def test_chunk_gated_delta_net(example, kernel):
     state = mod.chunk_state.__wrapped__(*GDN_SIZES, **state_config)
     h, v_new, _ = tilecraft.compile(state, out_idx=[-3, -2, -1], **ref)(k, w, u, g_cum, h0)
     compare(mod.chunk_output, GDN_SIZES, dict(block_DV=32, **GDN_CONFIG), (q, k, v_new, h, g_cum))
+
+
+@pytest.mark.parametrize("seq_len, is_causal, config", [
+    pytest.param(100, False, dict(block_M=32, block_N=32, num_stages=2, threads=64),
+                 id="seq100-b32x32-t64-s2"),
+    pytest.param(77, True, dict(block_M=32, block_N=16, num_stages=3, threads=128),
+                 id="seq77-causal-b32x16-t128-s3"),
+])
+def test_blocksparse_attention_listed(example, seq_len, is_causal, config):
+    # the mask as flex_attention's BlockMask lists it; against the float64 reference too
+    mod = example("blocksparse_attention")
+    rng = np.random.default_rng(11)
+    bm, bn = config["block_M"], config["block_N"]
+    mask = rng.random((1, 2, -(-seq_len // bm), -(-seq_len // bn))) < 0.5
+    q, k, v = qkv(rng, 1, seq_len, 2, 16)
+    num, indices = mod.listed_tiles(mask, is_causal, bm, bn)
+    out, = compare(mod.blocksparse_attention_listed, (1, 2, seq_len, 16, is_causal), config,
+                   (q, k, v, num, indices))
+    want = mod.ref_program(q, k, v, mask, is_causal, bm, bn)
+    np.testing.assert_allclose(out.astype(np.float64), want, atol=1e-2, rtol=1e-2)

@@ -12,6 +12,7 @@ import test_emulator_examples as cases
 
 from test_emulator_examples import (  # noqa: F401  (collected again here, persistent)
     test_attention_sink, test_attention_sink_grouped_query, test_blocksparse_attention,
+    test_blocksparse_attention_listed,
     test_flash_attention, test_gemm,
     test_mla_decode, test_vertical_slash_sparse_attention)
 

@@ -12,6 +12,7 @@ import test_emulator_examples as cases
 
 from test_emulator_examples import (  # noqa: F401  (collected again here, on sm_90a)
     test_attention_sink, test_attention_sink_grouped_query, test_blocksparse_attention,
+    test_blocksparse_attention_listed,
     test_chunk_gated_delta_net, test_conv2d,
     test_dequant_gemm, test_dequant_gemv, test_dequant_gemv_fast, test_flash_attention,
     test_flash_attention_bwd,
