@@ -166,6 +166,21 @@ class _Substitute(Mutator):
         return self.mapping.get(id(v), v)
 
 
+class RenameBuffers(Mutator):
+    """Every access (load, store, tile-op region) of a buffer keyed by id in `new` goes to
+    new[id] instead."""
+
+    def __init__(self, new: dict):
+        self.new = new
+
+    def _renamed(self, node):
+        node = self.generic_visit(node)
+        b = self.new.get(id(node.buffer))
+        return dataclasses.replace(node, buffer=b) if b is not None else node
+
+    visit_BufferLoad = visit_BufferStore = visit_BufferRegion = _renamed
+
+
 def substitute(node, mapping: dict):
     """node with each Var whose id is a key of mapping replaced by mapping[id(var)]."""
     if not mapping:

@@ -22,13 +22,11 @@ from ..ir.expr import BufferLoad
 from ..ir.linear import constant_value, equal
 from ..ir.stmt import Allocate, BufferStore, For, flat_stmts, seq, stmts_of
 from ..ir.tileop import AnnotateLayout, Copy
-from ..ir.visitor import Mutator, map_kernels, walk
-from .parallel_nests import nest_body
+from ..ir.visitor import Mutator, RenameBuffers, buffers_used, map_kernels, walk
 
 
 def _buffers_of(node) -> set:
-    return {id(n.buffer) for n in walk(node)
-            if isinstance(getattr(n, "buffer", None), Buffer)}
+    return {id(b) for b in buffers_used(node)}
 
 
 def _pipelined_loops(body) -> list:
@@ -36,7 +34,7 @@ def _pipelined_loops(body) -> list:
 
 
 def _nest(s) -> tuple[list, object]:
-    """The variables and extents of a T.Parallel nest and its innermost body."""
+    """The loops of a T.Parallel nest, outermost first, and its innermost body."""
     loops = []
     while isinstance(s, For) and s.kind == "parallel":
         loops.append(s)
@@ -49,18 +47,18 @@ def _overwrites(s, buffer: Buffer) -> bool:
     if isinstance(s, Copy):
         return s.dst.buffer is buffer and s.dst.covers_whole() and \
             id(buffer) not in _buffers_of(s.src)
-    loops, _ = _nest(s)
+    loops, inner = _nest(s)
     if not loops or len(loops) != len(buffer.shape):
         return False
     if not all(constant_value(f.start) == 0 and equal(f.extent, size)
                for f, size in zip(loops, buffer.shape)):
         return False
-    stores = [n for n in walk(nest_body(s)) if isinstance(n, BufferStore) and n.buffer is buffer]
+    stores = [n for n in walk(inner) if isinstance(n, BufferStore) and n.buffer is buffer]
     reads = [n for n in walk(s) if isinstance(n, (BufferLoad, BufferRegion)) and
              n.buffer is buffer]
     # Every store of an element at the nest's own coordinates, once per iteration point:
     # stores under a condition would leave elements unwritten.
-    direct = {id(n) for n in flat_stmts(nest_body(s))}
+    direct = {id(n) for n in flat_stmts(inner)}
     return bool(stores) and not reads and all(
         id(st) in direct and len(st.indices) == len(loops) and
         all(i is f.var for i, f in zip(st.indices, loops)) for st in stores)
@@ -74,25 +72,6 @@ def _starts_by_overwriting(loop: For, buffer: Buffer) -> bool:
     return False
 
 
-class _Renamed(Mutator):
-    """Every access of the buffers keyed (by id) in `new` goes to their replacements."""
-
-    def __init__(self, new: dict):
-        self.new = new
-
-    def visit_BufferRegion(self, r):
-        out = self.generic_visit(r)
-        return dataclasses.replace(out, buffer=self.new.get(id(r.buffer), r.buffer))
-
-    def visit_BufferLoad(self, e):
-        out = self.generic_visit(e)
-        return dataclasses.replace(out, buffer=self.new.get(id(e.buffer), e.buffer))
-
-    def visit_BufferStore(self, s):
-        out = self.generic_visit(s)
-        return dataclasses.replace(out, buffer=self.new.get(id(s.buffer), s.buffer))
-
-
 class _Split(Mutator):
     def __init__(self, plans: dict):
         self.plans = plans  # id(loop) -> {id(tile): its copy for that loop}
@@ -100,7 +79,7 @@ class _Split(Mutator):
     def visit_For(self, f: For):
         new = self.plans.get(id(f))
         if new is not None:
-            return _Renamed(new).visit(f)
+            return RenameBuffers(new).visit(f)
         return self.generic_visit(f)
 
 

@@ -115,7 +115,7 @@ def lower_copy(op, ctx: ThreadContext):
         if not whole:   # a band of an accumulator into a tile of its own dtype
             v = 2 if aligned(runs, 2) and _pairs_store_together(op, layout, ctx, as_is=True) \
                 else 1
-            return seq([_run_store(op, layout, ctx, run, v) for run in runs])
+            return seq([_paired_store(op, layout, ctx, run, v) for run in runs])
         if v > 1:
             return _register_vector_copy(op, frag, layout, v, ctx)
         return _lower_with_layout(loop, layout, ctx)
@@ -256,40 +256,31 @@ def registers_pair_columns(layout) -> bool:
                 and np.all(even[..., 1] % 2 == 0))
 
 
-def _paired_store(op, layout, ctx: ThreadContext, run: tuple):
+def _paired_store(op, layout, ctx: ThreadContext, run: tuple, v: int = 2):
     """Registers run[0] .. run[1] - 1 of each thread (a whole fragment, or the part of it a
-    copy names), two at a time."""
-    src, dst = op.src, op.dst
-    first, n = run[0] // 2, (run[1] - run[0]) // 2
-    l2 = ctx.fresh("l", n)
-    pair = l2 + first
-    coords = [ctx.simplify(x) for x in part_coords(op, layout.logical_of(ctx.tx, pair * 2))]
-    reg = ctx.register_array(src.buffer)
-    halves = [cast(BufferLoad(reg, (ctx.simplify(pair * 2 + k),)), dt.float32) for k in (0, 1)]
-    value = packed_pair(dst.buffer.dtype.name, *halves)
-    store = _vector_store(dst.buffer, region_index(dst, coords), value, 32, ctx, op.span)
-    return For(l2, const(0), const(n), "unroll", store, {}, op.span)
-
-
-def _run_store(op, layout, ctx: ThreadContext, run: tuple, v: int):
-    """Registers run[0] .. run[1] - 1 of each thread (the part of the fragment a copy names)
-    stored into a tile of the fragment's dtype, v (1 or 2: _pairs_store_together) at a time."""
+    copy names), v at a time: pairs packed into float16 / bfloat16 (one 32-bit store), pairs
+    of a 32-bit fragment into its own dtype (one 64-bit store), or (v = 1) one by one."""
     src, dst = op.src, op.dst
     first, n = run[0] // v, (run[1] - run[0]) // v
     slot = ctx.fresh("l", n)
-    local = ctx.simplify((slot + first) * v)
-    coords = [ctx.simplify(x) for x in part_coords(op, layout.logical_of(ctx.tx, local))]
+    pair = slot + first
+    coords = [ctx.simplify(x) for x in part_coords(op, layout.logical_of(ctx.tx, pair * v))]
     idx = region_index(dst, coords)
     reg = ctx.register_array(src.buffer)
     if v == 1:
-        store = BufferStore(dst.buffer, idx, cast(BufferLoad(reg, (local,)), dst.buffer.dtype),
-                            op.span)
+        store = BufferStore(dst.buffer, idx, cast(BufferLoad(reg, (ctx.simplify(pair),)),
+                                                  dst.buffer.dtype), op.span)
         if dst.buffer.scope == GLOBAL:
             store = _where_inside(store, dst.buffer, idx, ctx, op.span)
+    elif dst.buffer.dtype is src.buffer.dtype and src.buffer.dtype.bits == 32:
+        value = Call(LD_REGS.format(bits=64), (address_of(reg, ctx.simplify(pair * 2)),),
+                     dt.handle)
+        store = _vector_store(dst.buffer, idx, value, 64, ctx, op.span)
     else:
-        bits = src.buffer.dtype.bits * v
-        value = Call(LD_REGS.format(bits=bits), (address_of(reg, local),), dt.handle)
-        store = _vector_store(dst.buffer, idx, value, bits, ctx, op.span)
+        halves = [cast(BufferLoad(reg, (ctx.simplify(pair * 2 + k),)), dt.float32)
+                  for k in (0, 1)]
+        value = packed_pair(dst.buffer.dtype.name, *halves)
+        store = _vector_store(dst.buffer, idx, value, 32, ctx, op.span)
     return For(slot, const(0), const(n), "unroll", store, {}, op.span)
 
 

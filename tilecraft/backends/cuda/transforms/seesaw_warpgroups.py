@@ -53,7 +53,7 @@ from ....ir.stmt import (Allocate, For, IfThenElse, Kernel, BufferStore,
                        call_stmt, called, flat_stmts, seq)
 from ....ir.tileop import Copy, Gemm, TileOp
 from ....ir.annotations import PRODUCER_THREADS, SCHEDULED, WARPGROUP_FRAGMENTS, WARPGROUP_INDEX
-from ....ir.visitor import Mutator, map_kernels, substitute, walk
+from ....ir.visitor import Mutator, RenameBuffers, map_kernels, substitute, walk
 from ....target import parse_arch
 from ....pass_config import PassConfigKey
 from .overlap_wgmma import ConsumerLoops
@@ -94,29 +94,19 @@ def _fragments(d: dict) -> dict:
     return {k: b for k, b in d.items() if b.scope == FRAGMENT}
 
 
-class _Rename(Mutator):
+class _Rename(RenameBuffers):
     """Fragments replaced by their twins; the P tile by a stage of the tile it reuses."""
 
     def __init__(self, twins: dict, p: Buffer, home: BufferRegion):
-        self.twins, self.p, self.home = twins, p, home
-
-    def visit_BufferLoad(self, e):
-        e = self.generic_visit(e)
-        b = self.twins.get(id(e.buffer))
-        return dataclasses.replace(e, buffer=b) if b is not None else e
-
-    def visit_BufferStore(self, s):
-        s = self.generic_visit(s)
-        b = self.twins.get(id(s.buffer))
-        return dataclasses.replace(s, buffer=b) if b is not None else s
+        super().__init__(twins)
+        self.p, self.home = p, home
 
     def visit_BufferRegion(self, r):
+        if r.buffer is not self.p:
+            return super().visit_BufferRegion(r)
         r = self.generic_visit(r)
-        if r.buffer is self.p:
-            lead = self.home.ranges[:len(self.home.ranges) - len(r.ranges)]
-            return BufferRegion(self.home.buffer, tuple(lead) + tuple(r.ranges), r.span)
-        b = self.twins.get(id(r.buffer))
-        return dataclasses.replace(r, buffer=b) if b is not None else r
+        lead = self.home.ranges[:len(self.home.ranges) - len(r.ranges)]
+        return BufferRegion(self.home.buffer, tuple(lead) + tuple(r.ranges), r.span)
 
 
 def _scheduled(s):
