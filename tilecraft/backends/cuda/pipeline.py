@@ -24,6 +24,7 @@ from .schedule.infer_instructions import infer_instructions
 from ...passes.infer_layouts import infer_layouts
 from ...passes.infer_pipeline import infer_pipeline
 from ...passes.split_loop_tiles import split_loop_tiles
+from ...passes.fold_loop_extents import fold_loop_extents
 from ...passes.insert_barriers import insert_barriers
 from .schedule.pipeline_loops import pipeline_loops
 from .schedule.prefetch_fragments import prefetch_fragments
@@ -56,7 +57,8 @@ def _tile_prefix(target, configs, smem_limit, hopper: bool) -> list:
     the shared arena. On sm_90a also epilogue staging, warp specialization, the direction of
     k in persistent GEMMs and warpgroup splitting."""
     arch = arch_of(target)
-    steps = [("split_loop_tiles", split_loop_tiles),
+    steps = [("fold_loop_extents", fold_loop_extents),
+             ("split_loop_tiles", split_loop_tiles),
              ("choose_rasterization", lambda f: choose_rasterization(f, target, configs))]
     if hopper:
         steps.append(("stage_epilogue",
