@@ -28,8 +28,8 @@ LOG2E = 1.44269504088896
 
 
 @tilecraft.jit(out_idx=[-1])
-def vertical_slash_attention(batch, heads, seq_len, dim, num_vertical, num_slash, block_M=64,
-                             block_N=64, num_stages=1, threads=128, dtype="float16",
+def vertical_slash_attention(batch, heads, seq_len, dim, num_vertical, num_slash, block_M=128,
+                             block_N=64, num_stages=2, threads=256, dtype="float16",
                              accum_dtype="float"):
     scale = (1.0 / dim) ** 0.5 * LOG2E
     shape = [batch, seq_len, heads, dim]
@@ -71,7 +71,10 @@ def vertical_slash_attention(batch, heads, seq_len, dim, num_vertical, num_slash
             V_shared = T.alloc_shared([block_N, dim], dtype)
             O_shared = T.alloc_shared([block_M, dim], dtype)
             tile_hit = T.alloc_shared([num_k_blocks], "int32")
+            tile_rank = T.alloc_shared([num_k_blocks], "int32")
             tile_list = T.alloc_shared([num_k_blocks], "int32")
+            col_hit = T.alloc_shared([num_vertical], "int32")
+            col_rank = T.alloc_shared([num_vertical], "int32")
             col_list = T.alloc_shared([col_capacity], "int32")
             acc_s = T.alloc_fragment([block_M, block_N], accum_dtype)
             acc_s_cast = T.alloc_fragment([block_M, block_N], dtype)
@@ -81,8 +84,6 @@ def vertical_slash_attention(batch, heads, seq_len, dim, num_vertical, num_slash
             scores_scale = T.alloc_fragment([block_M], accum_dtype)
             scores_sum = T.alloc_fragment([block_M], accum_dtype)
             logsum = T.alloc_fragment([block_M], accum_dtype)
-            tile_count = T.alloc_var("int32", init=0)
-            col_count = T.alloc_var("int32", init=0)
             q_start = bx * block_M
             # 1. Mark key tiles crossed by a slash s: its keys q - s span [lo, lo + block_M - 1].
             T.fill(tile_hit, 0)
@@ -91,16 +92,23 @@ def vertical_slash_attention(batch, heads, seq_len, dim, num_vertical, num_slash
                 n = T.floordiv(lo, block_N) + t
                 if n >= 0 and n < num_k_blocks and n * block_N <= lo + block_M - 1:
                     tile_hit[n] = 1
-            # 2. Compact them into tile_list, and the other causal vertical columns into col_list.
-            for n in T.serial(num_k_blocks):
-                if tile_hit[n] != 0:
-                    tile_list[tile_count] = n
-                    tile_count += 1
-            for v in T.serial(num_vertical):
+            # 2. Compact them into tile_list, and the other causal vertical columns into
+            #    col_list, in order: an entry's slot is the count of kept entries up to it
+            #    (a prefix sum), so every thread places its entries at once.
+            for v in T.Parallel(num_vertical):
                 col = VerticalIndex[bz, by, v]
-                if col < q_start + block_M and tile_hit[col // block_N] == 0:
-                    col_list[col_count] = col
-                    col_count += 1
+                col_hit[v] = T.if_then_else(
+                    col < q_start + block_M and tile_hit[col // block_N] == 0, 1, 0)
+            T.cumsum(tile_hit, tile_rank)
+            T.cumsum(col_hit, col_rank)
+            for n in T.Parallel(num_k_blocks):
+                if tile_hit[n] != 0:
+                    tile_list[tile_rank[n] - 1] = n
+            for v in T.Parallel(num_vertical):
+                if col_hit[v] != 0:
+                    col_list[col_rank[v] - 1] = VerticalIndex[bz, by, v]
+            tile_count = tile_rank[num_k_blocks - 1]
+            col_count = col_rank[num_vertical - 1]
             T.copy(Q[bz, q_start:q_start + block_M, by, :], Q_shared)
             T.fill(acc_o, 0)
             T.fill(logsum, 0)
@@ -174,6 +182,35 @@ def make_indices(rng, batch, heads, seq_len, num_vertical, num_slash):
                                    for _ in range(heads)]) for _ in range(batch)])
     slash = rng.integers(0, seq_len, (batch, heads, num_slash))
     return vertical.astype(np.int32), slash.astype(np.int32)
+
+
+def minference_indices(rng, batch, heads, seq_len, num_vertical, num_slash, stripes=8):
+    """Index sets shaped like those MInference's estimate selects (the top columns and
+    diagonals of the last queries' attention): the vertical columns are the first tokens (the
+    attention sinks) and a few stripes of neighbouring columns; the slash offsets are the local
+    band next to the diagonal (0, 1, 2, ...) and a few runs of far diagonals."""
+    vertical = np.empty((batch, heads, num_vertical), np.int32)
+    slash = np.empty((batch, heads, num_slash), np.int32)
+    for b in range(batch):
+        for h in range(heads):
+            sinks = min(64, num_vertical // 4, seq_len)
+            width = -(-(num_vertical - sinks) // stripes)
+            centers = rng.integers(sinks, max(sinks + 1, seq_len - width), stripes)
+            cols = np.unique(np.concatenate([np.arange(sinks)] + [
+                np.arange(c, min(c + width, seq_len)) for c in centers]))
+            if len(cols) < num_vertical:  # stripes that overlap: top up with other columns
+                rest = np.setdiff1d(np.arange(seq_len), cols)
+                cols = np.concatenate([cols, rng.choice(rest, num_vertical - len(cols),
+                                                        replace=False)])
+            vertical[b, h] = rng.permutation(cols[:num_vertical])
+            band = min(num_slash * 4 // 5, seq_len)
+            offsets = set(range(band))
+            while len(offsets) < num_slash:  # far diagonals come in runs of neighbours
+                start = int(rng.integers(band, seq_len))
+                offsets.update(range(start, min(start + -(-(num_slash - band) // 4),
+                                                seq_len)))
+            slash[b, h] = sorted(offsets)[:num_slash]
+    return vertical, slash
 
 
 def run(batch=1, heads=2, seq_len=100, dim=32, num_vertical=8, num_slash=3, block_M=32,

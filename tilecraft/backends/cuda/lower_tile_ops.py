@@ -85,6 +85,17 @@ class _KernelLowering:
             return self.ctx.simplify(self.ctx.layouts.buffer(buffer).local_of(list(indices)))
         return AccessRewriter(self.ctx, local_index)
 
+    def lowered_scalars(self, exprs) -> tuple[list, list]:
+        """Scalar expressions of a statement's header (a condition, a loop's bounds) as thread
+        code reads them: the statements that broadcast the fragment elements they read, and
+        the expressions with tiles read through their lowered layouts."""
+        prefix, out = [], []
+        for e in exprs:
+            before, e = broadcast_reads(self.ctx, e, lowering=self)
+            prefix += before
+            out.append(self.scalar_rewriter().visit(e))
+        return prefix, out
+
     def stmt(self, s):
         # Expressions built while lowering s take s's span from the scope: without one, each
         # asks for its caller by walking the stack (tens of thousands of walks a kernel).
@@ -110,10 +121,16 @@ class _KernelLowering:
             # loop over tiles (the code generator) stays known to thread-level code.
             kept = {k: v for k, v in s.annotations.items()
                     if k in (WARP_SPECIALIZED, SOFTWARE_PIPELINED, PERSISTENT_TILES)}
-            return dataclasses.replace(s, body=self.stmt(s.body), kind=kind, annotations=kept)
+            # Bounds that read tiles (a count a prefix sum left in shared memory) read them
+            # as every other scalar expression does: through the tile's lowered layout.
+            prefix, (start, extent) = [], (s.start, s.extent)
+            if n is None or lo is None:
+                prefix, (start, extent) = self.lowered_scalars((s.start, s.extent))
+            loop = dataclasses.replace(s, start=start, extent=extent, body=self.stmt(s.body),
+                                       kind=kind, annotations=kept)
+            return seq(prefix + [loop], s.span) if prefix else loop
         if isinstance(s, IfThenElse):
-            prefix, cond = broadcast_reads(ctx, s.cond, lowering=self)
-            cond = self.scalar_rewriter().visit(cond)
+            prefix, (cond,) = self.lowered_scalars((s.cond,))
             # What the guard says of loop variables holds in its body: a pipelined loop's
             # copies under `k + 2 < n` need no bounds check on tiles the guard keeps in range.
             narrowed = bounds_under(s.cond, ctx.var_bounds)
