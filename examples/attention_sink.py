@@ -21,8 +21,8 @@ LOG2E = 1.44269504088896
 
 
 @tilecraft.jit(out_idx=[-1], pass_configs={tilecraft.PassConfigKey.TL_ENABLE_FAST_MATH: True})
-def attention_sink(batch, heads, seq_len, dim, window_size=None, block_M=64, block_N=64,
-                   num_stages=1, threads=128, dtype="float16", accum_dtype="float",
+def attention_sink(batch, heads, seq_len, dim, window_size=None, block_M=128, block_N=128,
+                   num_stages=2, threads=256, dtype="float16", accum_dtype="float",
                    kv_heads=None):
     kv_heads = heads if kv_heads is None else kv_heads
     assert heads % kv_heads == 0, "the query heads must split evenly into kv_heads groups"
@@ -149,8 +149,8 @@ if __name__ == "__main__":
     parser.add_argument("--dim", type=int, default=32)
     parser.add_argument("--window_size", type=int, default=None,
                         help="sliding window length (default: full causal attention)")
-    parser.add_argument("--block_M", type=int, default=64)
-    parser.add_argument("--block_N", type=int, default=64)
+    parser.add_argument("--block_M", type=int, default=128)
+    parser.add_argument("--block_N", type=int, default=128)
     args = parser.parse_args()
     err = run(args.batch, args.heads, args.seq_len, args.dim, args.window_size,
               kv_heads=args.kv_heads, block_M=args.block_M, block_N=args.block_N)
