@@ -309,6 +309,24 @@ def show_results(out_dir: str, tag: str, rows: list, columns, notes: str = "",
     return path
 
 
+def example_under_tilelang(name: str):
+    """examples/<name>.py loaded with its tilecraft imports swapped for TileLang's (the two
+    import lines a user changes), as a module of its own; None where TileLang is not
+    installed. Timing it beside ours measures the two compilers on the same source."""
+    import importlib.util
+    import types
+    if importlib.util.find_spec("tilelang") is None:
+        return None
+    path = os.path.join(EXAMPLES, name + ".py")
+    source = open(path).read()
+    source = source.replace("import tilecraft.language as T", "import tilelang.language as T")
+    source = source.replace("import tilecraft\n", "import tilelang as tilecraft\n")
+    module = types.ModuleType(name + "_under_tilelang")
+    module.__file__ = path
+    exec(compile(source, path, "exec"), module.__dict__)
+    return module
+
+
 # --- attention: torch SDPA's flash and cuDNN backends as peers ----------------------------
 
 def sdpa_ms(q, k, v, causal, backend):

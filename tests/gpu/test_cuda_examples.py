@@ -57,18 +57,26 @@ def test_rasterized_blocks_cover_the_grid(example):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_blocksparse_attention_at_the_benchmark_size(example, causal):
-    """B8 H32 S4096 D128 through the pipelined path, against dense attention with the mask."""
+@pytest.mark.parametrize("listed,S", [(False, 4096), (True, 4096), (True, 1000)])
+def test_blocksparse_attention_at_the_benchmark_size(example, causal, listed, S):
+    """B8 H32 D128 through the pipelined path, against dense attention with the mask; the
+    listed form takes the mask as flex_attention's (KVNum, KVIndices), also at a ragged S."""
     module = example("blocksparse_attention")
-    B, H, S, D, tile = 8, 32, 4096, 128, 128
-    kernel = module.blocksparse_attention(B, H, S, D, causal, block_M=tile, block_N=tile,
-                                          num_stages=2, threads=256)
+    B, H, D, tile = 8, 32, 128, 128
     q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=torch.float16) for _ in range(3))
-    n = S // tile
+    n = -(-S // tile)
     mask = torch.rand(B, H, n, n, device="cuda") < 0.5
     mask[..., torch.arange(n), torch.arange(n)] = True
-    out = kernel(q, k, v, mask)
-    keep = mask.repeat_interleave(tile, 2).repeat_interleave(tile, 3)
+    if listed:
+        kernel = module.blocksparse_attention_listed(B, H, S, D, causal)
+        num, indices = (torch.from_numpy(x).cuda()
+                        for x in module.listed_tiles(mask.cpu().numpy(), causal, tile, tile))
+        out = kernel(q, k, v, num, indices)
+    else:
+        kernel = module.blocksparse_attention(B, H, S, D, causal, block_M=tile, block_N=tile,
+                                              num_stages=2, threads=256)
+        out = kernel(q, k, v, mask)
+    keep = mask.repeat_interleave(tile, 2).repeat_interleave(tile, 3)[..., :S, :S]
     if causal:
         keep &= torch.ones(S, S, device="cuda", dtype=torch.bool).tril()
     qt, kt, vt = (x.transpose(1, 2).float() for x in (q, k, v))
