@@ -311,7 +311,9 @@ def _check_tensor(p: Buffer, a: np.ndarray, sizes: dict):
                                 f"{tuple(a.shape)}")
 
 
-def _output_shape(p: Buffer, sizes: dict) -> tuple:
+def bound_shape(p: Buffer, sizes: dict) -> tuple:
+    """(p's shape with its symbolic sizes bound from sizes {id(var): int}, None), or (None,
+    the first size var that is not bound)."""
     from .interp.values import evaluate
     shape = []
     for d in p.shape:
@@ -321,12 +323,19 @@ def _output_shape(p: Buffer, sizes: dict) -> tuple:
             shape.append(int(d.value))
         elif isinstance(d, Var):
             if id(d) not in sizes:
-                raise TileError(f"cannot allocate output {p.name}: its size {d.name} is not "
-                                "given by any input")
+                return None, d
             shape.append(sizes[id(d)])
         elif isinstance(d, Expr):
             shape.append(int(evaluate(d, {k: np.int64(v) for k, v in sizes.items()})))
-    return tuple(shape)
+    return tuple(shape), None
+
+
+def _output_shape(p: Buffer, sizes: dict) -> tuple:
+    shape, unbound = bound_shape(p, sizes)
+    if unbound is not None:
+        raise TileError(f"cannot allocate output {p.name}: its size {unbound.name} is not "
+                        "given by any input")
+    return shape
 
 
 def _shape_text(shape) -> str:
