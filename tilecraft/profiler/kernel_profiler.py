@@ -52,7 +52,7 @@ class Profiler:
         self.supply = TensorSupplyType(supply) if supply is not None else TensorSupplyType.Auto
 
     def _inputs(self, seed: int = 0, constraints=None):
-        from ..jit import bound_shape
+        from ..kernel_args import bound_shape
         rng = np.random.default_rng(seed)
         sizes = _size_bindings(self.kernel.params, constraints)
         out = []
