@@ -50,7 +50,8 @@ class Mismatch:
         idx = self.first()
         if idx is None:
             return ""
-        return f"first at {idx}: {got_name} {self.got[idx]!r}, {want_name} {self.want[idx]!r}"
+        return (f"first at {idx}: {got_name} {float(self.got[idx])!r}, "
+                f"{want_name} {float(self.want[idx])!r}")
 
 
 def mismatch(got, want, atol: float, rtol: float, equal_nan: bool = False) -> Mismatch:
