@@ -8,6 +8,10 @@ from .jit import jit, compile, JITKernel  # noqa: A004
 from .interp import register_extern
 from .pass_config import PassConfigKey
 from .autotuner import autotune
-from .profiler import TensorSupplyType
+from .profiler import Profiler, TensorSupplyType
+from . import math  # noqa: A004  (tilecraft.math, as TileLang's tilelang.math)
+from .math import cdiv, next_power_of_2
+from . import env  # noqa: F401  (TileLang's tilelang.env names)
+from .env import disable_cache, enable_cache
 
 install_excepthook()

@@ -10,7 +10,6 @@ from .ir import dtypes as dt
 
 # torch dtypes that numpy cannot view directly travel as same-width integers.
 _TORCH_VIEW = {"bfloat16": "int16", "float8_e4m3": "uint8", "float8_e5m2": "uint8"}
-_TORCH_NAME = {"float8_e4m3": "float8_e4m3fn"}
 
 
 def _torch():
@@ -46,7 +45,7 @@ def from_numpy(a: np.ndarray, like_torch: bool):
     d = dt.dtype(a.dtype)
     if d.name in _TORCH_VIEW:
         raw = t.from_numpy(a.view(getattr(np, _TORCH_VIEW[d.name])))
-        return raw.view(getattr(t, _TORCH_NAME.get(d.name, d.name)))
+        return raw.view(d.as_torch())
     return t.from_numpy(a)
 
 
@@ -58,5 +57,4 @@ def dtype_of(x) -> dt.DType:
 
 def torch_dtype(d: dt.DType):
     """The torch dtype of an IR dtype."""
-    t = _torch()
-    return getattr(t, _TORCH_NAME.get(d.name, d.name))
+    return d.as_torch()

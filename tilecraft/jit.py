@@ -2,47 +2,50 @@
 from __future__ import annotations
 
 import functools
+import time
 
 import numpy as np
 
 from . import arrays, call_cache, placement
 from .errors import TileError, caller_span, raise_clean
 from .grid_limits import check_launch_grids, symbolic_extents
-from .ir import dtypes as dt
 from .ir.buffer import Buffer
-from .ir.expr import Const, Expr, Var
+from .ir.expr import Var
 from .ir.stmt import PrimFunc
 from .ir.verify import verify
-from .pass_config import PassConfigKey, check_pass_configs
+from .kernel_args import check_tensor, normalize_out_idx, output_shape, scalar_value
+from .jit_options import Reporting, checked_configs, checked_reporting, report
 
 
 class JITKernel:
     """A compiled kernel: call it with the input tensors; outputs (out_idx) are allocated."""
 
     def __init__(self, func: PrimFunc, out_idx=None, target=None, out_idx_span=None,
-                 pass_configs=None):
+                 pass_configs=None, reporting: Reporting | None = None):
+        """pass_configs: checked by jit_options.checked_configs (compile_flags among them);
+        reporting: what to tell about the compiled kernel (verbose, debug_root_path)."""
         if not isinstance(func, PrimFunc):
             raise TileError(f"expected a @T.prim_func, got {type(func).__name__}")
+        started = time.perf_counter()
         verify(func)
         self.func = func
         self.params = func.params
-        self.out_idx = _normalize_out_idx(out_idx, func, out_idx_span)
+        self.out_idx = normalize_out_idx(out_idx, func, out_idx_span)
         self.inputs = [i for i in range(len(self.params)) if i not in self.out_idx]
-        check_pass_configs(pass_configs)
+        configs = checked_configs(pass_configs)
         self.backend, self.arch = placement.resolve(target)
         self.program = None
         self._arch_checked: set = set()  # devices whose architecture matches self.arch
         if self.backend == "cuda":
             from .backends.cuda.runtime.program import CudaProgram
-            configs = check_pass_configs(pass_configs)
-            fast = bool(configs.get(PassConfigKey.TL_ENABLE_FAST_MATH))
-            self.program = CudaProgram(func, self.arch, fast_math=fast, configs=configs)
+            self.program = CudaProgram(func, self.arch, configs=configs)
         elif self.backend == "emulator":
             from .backends.cuda.emulator import lower
-            self.lowered = lower(func, self.arch, check_pass_configs(pass_configs))
+            self.lowered = lower(func, self.arch, configs)
         self.reports = []  # the emulator checker's findings of the last call
         self._grid_extents = symbolic_extents(func)  # checked at each call
         self._calls = call_cache.CallCache()
+        report(self, reporting or Reporting(), configs, time.perf_counter() - started)
 
     # --- calling --------------------------------------------------------------
     def __call__(self, *args):
@@ -69,12 +72,12 @@ class JITKernel:
                 if not (isinstance(arg, np.ndarray) or arrays.is_torch(arg)):
                     raise TileError(f"argument {p.name} must be a numpy array or a torch tensor, "
                                     f"got {type(arg).__name__}")
-                _check_tensor(p, arg, sizes)
+                check_tensor(p, arg, sizes)
                 tensors[id(p)] = arg
             else:
-                scalars[id(p)] = _scalar(p, arg)
+                scalars[id(p)] = scalar_value(p, arg)
                 sizes[id(p)] = scalars[id(p)]
-        shapes = [_output_shape(self.params[i], sizes) for i in self.out_idx]
+        shapes = [output_shape(self.params[i], sizes) for i in self.out_idx]
         if self._grid_extents:
             check_launch_grids(self.func, self._grid_extents, sizes)
         if self.backend == "cuda":
@@ -245,100 +248,15 @@ def _name_of(params, key) -> str:
     return next(p.name for p in params if id(p) == key)
 
 
-def _normalize_out_idx(out_idx, func, span=None) -> list[int]:
-    """out_idx as sorted non-negative indices; span is where out_idx was written, if known."""
-    if out_idx is None:
-        return []
-    items = [out_idx] if isinstance(out_idx, int) else list(out_idx)
-    n = len(func.params)
-    out = []
-    for i in items:
-        if not isinstance(i, int) or not -n <= i < n:
-            raise TileError(f"out_idx {i!r} is out of range for {func.name}, which has {n} "
-                            "parameters", span)
-        i %= n
-        if not isinstance(func.params[i], Buffer):
-            raise TileError(f"out_idx {i} names the scalar parameter {func.params[i].name}; only "
-                            "tensors can be outputs", span)
-        out.append(i)
-    return sorted(set(out))
-
-
-def _scalar(p: Var, arg):
-    if isinstance(arg, (np.generic,)):
-        arg = arg.item()
-    if p.dtype.is_float:
-        if not isinstance(arg, (int, float)) or isinstance(arg, bool):
-            raise TileError(f"argument {p.name} must be a number ({p.dtype}), got "
-                            f"{type(arg).__name__}")
-        with np.errstate(over="ignore"):
-            value = np.dtype(p.dtype.numpy).type(arg)
-        if np.isfinite(arg) and not np.isfinite(value):
-            raise TileError(f"argument {p.name} is {arg}, beyond the largest {p.dtype} "
-                            f"({float(dt.max_value(p.dtype)):g})")
-        return value
-    if isinstance(arg, bool) or not isinstance(arg, int):
-        raise TileError(f"argument {p.name} must be an int ({p.dtype}), got {type(arg).__name__}")
-    info = np.iinfo(p.dtype.numpy)
-    if not info.min <= arg <= info.max:
-        raise TileError(f"argument {p.name} is {arg}, out of the range of {p.dtype} "
-                        f"[{info.min}, {info.max}]; declare the parameter with a wider type "
-                        "(T.int64)")
-    return np.dtype(p.dtype.numpy).type(arg)
-
-
-def _check_tensor(p: Buffer, a: np.ndarray, sizes: dict):
-    try:
-        got = arrays.dtype_of(a)
-    except (ValueError, TypeError):
-        raise TileError(f"argument {p.name}: expected dtype {p.dtype}, got an array of "
-                        f"unsupported dtype {getattr(a, 'dtype', type(a).__name__)}") from None
-    if got is not p.dtype:
-        raise TileError(f"argument {p.name}: expected dtype {p.dtype}, got {got}")
-    if a.ndim != len(p.shape):
-        raise TileError(f"argument {p.name}: expected {len(p.shape)} dimension(s) "
-                        f"{_shape_text(p.shape)}, got shape {tuple(a.shape)}")
-    for d, (want, have) in enumerate(zip(p.shape, a.shape)):
-        if isinstance(want, Var):
-            bound = sizes.setdefault(id(want), int(have))
-            if bound != have:
-                raise TileError(f"argument {p.name}: dimension {d} is {have}, but the size "
-                                f"{want.name} was already bound to {bound} by another argument")
-        elif isinstance(want, (int, Const)):
-            value = want if isinstance(want, int) else want.value
-            if value != have:
-                raise TileError(f"argument {p.name}: expected shape {_shape_text(p.shape)}, got "
-                                f"{tuple(a.shape)}")
-
-
-def _output_shape(p: Buffer, sizes: dict) -> tuple:
-    from .interp.values import evaluate
-    shape = []
-    for d in p.shape:
-        if isinstance(d, int):
-            shape.append(d)
-        elif isinstance(d, Const):
-            shape.append(int(d.value))
-        elif isinstance(d, Var):
-            if id(d) not in sizes:
-                raise TileError(f"cannot allocate output {p.name}: its size {d.name} is not "
-                                "given by any input")
-            shape.append(sizes[id(d)])
-        elif isinstance(d, Expr):
-            shape.append(int(evaluate(d, {k: np.int64(v) for k, v in sizes.items()})))
-    return tuple(shape)
-
-
-def _shape_text(shape) -> str:
-    return "(" + ", ".join(str(s) if isinstance(s, int) else repr(s) for s in shape) + \
-        ("," if len(shape) == 1 else "") + ")"
-
-
 def compile(func, out_idx=None, target=None, execution_backend=None, target_host=None,  # noqa: A001
-            verbose=False, pass_configs=None, compile_flags=None) -> JITKernel:
-    """Compile a prim_func into a callable kernel."""
+            verbose=False, pass_configs=None, compile_flags=None,
+            debug_root_path=None) -> JITKernel:
+    """Compile a prim_func into a callable kernel (the options: jit_options.py)."""
     try:
-        return JITKernel(func, out_idx, target, pass_configs=pass_configs)
+        reporting = checked_reporting(execution_backend, target_host, verbose, debug_root_path)
+        return JITKernel(func, out_idx, target, pass_configs=checked_configs(pass_configs,
+                                                                             compile_flags),
+                         reporting=reporting)
     except TileError as e:
         raise_clean(e)
 
@@ -351,7 +269,7 @@ class JITImpl:
         self.out_idx = out_idx
         self.declared_at = declared_at  # the @tilecraft.jit(...) line, where out_idx is written
         self.target = target
-        self.options = options
+        self.options = options  # "pass_configs" (checked, compile_flags in), "reporting"
         self.cache: dict = {}
         functools.update_wrapper(self, factory)
 
@@ -368,19 +286,30 @@ class JITImpl:
         kernel = self.cache.get(key)
         if kernel is None:
             try:
-                func = self.factory(*args, **kwargs)
-                if not isinstance(func, PrimFunc):
-                    raise TileError(f"@tilecraft.jit: {self.factory.__name__} must return a "
-                                    f"@T.prim_func, but returned {type(func).__name__}")
-                kernel = JITKernel(func, self.out_idx, self.target, self.declared_at,
-                                   self.options["pass_configs"])
+                kernel = JITKernel(self._prim_func(args, kwargs), self.out_idx, self.target,
+                                   self.declared_at, self.options["pass_configs"],
+                                   self.options.get("reporting"))
             except TileError as e:
                 raise_clean(e)
             self.cache[key] = kernel
         return kernel
 
+    def _prim_func(self, args, kwargs) -> PrimFunc:
+        func = self.factory(*args, **kwargs)
+        if not isinstance(func, PrimFunc):
+            raise TileError(f"@tilecraft.jit: {self.factory.__name__} must return a "
+                            f"@T.prim_func, but returned {type(func).__name__}")
+        return func
+
     def compile(self, *args, **kwargs) -> JITKernel:
         return self(*args, **kwargs)
+
+    def get_tir(self, *args, **kwargs) -> PrimFunc:
+        """The factory's prim_func for these arguments, not compiled (TileLang's get_tir)."""
+        try:
+            return self._prim_func(args, kwargs)
+        except TileError as e:
+            raise_clean(e)
 
     def get_kernel_source(self, *args, **kwargs) -> str:
         return self(*args, **kwargs).get_kernel_source()
@@ -388,13 +317,23 @@ class JITImpl:
 
 def jit(func=None, *, out_idx=None, target=None, execution_backend=None, target_host=None,
         verbose=False, pass_configs=None, compile_flags=None, debug_root_path=None):
-    """Decorate a factory that returns a @T.prim_func; calling it gives a compiled kernel."""
-    options = {"pass_configs": pass_configs or {}, "compile_flags": compile_flags}
+    """Decorate a factory that returns a @T.prim_func; calling it gives a compiled kernel.
+    The options are TileLang's (jit_options.py says what each does here); they are checked
+    where the decorator is written."""
+    try:
+        options = {"pass_configs": checked_configs(pass_configs, compile_flags),
+                   "reporting": checked_reporting(execution_backend, target_host, verbose,
+                                                  debug_root_path)}
+    except TileError as e:
+        raise_clean(e)
     declared_at = caller_span() if out_idx is not None else None
 
     def wrap(f):
         if isinstance(f, PrimFunc):
-            return compile(f, out_idx=out_idx, target=target, pass_configs=pass_configs)
+            return compile(f, out_idx=out_idx, target=target, pass_configs=pass_configs,
+                           compile_flags=compile_flags, execution_backend=execution_backend,
+                           target_host=target_host, verbose=verbose,
+                           debug_root_path=debug_root_path)
         return JITImpl(f, out_idx, target, options, declared_at)
 
     return wrap(func) if func is not None else wrap

@@ -84,8 +84,8 @@ def kernel(monkeypatch):
     monkeypatch.setattr(launcher, "torch_stream", lambda device=None: STREAM + device)
     monkeypatch.setattr(driver, "primary_context", lambda ordinal: CONTEXT + ordinal)
     checks = []
-    real = jit_module._check_tensor
-    monkeypatch.setattr(jit_module, "_check_tensor",
+    real = jit_module.check_tensor
+    monkeypatch.setattr(jit_module, "check_tensor",
                         lambda *a: (checks.append(a[0].name), real(*a))[1])
     return k, launches, checks
 

@@ -14,8 +14,8 @@ from tilecraft.passes.plan_shared_memory import plan_shared_memory
 from tilecraft.backends.cuda.rules import CUDA_RULES
 
 
-def planned(func):
-    func = plan_shared_memory(infer_layouts(func, CUDA_RULES), CUDA_RULES)
+def planned(func, reuse=True):
+    func = plan_shared_memory(infer_layouts(func, CUDA_RULES), CUDA_RULES, reuse=reuse)
     shared = {n.buffer.name: n.buffer for n in walk(func.body)
               if isinstance(n, Allocate) and is_shared(n.buffer.scope)}
     offsets = {name: func.attrs["smem_offsets"][id(b)] for name, b in shared.items()}
@@ -52,6 +52,26 @@ def test_dead_tiles_share_bytes_and_live_ones_do_not():
     assert not overlap(off["first"], off["both"])
     assert not overlap(off["second"], off["both"])
     assert func.kernels()[0].attrs["smem_bytes"] == 2 * 64 * 64 * 2
+
+
+def test_reuse_turned_off_gives_every_tile_bytes_of_its_own():
+    func, off = planned(two_phase(), reuse=False)
+    assert not any(overlap(off[a], off[b]) for a, b in
+                   (("first", "second"), ("first", "both"), ("second", "both")))
+    assert func.kernels()[0].attrs["smem_bytes"] == 3 * 64 * 64 * 2
+
+
+def test_the_pass_configs_that_decide_reuse():
+    from tilecraft import PassConfigKey
+    from tilecraft.compiler import lower
+
+    def smem(configs):
+        planned = lower(two_phase(), "sm_80", configs, stop_after="plan_shared_memory")
+        return planned.kernels()[0].attrs["smem_bytes"]
+
+    assert smem({}) == 2 * 64 * 64 * 2
+    assert smem({PassConfigKey.TL_ENABLE_AGGRESSIVE_SHARED_MEMORY_MERGE: True}) == smem({})
+    assert smem({PassConfigKey.TL_DISABLE_SHARED_MEMORY_REUSE: True}) == 3 * 64 * 64 * 2
 
 
 def test_swizzled_tiles_are_aligned_to_their_atom():

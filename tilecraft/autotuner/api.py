@@ -14,9 +14,12 @@ tuning, as in TileLang; passing some of them pins those and tunes the rest.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
+
 from ..errors import TileError, caller_span, raise_clean
 from ..jit import JITImpl, JITKernel
-from . import space, tuner
+from . import capture, space, tuner
 from .results import AutotuneResult
 
 
@@ -82,15 +85,29 @@ class AutoTuneImpl:
         problem = space.split_call(self.factory, tunables, args, kwargs, None, self.__name__)
         if tunables and set(problem.pinned) >= tunables:
             return self.jit_impl(*args, **kwargs)
-        memo = space.canonical([problem.bound, problem.pinned])
+        captured = capture.get_autotune_inputs()
+        memo = space.canonical([problem.bound, problem.pinned, captured is not None and
+                                capture.describe(captured)])
         result = self._memory.get(memo)
         if result is None:
             if configs is not None:
                 configs = space.with_pins(configs, problem.pinned)
-            result = tuner.run(self, problem, configs)
+            result = tuner.run(self._with_inputs(captured), problem, configs)
             self._memory[memo] = result
         self.result = result
         return result
+
+    def _with_inputs(self, captured):
+        """self, or a copy whose candidates run on set_autotune_inputs' tensors."""
+        if captured is None:
+            return self
+        if self.settings.supply_prog is not None:
+            raise TileError(f"autotune {self.__name__}: both supply_prog and "
+                            "set_autotune_inputs give the inputs; use one", self.declared_at)
+        tuned = copy.copy(self)
+        tuned.settings = dataclasses.replace(
+            self.settings, supply_prog=capture.supply_of(captured, self.__name__))
+        return tuned
 
     def _search(self, args, kwargs):
         """(configs or None for recommended, tunable names) for this call."""
@@ -118,6 +135,16 @@ class AutoTuneImpl:
 
     def __repr__(self) -> str:
         return f"<autotuned {self.__qualname__}>"
+
+
+def check_tilelang_only(manual_check_prog, cache_input_tensors, span) -> None:
+    """TileLang's profile arguments tilecraft's tuner has no setting for."""
+    if manual_check_prog is not None:
+        raise TileError("autotune: manual_check_prog is not supported yet; give ref_prog (its "
+                        "outputs are compared with rtol / atol / max_mismatched_ratio)", span)
+    if not isinstance(cache_input_tensors, bool):
+        raise TileError(f"autotune: cache_input_tensors takes True or False, got "
+                        f"{cache_input_tensors!r}", span)
 
 
 def _check_settings(s: tuner.Settings, span) -> None:
@@ -154,7 +181,7 @@ def autotune(func=None, *, configs=None, warmup: int = 25, rep: int = 100,
              supply_prog=None, supply_type=None, rtol: float = 1e-2, atol: float = 1e-2,
              max_mismatched_ratio: float = 0.01, skip_check: bool = False, cache: bool = True,
              measure=None, max_workers: int | None = None, cost_target: str | None = None,
-             verbose: bool = True):
+             verbose: bool = True, manual_check_prog=None, cache_input_tensors: bool = False):
     """Tune a @tilecraft.jit factory's parameters by measuring candidate configurations.
 
     configs: a list of dicts {parameter: value}, a dict {parameter: [values]} (every
@@ -176,8 +203,14 @@ def autotune(func=None, *, configs=None, warmup: int = 25, rep: int = 100,
     measure(kernel, inputs, *, warmup, rep, config) -> milliseconds replaces the timer.
     max_workers: compile processes (default: one per CPU). cost_target: the cost model's GPU
       ("h100", "a100", ...; default: the one tuned on). verbose: progress bar and final table.
+    cache_input_tensors: every candidate runs on the same inputs here, whichever is given.
+    manual_check_prog (TileLang's custom comparison) is not supported yet: an error.
     """
     span = caller_span()
+    try:
+        check_tilelang_only(manual_check_prog, cache_input_tensors, span)
+    except TileError as e:
+        raise_clean(e)
     settings = tuner.Settings(configs, warmup, rep, timeout, top_fraction, ref_prog, supply_prog,
                               supply_type, rtol, atol, max_mismatched_ratio, skip_check, cache,
                               measure, max_workers, cost_target, verbose)

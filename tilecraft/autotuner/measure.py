@@ -176,15 +176,15 @@ def confirm(ok: list, s, rounds) -> None:
 
 def default_measure(kernel, inputs: list, *, warmup: int, rep: int, config=None) -> float:
     """Milliseconds of one run of the kernel, by its profiler (see the module's text)."""
-    return kernel.get_profiler().do_bench(warmup=warmup, rep=rep, input_tensors=inputs)
+    return kernel.get_profiler().median_ms(warmup=warmup, rep=rep, input_tensors=inputs)
 
 
 def time_reference(kernel, ref_prog, inputs: list, warmup: int, rep: int) -> float | None:
     """The reference program's time by the same profiler, or None where it cannot run
     (e.g. it takes or returns what the profiler cannot time)."""
     try:
-        return float(kernel.get_profiler().do_bench(func=ref_prog, warmup=warmup, rep=rep,
-                                                    input_tensors=inputs))
+        return float(kernel.get_profiler().median_ms(func=ref_prog, warmup=warmup, rep=rep,
+                                                     input_tensors=inputs))
     except Exception:  # noqa: BLE001 - the reference's time is a courtesy, never a failure
         return None
 

@@ -71,6 +71,16 @@ class AutotuneResult:
         return self.config
 
     @property
+    def func(self):
+        """The winning configuration's prim_func (TileLang's name)."""
+        return self.kernel.func if self.kernel is not None else None
+
+    @property
+    def libcode(self) -> str | None:
+        """The winning kernel's source (TileLang's name)."""
+        return self.kernel.get_kernel_source() if self.kernel is not None else None
+
+    @property
     def results(self) -> list:
         return self.trials
 

@@ -2,7 +2,9 @@
 
 A DType is interned by name, so identity and equality agree and dtypes can key dicts.
 Names follow TileLang ("float16", "float8_e4m3", ...); common aliases ("half", "float",
-"fp16", "float8_e4m3fn") resolve to the canonical name.
+"fp16", "float8_e4m3fn") resolve to the canonical name. As in TileLang, a DType is also a
+string (its canonical name): `T.float16 == "float16"`, `getattr(torch, T.float16)` and
+`"%s" % T.int32` work, and `as_torch()` gives the torch dtype.
 """
 from __future__ import annotations
 
@@ -39,8 +41,13 @@ _C_TYPES = {
 }
 
 
-class DType:
-    """One scalar type. Use `dtype(x)` to obtain one; never construct directly."""
+# torch names its e4m3 type after the finite-only variant ("fn"), which is the one we mean.
+_TORCH_NAMES = {"float8_e4m3": "float8_e4m3fn"}
+
+
+class DType(str):
+    """One scalar type, and the string of its canonical name. Use `dtype(x)` to obtain one;
+    never construct directly."""
 
     __slots__ = ("name", "kind", "bits")
     _interned: dict[str, "DType"] = {}
@@ -48,7 +55,7 @@ class DType:
     def __new__(cls, name, kind: str | None = None, bits: int | None = None):
         if kind is None:  # `T.dtype("float16")` looks up the interned dtype
             return dtype(name)
-        return super().__new__(cls)
+        return super().__new__(cls, name)
 
     def __init__(self, name: str, kind: str | None = None, bits: int | None = None):
         if kind is None:
@@ -89,6 +96,19 @@ class DType:
     def c_type(self) -> str:
         return _C_TYPES[self.name]
 
+    def as_torch(self):
+        """The torch dtype of this type (imports torch)."""
+        from ..errors import TileError
+        try:
+            import torch
+        except ImportError:
+            raise TileError(f"{self.name}.as_torch() needs torch, which is not installed") \
+                from None
+        found = getattr(torch, _TORCH_NAMES.get(self.name, self.name), None)
+        if not isinstance(found, torch.dtype):
+            raise TileError(f"dtype {self.name} has no torch equivalent")
+        return found
+
     def __repr__(self) -> str:
         return self.name
 
@@ -96,9 +116,14 @@ class DType:
         return self.name
 
     def __eq__(self, other) -> bool:
+        if isinstance(other, DType):
+            return self is other
         if isinstance(other, str):
-            other = _lookup(other)
-        return self is other
+            return _lookup(other) is self
+        return False
+
+    def __ne__(self, other) -> bool:  # str's own would compare the text, not the type
+        return not self.__eq__(other)
 
     def __hash__(self) -> int:
         return hash(self.name)
@@ -134,6 +159,7 @@ SUPPORTED_NAMES = tuple(n for n in DType._interned if n != "handle")
 
 
 def _lookup(name: str) -> DType | None:
+    name = str.__str__(name)  # a plain str: the alias tables compare their keys with it
     name = _ALIASES.get(name, name)
     return DType._interned.get(name)
 

@@ -112,7 +112,8 @@ def build_prim_func(func) -> PrimFunc:
         # Python evaluated the annotations where the function was defined (they may name
         # the factory's locals); string annotations are evaluated here.
         annotation = func.__annotations__.get(a.arg, inspect.Parameter.empty)
-        if isinstance(annotation, str) and a.annotation is not None:
+        if isinstance(annotation, str) and not isinstance(annotation, dt.DType) and \
+                a.annotation is not None:
             with span_scope(span):
                 annotation = evaluator.expr(a.annotation)
         value = _param_value(a.arg, annotation, span)

@@ -136,7 +136,7 @@ def swizzle_mode_for(rows: int, cols: int, bits: int) -> str | None:
     return None
 
 
-def make_swizzled_layout(rows: int, cols: int, bits: int, allow_pad: bool = True) -> SharedLayout:
+def swizzled_layout(rows: int, cols: int, bits: int, allow_pad: bool = True) -> SharedLayout:
     """The bank-conflict-free layout for a gemm operand tile: the widest XOR swizzle that fits,
     else (allow_pad) padding when rows are whole 16-byte chunks, else row-major. allow_pad=False
     is for tiles a TMA copy or WGMMA descriptor reads, which cannot describe padding."""
@@ -146,6 +146,43 @@ def make_swizzled_layout(rows: int, cols: int, bits: int, allow_pad: bool = True
     if allow_pad and (cols * bits) % CHUNK_BITS == 0:
         return make_padded_layout(rows, cols, bits)
     return make_linear_layout(rows, cols, bits)
+
+
+def make_swizzled_layout(buffer, *args, **kwargs) -> Layout:
+    """TileLang's form, `make_swizzled_layout(buffer, k_major=True, allow_pad=True)`: the
+    swizzled_layout of a shared buffer (or a region of one), its leading dimensions taken as
+    rows (a 3-d tile is its rows stacked), for T.annotate_layout. Also
+    `make_swizzled_layout(rows, cols, bits, allow_pad=True)`, which is swizzled_layout."""
+    if isinstance(buffer, int):
+        return swizzled_layout(buffer, *args, **kwargs)
+    return _buffer_layout(buffer, *args, **kwargs)
+
+
+def _buffer_layout(buffer, k_major: bool = True, allow_pad: bool = True) -> Layout:
+    from ..errors import TileError, current_span
+    from ..ir.buffer import Buffer, BufferRegion
+    what = "make_swizzled_layout"
+    if isinstance(buffer, BufferRegion):
+        buffer = buffer.buffer
+    if not isinstance(buffer, Buffer):
+        raise TileError(f"{what} takes a shared buffer (or rows, cols, bits), got "
+                        f"{type(buffer).__name__}", current_span())
+    if not k_major:
+        raise TileError(f"{what}({buffer.name}, k_major=False) is not supported yet: the "
+                        "swizzle here serves tiles whose K dimension is contiguous",
+                        current_span())
+    shape = buffer.static_shape()
+    if shape is None or len(shape) < 2:
+        raise TileError(f"{what}({buffer.name}): the buffer must have 2 or more static "
+                        f"dimensions, it has shape {tuple(buffer.shape)}", current_span())
+    rows = int(np.prod(shape[:-1]))
+    tile = swizzled_layout(rows, shape[-1], buffer.dtype.bits, allow_pad)
+    if len(shape) == 2:
+        return tile
+    alignment = tile.alignment
+    stacked = tile.reshape(shape)
+    stacked.alignment = alignment  # the atom still starts at the tile's start
+    return stacked
 
 
 def make_full_bank_swizzle(rows, cols, bits) -> SharedLayout:

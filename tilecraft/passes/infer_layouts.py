@@ -95,13 +95,13 @@ def _as_list(x):
 
 
 def _tile_layout(b: Buffer, allow_pad: bool = True):
-    """The swizzled layout of a shared tile (lay.make_swizzled_layout); a tile with leading
+    """The swizzled layout of a shared tile (lay.swizzled_layout); a tile with leading
     dimensions (the versions of a pipelined tile) stores them one after another. A 1-d tile
     (a chunk's row of decays filled by TMA) is stored in order."""
     shape = b.static_shape()
     if len(shape) < 2:
         return lay.linear_layout(shape)
-    tile = lay.make_swizzled_layout(shape[-2], shape[-1], b.dtype.bits, allow_pad=allow_pad)
+    tile = lay.swizzled_layout(shape[-2], shape[-1], b.dtype.bits, allow_pad=allow_pad)
     if len(shape) > 2:
         alignment = tile.alignment
         tile = tile.expand(shape[:-2])

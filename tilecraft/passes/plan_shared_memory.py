@@ -103,11 +103,14 @@ def footprint(b, layouts=None) -> int:
     return count * b.dtype.bytes
 
 
-def _plan_kernel(k: Kernel, limit, offsets: dict, rules) -> int:
+def _plan_kernel(k: Kernel, limit, offsets: dict, rules, reuse: bool = True) -> int:
     layouts = k.attrs.get(LAYOUTS)
     live = _Liveness()
     live.visit(k.body)
     allocated = [n.buffer for n in _allocations(k.body) if is_shared(n.buffer.scope)]
+    if not reuse:  # every tile live throughout: none shares bytes with another
+        for b in allocated:
+            live.touch([b], 0, live.position)
     if k.attrs.get(CLUSTER_DIMS):
         # A block's mbarriers take arrivals from its cluster peer's consumers until the
         # cluster's last barrier, also after this block's own loop has ended: no tile may
@@ -160,11 +163,12 @@ def _allocations(body):
     return [n for n in walk(body) if isinstance(n, Allocate)]
 
 
-def plan_shared_memory(func, rules, limit: int | None = None):
+def plan_shared_memory(func, rules, limit: int | None = None, reuse: bool = True):
     """func with attrs["smem_offsets"] {id(buffer): (byte offset, bytes)} for every tile-level
     shared buffer and each kernel's attrs["smem_bytes"]. `rules` are the backend's instruction
-    facts (passes/instruction_rules.py); `limit` the bytes one block may use."""
+    facts (passes/instruction_rules.py); `limit` the bytes one block may use; reuse=False
+    (tl.disable_shared_memory_reuse) gives every tile bytes of its own."""
     offsets: dict = {}
     planned = map_kernels(func, lambda k: dataclasses.replace(
-        k, attrs={**k.attrs, SMEM_BYTES: _plan_kernel(k, limit, offsets, rules)}))
+        k, attrs={**k.attrs, SMEM_BYTES: _plan_kernel(k, limit, offsets, rules, reuse)}))
     return dataclasses.replace(planned, attrs={**func.attrs, SMEM_OFFSETS: offsets})

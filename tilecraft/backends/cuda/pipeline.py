@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 from ... import knobs
+from ...pass_config import PassConfigKey
 from ...ir.verify import verify
 from ...target import arch_of, smem_limit
 from .rules import CUDA_RULES
@@ -42,8 +43,7 @@ from .schedule.warp_specialize import warp_specialize
 RULES = CUDA_RULES   # what the compiler hands the cost model
 
 
-def _dump(func, index: int, name: str, text: str | None = None):
-    directory = knobs.dump_ir_dir()
+def _dump(func, index: int, name: str, text: str | None = None, directory: str | None = None):
     if not directory:
         return
     os.makedirs(directory, exist_ok=True)
@@ -72,7 +72,9 @@ def _tile_prefix(target, configs, smem_limit, hopper: bool) -> list:
     steps += [("pipeline_loops", pipeline_loops),
               ("infer_layouts", lambda f: infer_layouts(f, CUDA_RULES)),
               ("prefetch_fragments", prefetch_fragments),
-              ("plan_shared_memory", lambda f: plan_shared_memory(f, CUDA_RULES, smem_limit)),
+              ("plan_shared_memory", lambda f: plan_shared_memory(
+                  f, CUDA_RULES, smem_limit,
+                  reuse=not (configs or {}).get(PassConfigKey.TL_DISABLE_SHARED_MEMORY_REUSE))),
               ("insert_barriers", lambda f: insert_barriers(f, CUDA_RULES)),
               ("lower_tile_ops", lambda f: lower_tile_ops(f, configs))]
     return steps
@@ -102,18 +104,21 @@ def steps(target, configs: dict | None = None, smem_limit: int | None = None) ->
     return generation(target, configs, smem_limit)
 
 
-def run(func, steps: list, *, stop_after: str | None = None, keep: tuple = ()):
+def run(func, steps: list, *, stop_after: str | None = None, keep: tuple = (),
+        dump_to: str | None = None):
     """func through the steps (up to and including `stop_after`). With `keep`, a dict of the
-    kept steps' outputs and the last one under "result"."""
+    kept steps' outputs and the last one under "result". The IR after each step is written
+    into `dump_to` (default: TILECRAFT_DUMP_IR), if any."""
+    dump_to = dump_to or knobs.dump_ir_dir()
     names = [name for name, _ in steps]
     if stop_after is not None and stop_after not in names:
         raise ValueError(f"no pass {stop_after!r} in this pipeline: {', '.join(names)}")
     verify(func)
-    _dump(func, 0, "input")
+    _dump(func, 0, "input", directory=dump_to)
     kept = {}
     for i, (name, step) in enumerate(steps, start=1):
         func = step(func)
-        _dump(func, i, name)
+        _dump(func, i, name, directory=dump_to)
         if name in keep:
             kept[name] = func
         if name == stop_after:
@@ -129,7 +134,9 @@ def lower(func, target="sm_80", configs: dict | None = None, *, smem_bytes: int 
     """func lowered for target (compiler.lower's backend half; the runtime and the emulator of
     this backend call it directly). `smem_bytes` defaults to the arch's limit."""
     limit = smem_bytes if smem_bytes is not None else smem_limit(arch_of(target))
-    return run(func, steps(target, configs, limit), stop_after=stop_after, keep=keep)
+    from ...pass_config import dump_dir
+    return run(func, steps(target, configs, limit), stop_after=stop_after, keep=keep,
+               dump_to=dump_dir(configs))
 
 
 def cuda(func, target="sm_80", smem_limit: int | None = None, configs: dict | None = None):
@@ -142,5 +149,5 @@ def cuda_sm80(func, smem_limit: int | None = None):
     return cuda(func, "sm_80", smem_limit)
 
 
-def dump_source(func, source: str):
-    _dump(func, 99, "cuda", source)
+def dump_source(func, source: str, directory: str | None = None):
+    _dump(func, 99, "cuda", source, directory or knobs.dump_ir_dir())

@@ -114,6 +114,14 @@ def _properties(ordinal: int) -> DeviceProperties:
     )
 
 
+def device_attribute(which: int, device: int | None = None) -> int:
+    """One CUdevice_attribute (cuda.h's numbering, which the runtime's cudaDeviceAttr shares)
+    of the current (or given) device."""
+    if not has_cuda_device():
+        raise TileError("no CUDA device on this machine")
+    return driver.device_attribute(which, driver.device(_ordinal(device)))
+
+
 def device_properties(device: int | None = None) -> DeviceProperties:
     """SM count, shared memory, registers, L2 size and clocks of the current (or given) device."""
     if not has_cuda_device():

@@ -92,12 +92,16 @@ def warn_serialized_wgmma(kernel_info: dict):
 
 class CudaProgram:
     def __init__(self, func, arch: str, *, fast_math: bool = False, debug: bool = False,
-                 configs: dict | None = None):
+                 configs: dict | None = None, flags=()):
+        """`configs`: checked pass configs (fast math, ptxas options and compiler flags among
+        them); `flags`: more nvcc flags (jit's compile_flags)."""
+        from ....pass_config import PassConfigKey, device_compile_flags, dump_dir
+        from ....pass_config import fast_math as configs_fast_math
         self.arch = arch
-        flags = ("--use_fast_math",) if fast_math else ()
-        if debug:
-            flags += ("-G",)
-        dumping = bool(knobs.dump_ir_dir())
+        fast = fast_math or configs_fast_math(configs)
+        flags = (("--use_fast_math",) if fast else ()) + (("-G",) if debug else ()) + \
+            tuple(device_compile_flags(configs)) + tuple(flags)
+        dumping = dump_dir(configs)
         key = cache.cache_key(func.script(), arch, flags,
                               {"tilecraft": __version__, "compiler": compiler_fingerprint(),
                                "nvcc": _nvcc_identity(), "kind": "program",
@@ -118,6 +122,8 @@ class CudaProgram:
         for message, category, filename, line in plan.get("lowering_warnings", ()):
             warnings.warn_explicit(message, category, filename, line)
         warn_serialized_wgmma(self.kernel_info)
+        if (configs or {}).get(PassConfigKey.TL_ENABLE_PTXAS_VERBOSE_OUTPUT):
+            print(plan.get("ptxas_log", ""))
 
     @staticmethod
     def _build(func, arch, flags, dumping, configs=None) -> dict:
@@ -136,10 +142,10 @@ class CudaProgram:
                                 f"with its scratch space; {arch} allows {limit} per block (use "
                                 "smaller tiles or fewer stages)", k.span)
         source, names = emit_cuda(lowered)
-        pipelines.dump_source(func, source)
+        pipelines.dump_source(func, source, dumping)
         compiled = cache.get_or_compile(
             source, arch, flags, compile_fn=lambda src, a, f: compile_cubin(src, a, flags=f),
-            bypass=dumping)
+            bypass=bool(dumping))
         signature = kernel_signature(lowered)
         positions = _positions(lowered, signature)
         binds = [(obj, pos) for (kind, obj), pos in zip(signature, positions)
@@ -147,6 +153,7 @@ class CudaProgram:
         launches = [(name, _launch_grid(k), launch_threads(k), k.attrs[SMEM_BYTES])
                     for name, k in zip(names, lowered.kernels())]
         return {"source": source, "cubin": compiled.cubin, "kernel_info": dict(compiled.kernels),
+                "ptxas_log": compiled.log,
                 "lowering_warnings": [(str(w.message), w.category, w.filename, w.lineno)
                                       for w in caught],
                 "positions": positions, "binds": binds, "launches": launches,

@@ -1,0 +1,124 @@
+"""T.reshape / T.view check their arguments as TileLang does (the view must cover exactly the
+buffer's bits) and are then refused, at the user's line, as not supported yet; and
+make_swizzled_layout takes the buffer alone, as TileLang's scripts call it, in a GEMM checked
+on the interpreter and both emulators against numpy."""
+import numpy as np
+import pytest
+
+import tilecraft
+import tilecraft.language as T
+from tilecraft.errors import TileError
+from tilecraft.layout import make_swizzled_layout, swizzled_layout
+
+from error_expect import expect
+
+
+def test_reshape_is_refused_at_its_line():
+    def program():
+        @T.prim_func
+        def main(A: T.Tensor((64, 32), "float16")):
+            with T.Kernel(1, threads=128):
+                T.reshape(A, (64 * 32,))  # <- here
+        return main
+    err = expect(program, "T.reshape(A) is not supported yet: a view shares A's storage",
+                 "T.reshape")
+    assert "allocate a tile in the shape it is used with" in err.message
+
+
+def test_view_is_refused_at_its_line():
+    def program():
+        @T.prim_func
+        def main(A: T.Tensor((64, 32), "float16")):
+            with T.Kernel(1, threads=128):
+                S = T.alloc_shared((64, 32), "float16")
+                T.copy(A, S)
+                T.view(S, (64, 16), "float32")  # <- here
+        return main
+    expect(program, "T.view(S) is not supported yet", "T.view")
+
+
+def test_a_view_must_cover_the_buffers_bits():
+    def as_int8():
+        @T.prim_func
+        def main(A: T.Tensor((64, 32), "float16")):
+            with T.Kernel(1, threads=128):
+                T.view(A, (64, 32), "int8")  # <- here
+        return main
+    expect(as_int8, "T.view(A): the view (64, 32) of int8 does not cover the buffer's bits: "
+                    "A is (64, 32) of float16", "T.view")
+
+    def short():
+        @T.prim_func
+        def main(A: T.Tensor((64, 32), "float16")):
+            with T.Kernel(1, threads=128):
+                S = T.alloc_shared((64, 32), "float16")
+                T.reshape(S, (64, 31))  # <- here
+        return main
+    expect(short, "T.reshape(S): the view (64, 31) of float16 does not cover", "T.reshape")
+
+    def bad_dtype():
+        @T.prim_func
+        def main(A: T.Tensor((64, 32), "float16")):
+            with T.Kernel(1, threads=128):
+                T.view(A, dtype="float7")  # <- here
+        return main
+    expect(bad_dtype, "T.view: unknown dtype 'float7'", "T.view")
+
+
+@tilecraft.jit(out_idx=[-1])
+def annotated_gemm(M, N, K, bm=64, bn=64, bk=32):
+    """C = A B^T with B stored (N, K), both operand tiles given TileLang's swizzled layout."""
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((N, K), "float16"),
+             C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            a_tile = T.alloc_shared((bm, bk), "float16")
+            b_tile = T.alloc_shared((bn, bk), "float16")
+            acc = T.alloc_fragment((bm, bn), "float32")
+            T.annotate_layout({a_tile: make_swizzled_layout(a_tile),
+                               b_tile: make_swizzled_layout(b_tile)})
+            T.fill(acc, 0)
+            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=2):
+                T.copy(A[by * bm, ko * bk], a_tile)
+                T.copy(B[bx * bn, ko * bk], b_tile)
+                T.gemm(a_tile, b_tile, acc, transpose_B=True)
+            T.copy(acc, C[by * bm, bx * bn])
+    return main
+
+
+@pytest.mark.parametrize("target", ["interp", "emulator", "emulator:sm_90a"])
+def test_swizzled_layout_of_a_buffer_in_a_gemm(target):
+    rng = np.random.default_rng(0)
+    A = rng.uniform(-1, 1, (128, 64)).astype(np.float16)
+    B = rng.uniform(-1, 1, (128, 64)).astype(np.float16)
+    kernel = tilecraft.compile(annotated_gemm.get_tir(128, 128, 64), out_idx=[-1], target=target)
+    np.testing.assert_allclose(kernel(A, B).astype(np.float32),
+                               A.astype(np.float32) @ B.astype(np.float32).T, atol=2e-2,
+                               rtol=2e-2)
+
+
+def test_swizzled_layout_of_a_buffer_is_that_of_its_shape():
+    from tilecraft.ir import dtypes as dt
+    from tilecraft.ir.buffer import Buffer
+    two = Buffer("S", (64, 32), dt.dtype("float16"), "shared.dyn")
+    lay = make_swizzled_layout(two)
+    assert lay.mode == "64B" and (lay.table() == swizzled_layout(64, 32, 16).table()).all()
+    assert make_swizzled_layout(64, 32, 16).mode == "64B"       # the numeric form remains
+    three = Buffer("S3", (2, 64, 32), dt.dtype("float16"), "shared.dyn")
+    stacked = make_swizzled_layout(three)
+    assert stacked.shape == (2, 64, 32) and stacked.alignment == 512
+    assert (stacked.table().reshape(128, 32, -1) == swizzled_layout(128, 32, 16).table()).all()
+    with pytest.raises(TileError, match="k_major=False\\) is not supported yet"):
+        make_swizzled_layout(two, k_major=False)
+    with pytest.raises(TileError, match="2 or more static dimensions"):
+        make_swizzled_layout(Buffer("V", (64,), dt.dtype("float16"), "shared.dyn"))
+    with pytest.raises(TileError, match="takes a shared buffer"):
+        make_swizzled_layout("S")
+
+
+@pytest.mark.skipif(not __import__("tilecraft.backends.cuda.runtime",
+                                   fromlist=["has_nvcc"]).has_nvcc(), reason="nvcc not found")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_the_annotated_gemm_compiles(arch):
+    kernel = tilecraft.compile(annotated_gemm.get_tir(256, 256, 128), out_idx=[-1], target=arch)
+    assert kernel.n_regs > 0 and kernel.n_spills == 0
