@@ -23,10 +23,11 @@ class PassConfigKey:
     TL_DISABLE_AUTO_RASTERIZATION = "tl.disable_auto_rasterization"
     TL_DISABLE_SEESAW_WARPGROUPS = "tl.disable_seesaw_warpgroups"
     TL_DISABLE_L2_PREFETCH = "tl.disable_l2_prefetch"
+    TL_DISABLE_THREAD_STORAGE_SYNC = "tl.disable_thread_storage_sync"
 
 
-# What each key does here (all but the first matter on sm_90a, the only target with TMA, WGMMA
-# and warp specialization).
+# What each key does here (fast math and thread storage sync matter on every target, the rest on
+# sm_90a, the only target with TMA, WGMMA and warp specialization).
 KNOWN = {PassConfigKey.TL_ENABLE_FAST_MATH: "compile with --use_fast_math",
          PassConfigKey.TL_DISABLE_WARP_SPECIALIZED: "pipelined loops on cp.async, no producer "
                                                    "warpgroup",
@@ -77,6 +78,10 @@ KNOWN = {PassConfigKey.TL_ENABLE_FAST_MATH: "compile with --use_fast_math",
                                                      "keeps it so, instead of each taking "
                                                      "whole blocks in turn "
                                                      "(seesaw_warpgroups)",
+         PassConfigKey.TL_DISABLE_THREAD_STORAGE_SYNC: "no block barriers are added where "
+                                                      "threads share shared memory "
+                                                      "(insert_barriers): the program's own "
+                                                      "T.sync_threads are the only ones",
          PassConfigKey.TL_DISABLE_L2_PREFETCH: "the producer of a warp-specialized loop "
                                                "does not prefetch into L2 the next "
                                                "iteration's tiles that at most two blocks "

@@ -71,7 +71,7 @@ def _tile_prefix(target, configs, smem_limit, hopper: bool) -> list:
               ("infer_layouts", lambda f: infer_layouts(f, CUDA_RULES)),
               ("prefetch_fragments", prefetch_fragments),
               ("plan_shared_memory", lambda f: plan_shared_memory(f, CUDA_RULES, smem_limit)),
-              ("insert_barriers", lambda f: insert_barriers(f, CUDA_RULES)),
+              ("insert_barriers", lambda f: insert_barriers(f, CUDA_RULES, configs)),
               ("lower_tile_ops", lambda f: lower_tile_ops(f, configs))]
     return steps
 
