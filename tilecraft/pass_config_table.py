@@ -55,6 +55,9 @@ HONOURED = {
     "tl.enable_ptxas_verbose_output": (False, boolean, "print ptxas's report (registers, "
                                        "shared memory, spills per kernel) when the kernel "
                                        "is made"),
+    "tl.disable_thread_storage_sync": (False, boolean, "no block barriers are added where "
+                                       "threads share shared memory (insert_barriers): the "
+                                       "program's own T.sync_threads are the only ones"),
     "tl.disable_shared_memory_reuse": (False, boolean, "every shared tile gets bytes of its "
                                        "own; by default tiles whose live ranges do not meet "
                                        "share bytes (plan_shared_memory)"),
@@ -166,9 +169,6 @@ DEFAULT_ONLY = {
     "tl.disable_loop_unswitching": ((False, None), _NO_TVM),
     "tl.loop_unswitching_allow_non_trivial_else": ((False, None), _NO_TVM),
     "tl.if_stmt_binding_inline_replayable_binds": ((True, None), _NO_TVM),
-    "tl.disable_thread_storage_sync": ((False, None), "tilecraft places every barrier its "
-                                       "shared-memory accesses need (insert_barriers); "
-                                       "turning that off would race"),
     "tl.force_let_inline": ((False, None), _NO_TVM),
     "tl.ast_print_enable": ((False, None), "print kernel.func.script() for the tile IR"),
     "tl.layout_visualization_enable": ((False, None), "use tilecraft.layout.render_fragment"),

@@ -51,6 +51,31 @@ class KernelFrame:
                             "1024", span)
         self.threads = tuple(threads)
         self.block_vars: tuple = ()
+        self.thread_vars: list = [None, None, None]  # made when the program first reads one
+
+    @property
+    def num_threads(self) -> int:
+        n = 1
+        for t in self.threads:
+            n *= t
+        return n
+
+    def thread_extent(self, dim: int) -> int:
+        """blockDim along dim: the threads= entry, 1 where threads= gives none."""
+        return self.threads[dim] if dim < len(self.threads) else 1
+
+    def thread_binding(self, dim: int) -> Expr:
+        """threadIdx along dim: one variable per kernel and dimension (0 where its extent
+        is 1, as every thread has index 0 there)."""
+        if self.thread_extent(dim) == 1:
+            return convert(0)
+        if self.thread_vars[dim] is None:
+            self.thread_vars[dim] = Var("t" + "xyz"[dim], dt.int32, current_span())
+        return self.thread_vars[dim]
+
+    def is_index(self, v) -> bool:
+        """v is one of this launch's thread or block indices."""
+        return any(v is x for x in (*self.thread_vars, *self.block_vars))
 
     def bind(self, names: list[str]):
         defaults = ("bx", "by", "bz")
@@ -59,7 +84,9 @@ class KernelFrame:
         return self.block_vars[0] if len(self.block_vars) == 1 else self.block_vars
 
     def build(self, body) -> Kernel:
-        return Kernel(self.grid, self.block_vars, self.threads, body, self.span)
+        bindings = tuple(self.thread_vars[:len(self.threads)]) if any(v is not None for v in self.thread_vars) else ()
+        return Kernel(self.grid, self.block_vars, self.threads, body, self.span,
+                      thread_bindings=bindings)
 
 
 class LoopFrame:
@@ -105,6 +132,25 @@ class LoopFrame:
                     self.annotations, self.span)
             else:
                 body = For(var, start, extent, self.kind, body, self.annotations, self.span)
+        return body
+
+
+class IndexLoop(LoopFrame):
+    """`for i in T.thread_binding(0, n, thread="threadIdx.x")`, TVMScript's loop over a thread
+    (or block) index: inside a T.Kernel every thread already runs the body once with its own
+    index, so `i` is that index and the body stands in place, with no loop around it."""
+
+    def __init__(self, index: Var, span):
+        super().__init__("thread_binding", [], None, span)
+        self.index = index
+
+    def bind(self, names: list[str]):
+        if len(names) != 1:
+            raise TileError(f"a loop over the thread index {self.index.name} binds one name, "
+                            f"not {len(names)}", self.span)
+        return self.index
+
+    def build(self, body):
         return body
 
 

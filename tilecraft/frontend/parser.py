@@ -15,7 +15,8 @@ import textwrap
 from . import builder as bld
 from .access_bounds import check_access_bounds
 from .expressions import _BINOPS, ExpressionEvaluator, _Return
-from .frames import KernelFrame, LoopFrame
+from .frames import IndexLoop, KernelFrame, LoopFrame
+from .thread_checks import check_thread_uses
 from .scopes import AFTER_IF, AFTER_KERNEL, AFTER_LOOP, Scope
 from ..errors import Span, TileError, span_scope
 from ..ir import expr as ex
@@ -251,6 +252,10 @@ class Parser(ExpressionEvaluator):
             return value
         if isinstance(value, (list, tuple)):
             return value
+        b = bld.maybe_active()
+        if isinstance(value, ex.Var) and b is not None and b.kernel is not None and \
+                b.kernel.is_index(value):
+            return IndexLoop(value, self.span(node))
         raise TileError(f"cannot loop over a {type(value).__name__}; use T.Parallel, "
                         "T.Pipelined, T.serial, T.unroll, T.vectorized or range()",
                         self.span(node))
@@ -296,7 +301,9 @@ class Parser(ExpressionEvaluator):
                                      frame.block_vars, dict(zip(names, values)))
         finally:
             b.kernel = None
-        b.emit(frame.build(body))
+        kernel = frame.build(body)
+        check_thread_uses(kernel)
+        b.emit(kernel)
 
     def stmt_Assert(self, node):
         cond = self.expr(node.test)

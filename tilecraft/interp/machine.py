@@ -15,6 +15,7 @@ from ..errors import TileError
 from ..ir.buffer import GLOBAL, Buffer, BufferRegion
 from ..ir.stmt import (Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt)
 from ..ir.tileop import TileOp, contract_of
+from .threads import BARRIERS, ThreadAxis
 from .values import Evaluator, first_bad, in_bounds, to_dtype
 
 _MAX_PARALLEL_DEPTH = 8
@@ -42,15 +43,26 @@ class Machine:
         self.arrays: dict[int, np.ndarray] = {}
         self.depth = 0  # number of enclosing T.Parallel axes
         self.current_kernel = None
+        self.threads = None  # the thread axis of a kernel of per-thread code (threads.py)
         self.ev = Evaluator(self)
 
     # --- state ----------------------------------------------------------------
     def array_of(self, buffer: Buffer) -> np.ndarray:
         try:
-            return self.arrays[id(buffer)]
+            array = self.arrays[id(buffer)]
         except KeyError:
             raise TileError(f"buffer {buffer.name} is used before it is allocated",
                             buffer.span) from None
+        return array if self.threads is None else self.threads.view(buffer, array)
+
+    def element_index(self, buffer: Buffer, idx: list) -> list:
+        """idx into array_of(buffer): led by the thread for a local held per thread."""
+        return idx if self.threads is None else self.threads.element_index(buffer, idx)
+
+    def lane_call(self, e, args, mask):
+        if self.threads is None:
+            raise TileError(f"internal: T.{e.name} outside per-thread code", e.span)
+        return self.threads.call(e, args, mask)
 
     def scalar(self, e) -> int:
         v = np.asarray(self.ev.eval(e))
@@ -79,7 +91,10 @@ class Machine:
 
     def exec(self, s, mask):
         if isinstance(s, TileOp):   # what a tile op means is its contract (tilecraft/ops)
-            contract_of(s).interpret(self, s, mask)
+            if self.threads is not None and self.threads.runs_per_thread(s, mask):
+                self.threads.each(self, s, mask, lambda: contract_of(s).interpret(self, s, None))
+            else:
+                contract_of(s).interpret(self, s, mask)
             return
         getattr(self, "exec_" + type(s).__name__)(s, mask)
 
@@ -90,6 +105,11 @@ class Machine:
     def exec_Kernel(self, k: Kernel, mask):
         extents = [self.scalar(g) for g in k.grid]
         self.current_kernel = k
+        self.threads = ThreadAxis(k, _MAX_PARALLEL_DEPTH)
+        if not self.threads.tv.per_thread:
+            self.threads = None
+        else:
+            self.threads.bind(self.env)
         for index in itertools.product(*(range(n) for n in extents)):
             for var, i in zip(k.block_vars, index):
                 self.env[id(var)] = np.int32(i)
@@ -99,11 +119,16 @@ class Machine:
         b = s.buffer
         if b.scope == GLOBAL and id(b) in self.arrays:
             return  # a workspace lives for the whole launch
-        self.arrays[id(b)] = poison(self.shape_of(b), b.dtype)
+        per_thread = (self.threads.T,) if self.threads and self.threads.per_thread(b) else ()
+        self.arrays[id(b)] = poison(per_thread + self.shape_of(b), b.dtype)
 
     def exec_For(self, s: For, mask):
         if s.kind == "parallel":
             return self.exec_parallel(s, mask)
+        start, extent = np.asarray(self.ev.eval(s.start, mask)), \
+            np.asarray(self.ev.eval(s.extent, mask))
+        if self.threads is not None and (start.ndim or extent.ndim):
+            return self.threads.loop(self, s, mask, start, extent)
         start, extent = self.scalar(s.start), self.scalar(s.extent)
         for i in range(start, start + extent):
             self.env[id(s.var)] = np.int64(i)
@@ -140,7 +165,8 @@ class Machine:
 
     def exec_BufferStore(self, s: BufferStore, mask):
         array = self.array_of(s.buffer)
-        idx = [np.asarray(self.ev.eval(i, mask)).astype(np.int64) for i in s.indices]
+        idx = self.element_index(s.buffer, [np.asarray(self.ev.eval(i, mask)).astype(np.int64)
+                                            for i in s.indices])
         value = to_dtype(self.ev.eval(s.value, mask), s.buffer.dtype)
         self.store(s.buffer, array, idx, value, mask, s.span)
 
@@ -167,6 +193,8 @@ class Machine:
         array[sel] = np.broadcast_to(value, shape)[live]
 
     def exec_Evaluate(self, s: Evaluate, mask):
+        if getattr(s.value, "name", None) in BARRIERS:
+            return   # every thread runs each statement together: there is nothing to wait for
         self.ev.eval(s.value, mask)
 
     # --- regions ----------------------------------------------------------------

@@ -16,6 +16,7 @@ from ..errors import TileError
 from ..ir import dtypes as dt
 from ..ir.buffer import GLOBAL
 from ..ir.expr import Binary, BufferLoad, Call, Cast, Const, Select, Unary, Var
+from ..ir.thread_varying import LANE_CALLS
 
 
 def compute_dtype(d: dt.DType) -> np.dtype:
@@ -186,6 +187,10 @@ class Evaluator:
             return self.m.call_extern(e, [a if isinstance(a, str) else self.eval(a, mask)
                                           for a in e.args[1:]])
         args = [np.asarray(self.eval(a, mask)) for a in e.args]
+        if e.name == "reinterpret":
+            return np.asarray(to_dtype(args[0], e.args[0].dtype)).view(e.dtype.numpy)
+        if e.name in LANE_CALLS:
+            return self.m.lane_call(e, args, mask)
         with np.errstate(all="ignore"):
             if e.name in ("pow", "fmod"):
                 cd = compute_dtype(e.dtype)
@@ -202,7 +207,8 @@ class Evaluator:
 
     def eval_BufferLoad(self, e: BufferLoad, mask):
         array = self.m.array_of(e.buffer)
-        idx = [np.asarray(self.eval(i, mask)).astype(np.int64) for i in e.indices]
+        idx = self.m.element_index(e.buffer, [np.asarray(self.eval(i, mask)).astype(np.int64)
+                                              for i in e.indices])
         inside = in_bounds(idx, array.shape)
         if inside is True:
             return array[tuple(idx)]

@@ -128,6 +128,9 @@ class Printer:
             names = ", ".join(self.name(v) for v in s.block_vars)
             target = names if len(s.block_vars) == 1 else f"({names})"
             self.emit(depth, f"with T.Kernel({grid}, threads={threads}) as {target}:")
+            for dim, v in enumerate(s.thread_bindings):
+                if v is not None:
+                    self.emit(depth + 1, f"{self.name(v)} = T.get_thread_binding({dim})")
             self.stmt(s.body, depth + 1)
         elif isinstance(s, For) and s.kind == "parallel":
             # A nest of parallel loops prints as one n-d T.Parallel, as it was written.

@@ -125,6 +125,9 @@ class Kernel(Stmt):
     span: Span | None = field(default=None, compare=False)
     thread_var: Var | None = None  # the flat thread index, once lowered to thread level
     attrs: dict = field(default_factory=dict)
+    # The variables T.get_thread_binding gives the program (threadIdx.x, .y, .z: a Var, or
+    # None for a dimension it never reads); lowering replaces them by terms of thread_var.
+    thread_bindings: tuple = ()
 
     @property
     def num_threads(self) -> int:

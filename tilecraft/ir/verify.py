@@ -54,6 +54,7 @@ class _Verifier:
             for g in s.grid:
                 self.expr(g, s)
             self.vars.update(id(v) for v in s.block_vars)
+            self.vars.update(id(v) for v in s.thread_bindings if v is not None)
             self.stmt(s.body, True, False)
         elif isinstance(s, For):
             if s.kind not in LOOP_KINDS:

@@ -13,7 +13,14 @@ from .math import (exp, exp2, exp10, log, log2, log10, log1p, sqrt, rsqrt, sin, 
                    fmod, max, min, clamp, ceildiv,
                    cdiv, floordiv, floormod, truncdiv, infinity, max_value, min_value, cast, Cast,
                    if_then_else, call_extern, address_of, print, evaluate)
+from .math import reinterpret
 from .annotate import annotate_layout, use_swizzle
+from .threads import (get_thread_binding, get_thread_bindings, get_thread_extent,
+                      get_thread_extents, get_block_binding, get_block_bindings,
+                      get_block_extent, get_block_extents, thread_binding)
+from .warp import (sync_threads, sync_warp, shfl_xor, shfl_down, shfl_up, shfl_sync,
+                   warp_reduce_sum, warp_reduce_max, warp_reduce_min, get_lane_idx,
+                   get_warp_idx, get_warp_idx_sync, get_warp_group_idx)
 from .im2col import c2d_im2col, im2col
 from .views import reshape, view
 

@@ -161,6 +161,24 @@ def Cast(dtype, x):  # noqa: N802 - TVM spelling, dtype first
     return cast(x, dtype)
 
 
+def reinterpret(value, dtype):
+    """The bits of a scalar read as another dtype of the same size (`T.reinterpret(x,
+    "uint32")`); TVM's order `T.reinterpret("uint32", x)` is taken too."""
+    what = "T.reinterpret"
+    if dt.is_dtype_like(value) and not dt.is_dtype_like(dtype):
+        value, dtype = dtype, value
+    d = _limit_dtype(what, dtype)
+    x = ex.convert(_numeric(what, value))
+    if d.is_handle or x.dtype.is_handle:
+        raise TileError(f"{what}: pointers are not supported ({x.dtype} to {d})", current_span())
+    if d.bits != x.dtype.bits or d.is_bool or x.dtype.is_bool:
+        raise TileError(f"{what}: a {x.dtype} ({x.dtype.bits} bits) cannot be read as a {d} "
+                        f"({d.bits} bits): the sizes must agree", current_span())
+    if d is x.dtype:
+        return x
+    return ex.Call("reinterpret", (x,), d, current_span())
+
+
 def if_then_else(cond, then_value, else_value):
     """cond ? then_value : else_value, evaluated on the device."""
     for v in (cond, then_value, else_value):

@@ -9,7 +9,10 @@ of each such pair unless one already separates them; loops are scanned twice so 
 around the back edge (the next iteration overwriting what this one still reads) get a barrier
 before the first statement of the body that meets them. Barriers never go inside a T.Parallel
 nest (whose conditions may differ per thread); block-uniform `if`s may hold them, since every
-thread takes the same branch. A T.reduce_* whose reduced dimension spans several warps
+thread takes the same branch. In per-thread code an `if` or loop whose condition differs
+between threads (ir/thread_varying.py) is one statement here: what it touches is settled
+before it, and what its threads share inside it is theirs to order (T.sync_warp, a named
+barrier), as a block barrier there would not be reached by every thread. A T.reduce_* whose reduced dimension spans several warps
 synchronizes the block itself (its partials meet in shared memory between two barriers), so it
 settles every hazard pending before it, as a barrier would.
 """
@@ -19,11 +22,14 @@ from ..errors import TileError
 from ..ir.buffer import FRAGMENT, is_shared
 from ..ir.expr import BufferLoad
 from ..ir.stmt import BufferStore, For, IfThenElse, Kernel, seq, stmts_of
+from ..ir.thread_varying import ThreadVarying
 from ..ir.tileop import Reduce, TileOp
 from ..ir.visitor import children, map_kernels, walk
 from ..ir.annotations import (LAYOUTS, SCHEDULED, SMEM_OFFSETS, is_sync, is_warpgroup_branch,
                               sync_stmt)
 import dataclasses
+
+from ..pass_config import PassConfigKey
 
 
 def shared_buffers_of(s) -> list:
@@ -94,6 +100,7 @@ class _Inserter:
     def __init__(self, kernel: Kernel | None = None, rules=None):
         self.kernel = kernel
         self.rules = rules
+        self.varying = ThreadVarying(kernel) if kernel is not None else None
         self.across_warps: dict = {}   # id(reduce) -> whether it synchronizes the block
 
     def synchronizes(self, s) -> bool:
@@ -126,6 +133,8 @@ class _Inserter:
             state.reads.clear()
             state.writes.clear()
             return [s]
+        if self.varying is not None and self.varying.condition(s):
+            return self.plain(s, state)
         if isinstance(s, For) and s.kind != "parallel":
             return self.loop(s, state)
         if is_warpgroup_branch(s):
@@ -247,9 +256,12 @@ def _overlap_table(offsets: dict) -> dict:
     return {k: frozenset(v) for k, v in table.items()}
 
 
-def insert_barriers(func, rules):
+def insert_barriers(func, rules, configs: dict | None = None):
     """Return func with barriers added to every kernel. `rules` are the backend's instruction
-    facts (passes/instruction_rules.py)."""
+    facts (passes/instruction_rules.py). With tl.disable_thread_storage_sync the program's own
+    barriers (T.sync_threads) are the only ones."""
+    if (configs or {}).get(PassConfigKey.TL_DISABLE_THREAD_STORAGE_SYNC):
+        return func
     _State.overlaps = _overlap_table(func.attrs.get(SMEM_OFFSETS, {}))
     return map_kernels(func, lambda k: dataclasses.replace(
         k, body=seq(_Inserter(k, rules).block(stmts_of(k.body), _State()))))

@@ -33,7 +33,8 @@ _FIELDS = {"bits": r"16|32|64|128", "rank": r"[1-5]", "count": r"[124]", "n": r"
            "regs": r"\d+", "size": r"\d+", "trans_a": r"[01]", "trans_b": r"[01]",
            "types": r"[a-z0-9]+(?:_[a-z0-9]+)?", "kind": r"add|max|min",
            "policy": r"evict_first|evict_last", "order": r"row|col", "type": r"[\w: ]+",
-           "x": r"\d+", "y": r"\d+"}
+           "x": r"\d+", "y": r"\d+", "shuffle": r"xor|down|up|idx",
+           "width": r"1|2|4|8|16|32", "reduction": r"sum|max|min"}
 HINT_SUFFIX = "_hint"   # an L2 cache-hinted form: one more argument, the createpolicy value
 
 
@@ -154,6 +155,13 @@ MMA = Intrinsic("tc::mma_m16n8k16_{types}", 4, SM80,
                 "warp mma.sync D = A B + C (f16_f32, bf16_f32, f16_f16)",
                 sample="tc::mma_m16n8k16_f16_f32")
 SHFL_XOR = Intrinsic("tc::shfl_xor", 2, SM80, "the value of lane ^ mask")
+SHFL_GROUP = Intrinsic("tc::shfl_{shuffle}_group<{width}>", 2, SM80,
+                       "T.shfl_xor / _down / _up / _sync: a lane's value within groups of "
+                       "width lanes", sample="tc::shfl_down_group<32>")
+WARP_REDUCE = Intrinsic("tc::warp_reduce_{reduction}", 1, SM80,
+                        "T.warp_reduce_*: the warp's sum / max / min in every lane",
+                        sample="tc::warp_reduce_sum")
+SYNCWARP = Intrinsic("tc::syncwarp", 0, SM80, "__syncwarp(): the lanes of the warp wait")
 PACK_HALF2 = Intrinsic("tc::pack_half2", 2, SM80, "two floats -> one f16x2 word")
 PACK_BF162 = Intrinsic("tc::pack_bf162", 2, SM80, "two floats -> one bf16x2 word")
 ATOMIC = Intrinsic("tc::atomic_{kind}", 2, SM80, "element-wise atomic add / max / min",
@@ -206,6 +214,8 @@ CHECKED_INDEX = Intrinsic("tc::checked_index", 4, SM80,
 # --- written by the code generator into expressions (not IR calls) ----------------------------
 CVT = Intrinsic("tc::cvt<{type}>", 1, SM80, "convert between scalar types", emulated=False,
                 sample="tc::cvt<float>")
+BIT_CAST = Intrinsic("tc::bit_cast<{type}>", 1, SM80, "T.reinterpret: the bits of a scalar as "
+                     "another type of the same size", emulated=False, sample="tc::bit_cast<float>")
 MAX = Intrinsic("tc::max", 2, SM80, "max of any scalar type", emulated=False)
 MIN = Intrinsic("tc::min", 2, SM80, "min of any scalar type", emulated=False)
 BIASED_INT_TO_FLOAT = Intrinsic("tc::biased_int_to_float", 2, SM80,

@@ -16,7 +16,10 @@ from ...errors import TileError, span_scope
 from ...ir import tileop as top
 from ...ir.buffer import FRAGMENT, GLOBAL, BufferRegion, is_shared
 from ...ir.expr import Expr, Var
-from ...ir.visitor import map_kernels, walk
+from ...ir.thread_varying import ThreadVarying, is_local, is_per_thread_op, thread_indices
+from ...ir.visitor import map_kernels, substitute, walk
+from .thread_ops import header_calls
+from .tileops.per_thread import per_thread_loops
 from ...ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, Evaluate, For, IfThenElse,
                        Kernel, SeqStmt, seq)
 from .tileops.dispatch import LOWERINGS
@@ -36,9 +39,18 @@ from .rules import CUDA_RULES
 
 class _KernelLowering:
     def __init__(self, kernel: Kernel, unswitch_masks: bool = True):
-        self.kernel = kernel
         tx = Var("tx")
         layouts = kernel.attrs.get(LAYOUTS) or infer_layouts(kernel, CUDA_RULES)
+        # Per-thread code: what differs between threads runs on every thread (scalar,
+        # tile_op); the thread indices it reads are terms of tx from here on.
+        self.varying = ThreadVarying(kernel)
+        self.varying.indices.add(id(tx))
+        self.every_thread = False   # the statement being lowered runs on every thread
+        self.divergent = False      # ... under a condition that differs between threads
+        if kernel.thread_bindings:
+            kernel = dataclasses.replace(kernel, thread_bindings=(), body=substitute(
+                kernel.body, thread_indices(kernel, tx)))
+        self.kernel = kernel
         self.ctx = ThreadContext(tx, kernel.num_threads, layouts, unswitch_masks=unswitch_masks)
         self.ctx.var_bounds[id(tx)] = (0, kernel.num_threads - 1)
         for v, g in zip(kernel.block_vars, kernel.grid):
@@ -71,6 +83,8 @@ class _KernelLowering:
 
     def run(self) -> Kernel:
         body = self.stmt(self.kernel.body)
+        if self.varying.per_thread:
+            body = header_calls(body)
         attrs = dict(self.kernel.attrs)
         if self.wg_ctx is not None:
             attrs[WARPGROUP_THREAD] = self.wg_ctx.tx
@@ -106,6 +120,13 @@ class _KernelLowering:
         ctx = self.ctx
         if isinstance(s, SeqStmt):
             return seq([self.stmt(x) for x in s.stmts], s.span)
+        if isinstance(s, (For, IfThenElse)) and self.varying.condition(s) and \
+                not self.divergent:
+            self.divergent = True
+            try:
+                return self._stmt(s)
+            finally:
+                self.divergent = False
         if isinstance(s, For):
             if s.kind == "parallel":
                 return lower_parallel(s, self.context(s))
@@ -160,6 +181,7 @@ class _KernelLowering:
         holds is broadcast first (tileops/fragment_elements); the rest (local variables, the
         calls of header functions) runs on every thread."""
         writer = element_writer(self.ctx, s, self) if isinstance(s, BufferStore) else None
+        self.every_thread = self.divergent or self.varying.statement(s)
         prefix, s = broadcast_reads(self.ctx, s, writer, self)
         lowered = self.scalar_rewriter().visit(s)
         if writer is not None:
@@ -171,7 +193,10 @@ class _KernelLowering:
 
     def on_one_thread(self, lowered):
         """lowered, run by the first thread of those running its statement (of the block, or
-        of the warpgroup whose own branch holds it)."""
+        of the warpgroup whose own branch holds it); in per-thread code, by every thread
+        where the statement's values differ between threads or only some threads reach it."""
+        if self.every_thread:
+            return lowered
         tx = self.wg_ctx.tx if self.in_warpgroup_branch and self.wg_ctx is not None \
             else self.ctx.tx
         return IfThenElse(tx == 0, lowered, None, lowered.span)
@@ -217,6 +242,10 @@ class _KernelLowering:
         return new
 
     def tile_op(self, op):
+        self.every_thread = self.divergent or self.varying.statement(op)
+        if is_per_thread_op(op) and (is_local(op.dst.buffer) or self.every_thread):
+            prefix, loops = broadcast_reads(self.ctx, per_thread_loops(op), None, self)
+            return seq(prefix + [self.scalar_rewriter().visit(loops)], op.span)
         prefix = []
         op = self.operands_read(op, prefix)
         lowering = LOWERINGS.get(type(op))

@@ -75,7 +75,7 @@ def _tile_prefix(target, configs, smem_limit, hopper: bool) -> list:
               ("plan_shared_memory", lambda f: plan_shared_memory(
                   f, CUDA_RULES, smem_limit,
                   reuse=not (configs or {}).get(PassConfigKey.TL_DISABLE_SHARED_MEMORY_REUSE))),
-              ("insert_barriers", lambda f: insert_barriers(f, CUDA_RULES)),
+              ("insert_barriers", lambda f: insert_barriers(f, CUDA_RULES, configs)),
               ("lower_tile_ops", lambda f: lower_tile_ops(f, configs))]
     return steps
 

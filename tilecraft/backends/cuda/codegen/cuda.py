@@ -25,8 +25,8 @@ from ....ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, Evaluate, For,
                        PrimFunc, SeqStmt)
 from ....ir.annotations import (CLUSTER_DIMS, PERSISTENT_BLOCKS, PRODUCER_THREADS, SMEM_ARENA,
                                 TENSOR_MAPS, USE_SWIZZLE, WARPGROUP_THREAD)
-from ..intrinsics import (BIASED_INT_TO_FLOAT, BIASED_INT_TO_HALF, CVT, MAX, MIN, NAMESPACE,
-                          RASTERIZE, RASTERIZE_CLUSTERED)
+from ..intrinsics import (BIASED_INT_TO_FLOAT, BIASED_INT_TO_HALF, BIT_CAST, CVT, MAX, MIN,
+                          NAMESPACE, RASTERIZE, RASTERIZE_CLUSTERED)
 
 _MIN_MAX = {"min": MIN, "max": MAX}
 _NATIVE = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -228,6 +228,8 @@ class CudaEmitter:
             return f"(&{self.name(load.buffer)}[{self.flat_index(load.buffer, load.indices)}])"
         if e.name == "call_extern":
             return f"{e.args[0]}({', '.join(self.arg(a) for a in e.args[1:])})"
+        if e.name == "reinterpret":
+            return f"{BIT_CAST.format(type=e.dtype.c_type)}({self.expr(e.args[0])})"
         if e.name.startswith(NAMESPACE):
             return f"{e.name}({', '.join(self.arg(a) for a in e.args)})"
         if e.name in ("isnan", "isinf", "isfinite"):  # double stays double: 1e300 is finite

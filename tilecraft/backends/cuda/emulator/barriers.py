@@ -146,8 +146,8 @@ class Barriers:
         m = self.m
         lanes = m.lanes
         if per_warp:
-            from .intrinsics import _whole_warps
-            _whole_warps(m, "mbarrier_arrive_warp")
+            from .shuffles import whole_warps
+            whole_warps(m, "mbarrier_arrive_warp")
             lanes = lanes[lanes % 32 == 0]
         tx = np.broadcast_to(np.asarray(tx, np.int64), (m.T,))
         for mb, users in self._lookup(ptr, lanes, "mbarrier_arrive").items():

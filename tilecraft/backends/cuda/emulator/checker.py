@@ -4,7 +4,8 @@ Shared memory is tracked per byte of the block's arena. Between two barriers (an
 remembers the thread that last wrote it and the thread that read it (or "several"), with the
 access site (an op, the buffer it went through, the user's source line). A second thread touching
 a byte that another thread wrote in the same epoch, or writing a byte another thread read, is a
-race. Bytes with a cp.async in flight belong to the copy until the wait that covers its group:
+race. A barrier of part of the block (a warp's __syncwarp) orders an access only for the threads
+that met it: the byte keeps a fence, the set of threads the access is now ordered before. Bytes with a cp.async in flight belong to the copy until the wait that covers its group:
 any access to them before that is reported. Bytes never written are reported when read.
 In sm_90a kernels a hook (barriers.Barriers) also sees every access, for the orderings that
 mbarriers and the async proxy (TMA, wgmma) add.
@@ -100,6 +101,15 @@ class SharedTracker:
         self.pending_site = np.zeros(nbytes, np.int32)
         self.written = np.zeros(nbytes, bool)
         self.scratch = np.zeros(nbytes, np.uint8)
+        # Partial barriers: per byte the fence of its writer's and its readers' accesses (an
+        # index into `fences`, rows of the threads each is ordered before), and the range of
+        # threads among its readers.
+        self.writer_fence = np.full(nbytes, NONE, np.int32)
+        self.reader_fence = np.full(nbytes, NONE, np.int32)
+        self.reader_lo = np.zeros(nbytes, np.int32)
+        self.reader_hi = np.zeros(nbytes, np.int32)
+        self.fences = np.zeros((0, 0), bool)
+        self.partial = False     # the kernel has partial barriers (set by the block machine)
         self.hooks = None   # sees every tracked access: on_access(addr, tid, site, write)
         self.wgmma_reads = None  # operand_reads.OperandReads: bytes a wgmma in flight reads
 
@@ -114,6 +124,52 @@ class SharedTracker:
     def barrier(self):
         self.writer.fill(NONE)
         self.reader.fill(NONE)
+        self.writer_fence.fill(NONE)
+        self.reader_fence.fill(NONE)
+        self.fences = self.fences[:0]
+
+    def partial_barrier(self, groups):
+        """Threads with equal group number (>= 0; -1: not taking part) wait for each other:
+        what each accessed so far is ordered before what the others of its group do next."""
+        groups = np.asarray(groups)
+        T = groups.size
+        if self.fences.shape[1] != T:
+            self.fences = np.zeros((0, T), bool)
+        made: dict = {}
+        for owner, fence, several in ((self.writer, self.writer_fence, False),
+                                      (self.reader, self.reader_fence, True)):
+            who = np.where(owner >= 0, owner, self.reader_lo if several else 0)
+            who = np.clip(who, 0, T - 1)
+            g = groups[who]
+            hit = (owner >= 0) & (g >= 0)
+            if several:   # several readers: fenced when the first and last share a group
+                hit |= (owner == SEVERAL) & (g >= 0) & \
+                    (groups[np.clip(self.reader_hi, 0, T - 1)] == g)
+            idx = np.nonzero(hit)[0]
+            if not idx.size:
+                continue
+            pairs, inverse = np.unique(np.stack([fence[idx], g[idx]], 1), axis=0,
+                                       return_inverse=True)
+            rows = []
+            for old, group in pairs:
+                key = (int(old), int(group))
+                if key not in made:
+                    row = groups == key[1]
+                    if key[0] >= 0:
+                        row = row | self.fences[key[0]]
+                    rows.append(row)
+                    made[key] = len(self.fences) + len(rows) - 1
+            if rows:
+                self.fences = np.vstack([self.fences] + [r[None] for r in rows])
+            fence[idx] = np.array([made[(int(o), int(gr))] for o, gr in pairs],
+                                  np.int32)[inverse.reshape(-1)]
+
+    def _unseen(self, fence, tid):
+        """The accesses whose fence does not cover thread tid (per byte)."""
+        if not self.fences.shape[0]:
+            return True
+        f = np.clip(fence, 0, None)
+        return (fence < 0) | ~self.fences[f, np.clip(tid, 0, self.fences.shape[1] - 1)]
 
     # --- accesses: addr and tid are flat arrays of equal length (one entry per byte) ------
     def read(self, addr, tid, sid: int):
@@ -137,11 +193,17 @@ class SharedTracker:
                 f"memory (arena byte {addr[i]}) that was never written", here.buffer,
                 (tid[i],), (here,))
         w = self.writer[addr]
-        clash = (w >= 0) & (w != tid)
+        clash = (w >= 0) & (w != tid) & self._unseen(self.writer_fence[addr], tid)
         if clash.any():
             i = int(np.argmax(clash))
             other = self.sites[self.writer_site[addr[i]]]
             self._race(other, w[i], "wrote", here, tid[i], "reads", addr[i])
+        if self.partial:
+            fresh = addr[self.reader[addr] == NONE]
+            self.reader_lo[fresh], self.reader_hi[fresh] = np.iinfo(np.int32).max, -1
+            np.minimum.at(self.reader_lo, addr, tid)
+            np.maximum.at(self.reader_hi, addr, tid)
+            self.reader_fence[addr] = NONE
         self._mark(self.reader, self.reader_site, addr, tid, sid, SEVERAL)
         if self.hooks is not None:
             self.hooks.on_access(addr, tid, sid, False)
@@ -204,7 +266,8 @@ class SharedTracker:
             self._race(other, issuer, "has a cp.async in flight to", here, tid[i], "writes",
                        addr[i])
         r = self.reader[addr]
-        clash = (r == SEVERAL) | ((r >= 0) & (r != tid))
+        clash = ((r == SEVERAL) | ((r >= 0) & (r != tid))) & \
+            self._unseen(self.reader_fence[addr], tid)
         if clash.any():
             i = int(np.argmax(clash))
             other = self.sites[self.reader_site[addr[i]]]
@@ -213,7 +276,8 @@ class SharedTracker:
         # Another thread's write in this epoch races unless it stored the very same bytes
         # (redundant stores of one value by every thread are a common, harmless idiom).
         w = self.writer[addr]
-        foreign = (w == SAME) | ((w >= 0) & (w != tid))
+        foreign = ((w == SAME) | ((w >= 0) & (w != tid))) & \
+            self._unseen(self.writer_fence[addr], tid)
         same = memory[addr] == data
         clash = foreign & ~same
         if clash.any():
@@ -224,6 +288,8 @@ class SharedTracker:
         # Threads of this very access that meet on one byte: a race unless the values agree.
         self.writer[addr] = tid
         self.writer_site[addr] = sid
+        if self.partial:
+            self.writer_fence[addr] = NONE
         self.scratch[addr] = data
         differ = self.scratch[addr] != data
         if differ.any():

@@ -22,6 +22,7 @@ from .bulk_stores import stmatrix_x4
 from .hopper import make_smem_desc
 from .index_checks import checked_index
 from .memory import Bits, Pointer, as_bytes
+from .shuffles import shfl_group, shfl_xor, syncwarp, warp_reduce, whole_warps
 from ..intrinsics import (ATOMIC, ATOMIC_ADD_V2, ATOMIC_ADD_X2, BARRIER_ALL, CHECKED_INDEX,
                           CP_ASYNC_COMMIT, CP_ASYNC_WAIT, CP_ASYNC_WAIT_ALL, FENCE_BARRIER_INIT,
                           FENCE_PROXY_ASYNC_SHARED, IS_BLOCK_LEADER, IS_PRODUCER_LEADER,
@@ -29,11 +30,11 @@ from ..intrinsics import (ATOMIC, ATOMIC_ADD_V2, ATOMIC_ADD_X2, BARRIER_ALL, CHE
                           LDMATRIX_TRANS, MAKE_SMEM_DESC, MBARRIER_ARRIVE_EXPECT_TX,
                           MBARRIER_ARRIVE_WARP, MBARRIER_INIT, MBARRIER_WAIT_PARITY, MMA,
                           NAMED_BARRIER_ARRIVE, NAMED_BARRIER_SYNC, NAMESPACE, PACK_BF162,
-                          PACK_HALF2, PREFETCH_L2, SETMAXNREG_DEC, SETMAXNREG_INC, SHFL_XOR,
-                          STMATRIX_X4, SYNCTHREADS, TMA_LOAD, TMA_STORE, TMA_STORE_ADD,
-                          TMA_STORE_COMMIT, TMA_STORE_WAIT, WARPGROUP, WGMMA_COMMIT_GROUP,
-                          WGMMA_FENCE, WGMMA_FENCE_REGISTERS, WGMMA_ISSUES, WGMMA_WAIT_GROUP,
-                          is_call_to, lookup)
+                          PACK_HALF2, PREFETCH_L2, SETMAXNREG_DEC, SETMAXNREG_INC, SHFL_GROUP,
+                          SHFL_XOR, STMATRIX_X4, SYNCTHREADS, SYNCWARP, TMA_LOAD, TMA_STORE,
+                          TMA_STORE_ADD, TMA_STORE_COMMIT, TMA_STORE_WAIT, WARP_REDUCE, WARPGROUP,
+                          WGMMA_COMMIT_GROUP, WGMMA_FENCE, WGMMA_FENCE_REGISTERS, WGMMA_ISSUES,
+                          WGMMA_WAIT_GROUP, is_call_to, lookup)
 
 # The SMs of the GPU the emulator pretends to be: few enough that each block of a persistent
 # kernel runs several tiles of a small test problem (the ring's rounds carry over tiles), and
@@ -63,26 +64,6 @@ def _pred_lanes(m, pred):
     """The executing lanes narrowed to those whose predicate holds."""
     p = np.broadcast_to(np.asarray(pred, dtype=bool), (m.T,))
     return m.lanes[p[m.lanes]]
-
-
-def _whole_warps(m, what: str) -> bool:
-    """True when the executing lanes are whole warps; else the divergence is reported."""
-    if m.T % WARP:
-        raise TileError(f"{what}: the emulator needs a block of whole warps, got {m.T} "
-                        "threads", m.span)
-    if m.lanes.size == m.T:
-        return True
-    live = np.zeros(m.T, bool)
-    live[m.lanes] = True
-    per_warp = live.reshape(-1, WARP)
-    partial = per_warp.any(1) & ~per_warp.all(1)
-    if partial.any():
-        w = int(np.argmax(partial))
-        m.reports.add("warp-divergence",
-                      f"{what} is warp-collective but only some lanes of warp {w} execute it "
-                      f"at {Site(what, '', m.span).where()}", None,
-                      (w * WARP + int(np.argmax(per_warp[w])),), (Site(what, "", m.span),))
-    return False
 
 
 def _read_regs(m, ptr: Pointer, count: int, dtype) -> np.ndarray:
@@ -147,28 +128,8 @@ def atomic_float_pair(m, ptr: Pointer, a, b):
 
 
 # --- warp-level ------------------------------------------------------------------------------
-def shfl_xor(m, value, lane_mask):
-    value = np.asarray(value)
-    if value.ndim == 0:
-        return value
-    mask = int(np.asarray(lane_mask).reshape(-1)[0])
-    src = m.tx ^ mask
-    if m.lanes.size != m.T:
-        live = np.zeros(m.T, bool)
-        live[m.lanes] = True
-        idle = live & ~live[np.minimum(src, m.T - 1)]
-        if idle.any():
-            t = int(np.argmax(idle))
-            m.reports.add("warp-divergence", f"shfl_xor: thread {t} reads lane {src[t] % WARP} "
-                          "of its warp, which does not execute the shuffle", None, (t,),
-                          (Site("shfl_xor", "", m.span),))
-    if (src >= m.T).any():
-        raise TileError(f"shfl_xor with mask {mask} leaves a block of {m.T} threads", m.span)
-    return np.broadcast_to(value, (m.T,))[src]
-
-
 def ldmatrix(m, num: int, trans: bool, regs: Pointer, row: Pointer):
-    _whole_warps(m, f"ldmatrix_x{num}")
+    whole_warps(m, f"ldmatrix_x{num}")
     lane = m.tx % WARP
     readers = m.lanes[lane[m.lanes] < 8 * num]
     rows = m.mem.read_bytes(row, 16, readers, "ldmatrix", m.span)
@@ -186,7 +147,7 @@ def mma_m16n8k16(m, in_dtype, d: Pointer, a: Pointer, b: Pointer, c: Pointer,
                  acc=np.float32):
     """D = A B + C of each warp; C and D hold four `acc` elements per thread (float32, or
     float16 for the half-accumulating instruction, rounded once at the end)."""
-    _whole_warps(m, "mma.sync")
+    whole_warps(m, "mma.sync")
     W = m.T // WARP
     elem = dt.dtype(in_dtype).numpy
     av = _read_regs(m, a, 4, np.uint32).view(np.uint16).view(elem).reshape(W, WARP, 8)
@@ -246,6 +207,7 @@ _FIXED = {
     CP_ASYNC_COMMIT: lambda m: m.copies.commit(m.lanes),
     CP_ASYNC_WAIT_ALL: lambda m: m.copies.wait(m.lanes, None),
     SHFL_XOR: shfl_xor,
+    SYNCWARP: syncwarp,
     PACK_HALF2: lambda m, lo, hi: pack(m, "float16", lo, hi),
     PACK_BF162: lambda m, lo, hi: pack(m, "bfloat16", lo, hi),
     ATOMIC_ADD_X2: atomic_pair,
@@ -356,7 +318,6 @@ _SM90 = {
 # Header functions the compiler does not write today (not in the table), for hand-built IR.
 _UNLISTED = {
     "smem_desc_advance": _advance,
-    "syncwarp": _collective(lambda m, h, what: _whole_warps(m, what), "syncwarp"),
     "mbarrier_arrive": lambda m, b, h, ptr: b.arrive(ptr),
     "mbarrier_expect_tx": lambda m, b, h, ptr, tx: b.expect_tx(ptr, tx),
     "mbarrier_try_wait_parity": _try_wait,
@@ -391,6 +352,10 @@ def resolve(name: str, args: list):
         return lambda m: mma_m16n8k16(m, in_dtype, *args, acc=acc)
     if entry is ATOMIC:
         return lambda m: atomic(m, fields["kind"], *args)
+    if entry is SHFL_GROUP:
+        return lambda m: shfl_group(m, fields["shuffle"], int(fields["width"]), *args)
+    if entry is WARP_REDUCE:
+        return lambda m: warp_reduce(m, fields["reduction"], *args)
     return _sm90(name, args)
 
 

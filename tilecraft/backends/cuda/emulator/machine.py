@@ -34,8 +34,8 @@ from .hopper import WARPGROUP, Hopper
 from .memory import BlockMemory, Pointer
 from ....ir.annotations import (PERSISTENT_BLOCKS, PRODUCER_THREADS, SMEM_BYTES, USE_SWIZZLE,
                                 WARPGROUP_THREAD)
-from ..intrinsics import (NAMESPACE, TMA_LOAD, TMA_LOAD_MULTICAST, TMA_STORES, WGMMA_ISSUES,
-                          is_call_to)
+from ..intrinsics import (NAMESPACE, SYNCWARP, TMA_LOAD, TMA_LOAD_MULTICAST, TMA_STORES,
+                          WGMMA_ISSUES, is_call_to)
 
 
 class ThreadEvaluator(Evaluator):
@@ -86,6 +86,7 @@ class BlockMachine:
         self.tx = np.arange(self.T, dtype=np.int64)
         smem = int(kernel.attrs.get(SMEM_BYTES, 0))
         self.tracker = SharedTracker(smem, self.reports, emulator.check)
+        self.tracker.partial = plan.partial
         self.mem = BlockMemory(emulator.func, emulator.globals, self.T, smem, self.reports,
                                self.tracker)
         self.copies = AsyncCopies(self)
@@ -123,10 +124,29 @@ class BlockMachine:
                 self.bind_block(self.tiles.coords(t))
                 yield
             return
-        start, extent = self.uniform(s.start), self.uniform(s.extent)
-        for i in range(start, start + extent):
+        start, extent = (np.asarray(self.ev.eval(e, self.mask)) for e in (s.start, s.extent))
+        if start.ndim or extent.ndim:
+            yield from self.divergent_iterations(s, start, extent)
+            return
+        for i in range(int(start), int(start + extent)):
             self.env[id(s.var)] = np.int64(i)
             yield
+
+    def divergent_iterations(self, s: For, start, extent):
+        """A loop whose bounds differ between threads (per-thread code): iterations from the
+        lowest start to the highest end, each run by the threads inside their own range."""
+        start = np.broadcast_to(start, (self.T,)).astype(np.int64)
+        end = start + np.broadcast_to(extent, (self.T,)).astype(np.int64)
+        lanes = self.lanes
+        if not lanes.size:
+            return
+        for i in range(int(start[lanes].min()), int(end[lanes].max())):
+            live = np.zeros(self.T, bool)
+            live[lanes] = (start[lanes] <= i) & (i < end[lanes])
+            if live.any():
+                self.env[id(s.var)] = np.int64(i)
+                with self.only(live):
+                    yield
 
     def run(self, body):
         with np.errstate(all="ignore"):
@@ -317,6 +337,7 @@ class KernelPlan:
         self.tma = any(is_call_to(n, TMA_LOAD, TMA_LOAD_MULTICAST, *TMA_STORES) for n in names)
         self.wgmma = any(is_call_to(n, *WGMMA_ISSUES) for n in names)
         self.tma_store = any(is_call_to(n, *TMA_STORES) for n in names)
+        self.partial = any(is_call_to(n, SYNCWARP) for n in names)   # barriers of one warp
         self.blocking = blocking_statements(k.body)
 
 

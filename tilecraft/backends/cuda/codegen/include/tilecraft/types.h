@@ -288,6 +288,14 @@ template <typename T> TC_DEVICE T from_bits(typename bits_of<T>::type b) {
   return r;
 }
 
+// The bits of x read as a To of the same size (T.reinterpret).
+template <typename To, typename From> TC_DEVICE To bit_cast(From x) {
+  static_assert(sizeof(To) == sizeof(From), "bit_cast: the sizes must agree");
+  To r;
+  __builtin_memcpy(&r, &x, sizeof(To));
+  return r;
+}
+
 // +infinity of T. fp8_e4_t has no infinity: its largest finite value (+448) is returned.
 // Integer types return their maximum value.
 template <typename T> TC_DEVICE T infinity() {

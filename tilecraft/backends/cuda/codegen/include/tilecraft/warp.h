@@ -1,9 +1,15 @@
 // tilecraft/warp.h -- warp shuffles and butterfly reductions.
 //
-// Shuffles (all 32 lanes must participate; full mask 0xffffffff):
-//   shfl_xor<T>(v, lane_mask)      value of lane (lane ^ lane_mask)
-//   shfl_down<T>(v, delta)         value of lane (lane + delta); lanes past 31 keep their own v
-//   shfl_idx<T>(v, src_lane)       value of lane src_lane (broadcast)
+// Shuffles (all 32 lanes must participate; full mask 0xffffffff), over groups of `width`
+// consecutive lanes (a power of two, 32 by default: the whole warp):
+//   shfl_xor<T>(v, lane_mask, width)   value of lane (lane ^ lane_mask); a lane whose partner
+//                                      is in a later group keeps its own v
+//   shfl_down<T>(v, delta, width)      value of lane + delta; the last delta lanes of a group
+//                                      keep their own v
+//   shfl_up<T>(v, delta, width)        value of lane - delta; the first delta lanes of a group
+//                                      keep their own v
+//   shfl_idx<T>(v, src_lane, width)    value of lane src_lane % width of the group (broadcast)
+//   shfl_{xor,down,up,idx}_group<W>(v, arg)   the same with width W as a template argument
 // T: any 1-, 2-, 4- or 8-byte scalar: float, double, half_t, bfloat16_t, fp8_e4_t, fp8_e5_t,
 // signed/unsigned integers, plus __half2 / __nv_bfloat162.
 //
@@ -34,19 +40,24 @@ template <typename T> struct native_shfl {
 }  // namespace detail
 
 #define TC_DEFINE_SHFL(NAME, INTRINSIC)                                                    \
-  template <typename T> TC_DEVICE T NAME(T v, int arg) {                                   \
-    if constexpr (detail::native_shfl<T>::value) {                                              \
-      return INTRINSIC(0xffffffffu, v, arg);                                               \
+  template <typename T> TC_DEVICE T NAME(T v, int arg, int width = 32) {                   \
+    if constexpr (detail::native_shfl<T>::value) {                                         \
+      return INTRINSIC(0xffffffffu, v, arg, width);                                        \
     } else if constexpr (detail::same_type<T, fp8_e4_t>::value ||                          \
                          detail::same_type<T, fp8_e5_t>::value) {                          \
-      uint32_t w = INTRINSIC(0xffffffffu, static_cast<uint32_t>(to_bits(v)), arg);         \
+      uint32_t w = INTRINSIC(0xffffffffu, static_cast<uint32_t>(to_bits(v)), arg, width);  \
       return from_bits<T>(static_cast<uint8_t>(w));                                        \
     } else {                                                                               \
-      return static_cast<T>(INTRINSIC(0xffffffffu, static_cast<int>(v), arg));             \
+      return static_cast<T>(INTRINSIC(0xffffffffu, static_cast<int>(v), arg, width));      \
     }                                                                                      \
+  }                                                                                        \
+  template <int W, typename T> TC_DEVICE T NAME##_group(T v, int arg) {                    \
+    static_assert(W >= 1 && W <= 32 && (W & (W - 1)) == 0, "width: a power of two to 32"); \
+    return NAME(v, arg, W);                                                                \
   }
 TC_DEFINE_SHFL(shfl_xor, __shfl_xor_sync)
 TC_DEFINE_SHFL(shfl_down, __shfl_down_sync)
+TC_DEFINE_SHFL(shfl_up, __shfl_up_sync)
 TC_DEFINE_SHFL(shfl_idx, __shfl_sync)
 #undef TC_DEFINE_SHFL
 

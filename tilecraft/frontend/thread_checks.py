@@ -1,0 +1,92 @@
+"""Per-thread code (a kernel that reads its thread index or shuffles) meeting block-wide
+constructs, checked when the kernel has been parsed.
+
+A tile op and a T.Parallel nest are the whole block's work, shared out over its threads by the
+compiler; they cannot run under an `if` or loop that only some threads take, nor take values
+that differ between threads (ir/thread_varying.py). The exceptions are the ops TileLang runs on
+every thread, each on its own copy: T.copy and T.fill with a T.alloc_local / T.alloc_var side.
+A fragment element belongs to the thread that holds it, so it cannot be written with a value
+that differs between threads either.
+"""
+from __future__ import annotations
+
+from ..errors import TileError
+from ..ir.buffer import FRAGMENT
+from ..ir.printer import expr_text
+from ..ir.stmt import BufferStore, For, IfThenElse, Kernel, SeqStmt
+from ..ir.thread_varying import ThreadVarying, is_per_thread_op
+from ..ir.tileop import TileOp
+from ..ir.visitor import walk
+
+
+def check_thread_uses(kernel: Kernel):
+    tv = ThreadVarying(kernel)
+    if tv.per_thread:
+        _Checker(tv).stmt(kernel.body, None)
+
+
+class _Checker:
+    def __init__(self, tv: ThreadVarying):
+        self.tv = tv
+
+    def stmt(self, s, guard):
+        """guard: the innermost `if` / loop whose condition differs between threads, if any."""
+        if isinstance(s, SeqStmt):
+            for x in s.stmts:
+                self.stmt(x, guard)
+        elif isinstance(s, For) and s.kind == "parallel":
+            self.parallel(s, guard)
+        elif isinstance(s, (IfThenElse, For)):
+            inner = s if self.tv.condition(s) else guard
+            for body in (s.then_body, s.else_body) if isinstance(s, IfThenElse) else (s.body,):
+                if body is not None:
+                    self.stmt(body, inner)
+        elif isinstance(s, TileOp):
+            self.tile_op(s, guard)
+        elif isinstance(s, BufferStore) and s.buffer.scope == FRAGMENT and \
+                (guard is not None or self.tv.statement(s)):
+            raise TileError(f"fragment {s.buffer.name} is written {_why(self.tv, s, guard)}; "
+                            "its elements belong to the threads its layout gives them to, so "
+                            "store per-thread values into a T.alloc_local or shared tile "
+                            "instead", s.span)
+
+    def parallel(self, s: For, guard):
+        if guard is not None:
+            raise TileError(f"T.Parallel runs {_under(guard)}; it spreads its iterations over "
+                            "all the block's threads, so every thread must reach it (move it "
+                            "out of the `if`, or write a per-thread loop with T.serial)",
+                            s.span)
+        for n in walk(s.body):
+            parts = [n.cond] if isinstance(n, IfThenElse) else \
+                [n.value, *n.indices] if isinstance(n, BufferStore) else []
+            for e in parts:
+                if self.tv.expr(e):
+                    raise TileError(
+                        f"T.Parallel uses `{expr_text(e)}`, which differs between threads (it "
+                        "reads the thread index, a shuffle or a per-thread local written with "
+                        "one); T.Parallel assigns its iterations to threads itself, so index "
+                        "with its loop variables, or write a per-thread loop with T.serial",
+                        n.span or s.span)
+
+    def tile_op(self, op, guard):
+        if is_per_thread_op(op):
+            return
+        if guard is not None or self.tv.statement(op):
+            raise TileError(f"T.{op.op_name} is a block-wide operation (the compiler shares "
+                            f"it out over all the threads) and cannot run "
+                            f"{_why(self.tv, op, guard)}; only T.copy and T.fill with a "
+                            "T.alloc_local / T.alloc_var side run per thread", op.span)
+
+
+def _under(guard) -> str:
+    if isinstance(guard, IfThenElse):
+        return f"under `if {expr_text(guard.cond)}`, which differs between threads"
+    return (f"in a loop whose bounds differ between threads ({expr_text(guard.start)} to "
+            f"{expr_text(guard.start + guard.extent)})")
+
+
+def _why(tv, s, guard) -> str:
+    if guard is not None:
+        return _under(guard)
+    return "with values that differ between threads (the thread index, a shuffle, or a " \
+           "per-thread local written with one)"
