@@ -12,6 +12,7 @@ from .profiler import Profiler, TensorSupplyType
 from . import math  # noqa: A004  (tilecraft.math, as TileLang's tilelang.math)
 from .math import cdiv, next_power_of_2
 from . import env  # noqa: F401  (TileLang's tilelang.env names)
-from .env import disable_cache, enable_cache
+from .env import disable_cache, enable_cache, set_log_level
+from .layout import Fragment, Layout
 
 install_excepthook()

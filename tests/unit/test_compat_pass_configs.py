@@ -185,3 +185,15 @@ def test_verbose_and_debug_root_path(tmp_path, capsys):
         assert f.read() == emulated.get_kernel_source() != kernel.get_kernel_source()
     quiet = tilecraft.compile(func, out_idx=[-1], target="interp")
     assert quiet is not None and capsys.readouterr().err == ""
+
+
+def test_kernel_source_names(capsys):
+    kernel = tilecraft.compile(copy_kernel.get_tir(8), out_idx=[-1], target="interp")
+    assert kernel.get_kernel_source(kernel_only=False) == kernel.get_kernel_source()
+    kernel.show_source()
+    kernel.print_source_code()
+    assert capsys.readouterr().out == 2 * (kernel.get_kernel_source() + "\n")
+    with pytest.raises(TileError, match="has no host source: tilecraft generates no host code"):
+        kernel.get_host_source()
+    assert tilecraft.Layout is tilecraft.layout.Layout and tilecraft.Fragment is \
+        tilecraft.layout.Fragment
