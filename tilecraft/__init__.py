@@ -15,4 +15,8 @@ from . import env  # noqa: F401  (TileLang's tilelang.env names)
 from .env import disable_cache, enable_cache, set_log_level
 from .layout import Fragment, Layout
 
+from .backends.cuda.runtime import device as _device  # loads nothing until asked
+from .carver.arch import machine as _machine
+_machine.install(_device)  # carver.arch's device queries (the core never imports a backend)
+
 install_excepthook()
