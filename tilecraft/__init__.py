@@ -12,6 +12,11 @@ from .profiler import Profiler, TensorSupplyType
 from . import math  # noqa: A004  (tilecraft.math, as TileLang's tilelang.math)
 from .math import cdiv, next_power_of_2
 from . import env  # noqa: F401  (TileLang's tilelang.env names)
-from .env import disable_cache, enable_cache
+from .env import disable_cache, enable_cache, set_log_level
+from .layout import Fragment, Layout
+
+from .backends.cuda.runtime import device as _device  # loads nothing until asked
+from .carver.arch import machine as _machine
+_machine.install(_device)  # carver.arch's device queries (the core never imports a backend)
 
 install_excepthook()

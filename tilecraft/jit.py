@@ -205,9 +205,13 @@ class JITKernel:
         return results
 
     # --- inspection -----------------------------------------------------------
-    def get_kernel_source(self) -> str:
+    def get_kernel_source(self, kernel_only: bool = True) -> str:
         """The CUDA source of a compiled kernel; the tile IR text on the interpreter; the
-        lowered (thread-level) IR on the emulator."""
+        lowered (thread-level) IR on the emulator. There is no host source to add to it
+        (kernels launch through the driver API), so kernel_only=False gives the same text."""
+        if not isinstance(kernel_only, bool):
+            raise TileError(f"get_kernel_source: kernel_only takes True or False, got "
+                            f"{kernel_only!r}")
         if self.program is not None:
             return self.program.source
         if self.backend == "emulator":
@@ -217,6 +221,16 @@ class JITKernel:
     @property
     def kernel_source(self) -> str:
         return self.get_kernel_source()
+
+    def get_host_source(self) -> str:
+        raise TileError(f"kernel {self.func.name} has no host source: tilecraft generates no "
+                        "host code (kernels launch through the CUDA driver API from Python)")
+
+    def show_source(self) -> None:
+        """Print the kernel's source (TileLang's show_source / print_source_code)."""
+        print(self.get_kernel_source())
+
+    print_source_code = show_source
 
     @property
     def n_regs(self) -> int:

@@ -148,7 +148,8 @@ def _refuse(key: str, message: str):
 
 
 def check_pass_configs(configs) -> dict:
-    """configs as a dict of plain string keys (TileLang's older "tir.*" spellings resolved);
+    """configs as a dict of plain string keys (TileLang's older "tir.*" spellings resolved,
+    keys given None left out);
     a TileError for an unknown key, a value a key does not take, a value of a key tilecraft
     cannot honour other than its default, or keys that contradict each other."""
     if configs is not None and not isinstance(configs, dict):
@@ -172,7 +173,8 @@ def check_pass_configs(configs) -> dict:
         else:
             raise TileError(f"unknown pass config {key!r}; the keys are PassConfigKey's "
                             "(pass_config_table.py lists what each does)")
-        out[key] = value
+        if value is not None:  # None leaves a key unset, as leaving it out does
+            out[key] = value
     _check_combinations(out)
     return out
 

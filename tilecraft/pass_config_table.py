@@ -10,7 +10,8 @@ import shlex
 
 
 def boolean(value) -> str | None:
-    return None if isinstance(value, bool) or value in (0, 1) else "takes True or False"
+    ok = value is None or isinstance(value, bool) or value in (0, 1)   # None: unset
+    return None if ok else "takes True or False"
 
 
 def persistent(value) -> str | None:

@@ -62,7 +62,8 @@ def _other_than(defaults):
 @pytest.mark.parametrize("key", sorted(DEFAULT_ONLY))
 def test_keys_without_a_pass_take_only_their_default(key):
     defaults, why = DEFAULT_ONLY[key]
-    assert check_pass_configs({key: defaults[0]}) == {key: defaults[0]}
+    assert check_pass_configs({key: defaults[0]}) == \
+        ({} if defaults[0] is None else {key: defaults[0]})
     value = _other_than(defaults)
     with pytest.raises(TileError) as info:
         check_pass_configs({key: value})
@@ -89,6 +90,13 @@ def test_values_a_key_does_not_take_are_refused(configs, message):
     with pytest.raises(TileError) as info:
         check_pass_configs(configs)
     assert message in info.value.message
+
+
+def test_none_leaves_a_key_unset():
+    K = PassConfigKey
+    assert check_pass_configs({K.TL_ENABLE_PRODUCER_PRELOAD: None, K.TL_DISABLE_FAST_MATH: None,
+                               K.TL_PTXAS_REGISTER_USAGE_LEVEL: None,
+                               K.TL_DISABLE_WGMMA: True}) == {"tl.disable_wgmma": True}
 
 
 def test_older_tvm_spellings_resolve():
@@ -185,3 +193,15 @@ def test_verbose_and_debug_root_path(tmp_path, capsys):
         assert f.read() == emulated.get_kernel_source() != kernel.get_kernel_source()
     quiet = tilecraft.compile(func, out_idx=[-1], target="interp")
     assert quiet is not None and capsys.readouterr().err == ""
+
+
+def test_kernel_source_names(capsys):
+    kernel = tilecraft.compile(copy_kernel.get_tir(8), out_idx=[-1], target="interp")
+    assert kernel.get_kernel_source(kernel_only=False) == kernel.get_kernel_source()
+    kernel.show_source()
+    kernel.print_source_code()
+    assert capsys.readouterr().out == 2 * (kernel.get_kernel_source() + "\n")
+    with pytest.raises(TileError, match="has no host source: tilecraft generates no host code"):
+        kernel.get_host_source()
+    assert tilecraft.Layout is tilecraft.layout.Layout and tilecraft.Fragment is \
+        tilecraft.layout.Fragment

@@ -128,3 +128,17 @@ def test_env_names(monkeypatch, tmp_path):
     finally:
         tilecraft.enable_cache()
     assert env.is_cache_enabled()
+
+
+def test_set_log_level():
+    import logging
+    before = logging.getLogger("tilecraft").level
+    try:
+        tilecraft.set_log_level("error")
+        assert logging.getLogger("tilecraft.autotuner").getEffectiveLevel() == logging.ERROR
+        tilecraft.set_log_level(logging.DEBUG)
+        assert logging.getLogger("tilecraft.autotuner").getEffectiveLevel() == logging.DEBUG
+        with pytest.raises(TileError, match="unknown level 'LOUD'"):
+            tilecraft.set_log_level("LOUD")
+    finally:
+        logging.getLogger("tilecraft").setLevel(before)

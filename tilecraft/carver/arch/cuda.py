@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import re
 
-from ...backends.cuda.runtime import device as dev
 from ...errors import TileError
 from ...target import TARGETS, Target, get_target, model_of, parse_arch, with_device
+from .machine import queries
 
 # TileLang's (TVM's) target tags name GPUs "nvidia/<vendor>-<model>".
 _TAG = re.compile(r"^nvidia/(?:nvidia-|geforce-|tesla-)?")
@@ -35,10 +35,10 @@ def _model(name: str) -> Target:
                             f"{option.group(1)}; known: {', '.join(TARGETS)}")
         return found
     if text == "cuda":
-        if not dev.has_cuda_device():
+        if not queries().has_cuda_device():
             raise TileError("CUDA('cuda') describes the current GPU, and there is none here; "
                             f"name one instead ({', '.join(TARGETS)}, e.g. CUDA('h100'))")
-        props = dev.device_properties()
+        props = queries().device_properties()
         table = model_of(props.arch)
         if table is None:
             raise TileError(f"CUDA('cuda'): the current GPU ({props.name}, {props.arch}) is "

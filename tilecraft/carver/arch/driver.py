@@ -1,11 +1,14 @@
 """TileLang's `carver.arch.driver`: facts of a CUDA device by ordinal, asked of the driver
-(backends/cuda/runtime/device.py). Each needs a GPU: without one get_cuda_device_properties
-gives None and the others raise TileError."""
+(through machine.queries()). Each needs a GPU: without one get_cuda_device_properties gives
+None and the others raise TileError."""
 from __future__ import annotations
 
-from ...backends.cuda.runtime import device as dev
-from ...backends.cuda.runtime import driver as drv
 from ...errors import TileError
+from .machine import queries
+
+# CUdevice_attribute numbers (cuda.h; the runtime's cudaDeviceAttr shares them)
+MAX_SHARED_MEMORY_PER_BLOCK = 8
+MAX_PERSISTING_L2_CACHE_SIZE = 108
 
 _UNITS = {"bytes": 1, "kb": 1024, "mb": 1024 * 1024}
 
@@ -19,37 +22,37 @@ def _in(value: int, format: str) -> int:  # noqa: A002 - TileLang's argument nam
 def get_cuda_device_properties(device_id: int = 0):
     """The device's DeviceProperties (name, SM count, shared memory, registers, L2, clocks),
     or None where there is no CUDA device."""
-    if not dev.has_cuda_device():
+    if not queries().has_cuda_device():
         return None
-    return dev.device_properties(device_id)
+    return queries().device_properties(device_id)
 
 
 def get_device_attribute(attr: int, device_id: int = 0) -> int:
     """A CUdevice_attribute / cudaDeviceAttr value by its number."""
-    return dev.device_attribute(attr, device_id)
+    return queries().device_attribute(attr, device_id)
 
 
 def get_device_name(device_id: int = 0) -> str:
-    return dev.device_properties(device_id).name
+    return queries().device_properties(device_id).name
 
 
 def get_num_sms(device_id: int = 0) -> int:
-    return dev.device_properties(device_id).sm_count
+    return queries().device_properties(device_id).sm_count
 
 
 def get_shared_memory_per_block(device_id: int = 0, format: str = "bytes") -> int:  # noqa: A002
     """Shared memory a block has without opting in to more (48 KiB on sm_80 to sm_90)."""
-    return _in(dev.device_attribute(drv.DEVICE_MAX_SHARED_MEMORY_PER_BLOCK, device_id), format)
+    return _in(queries().device_attribute(MAX_SHARED_MEMORY_PER_BLOCK, device_id), format)
 
 
 def get_max_dynamic_shared_size_bytes(device_id: int = 0, format: str = "bytes") -> int:  # noqa: A002
     """Shared memory per SM (what TileLang reports under this name)."""
-    return _in(dev.device_properties(device_id).smem_per_sm, format)
+    return _in(queries().device_properties(device_id).smem_per_sm, format)
 
 
 def get_persisting_l2_cache_max_size(device_id: int = 0) -> int:
-    return dev.device_attribute(drv.DEVICE_MAX_PERSISTING_L2_CACHE_SIZE, device_id)
+    return queries().device_attribute(MAX_PERSISTING_L2_CACHE_SIZE, device_id)
 
 
 def get_registers_per_block(device_id: int = 0) -> int:
-    return dev.device_properties(device_id).registers_per_block
+    return queries().device_properties(device_id).registers_per_block
