@@ -135,6 +135,19 @@ class LoopFrame:
         return body
 
 
+class AttrFrame:
+    """`with T.attr(reducer, "reduce_scope", ...):` (or the call as a statement, for what
+    follows it in its block): the reducer of the T.tvm_thread_allreduce inside."""
+
+    def __init__(self, builder, reducer, span):
+        self.builder, self.span = builder, span
+        self.outer = builder.reduce_scope
+        builder.reduce_scope = reducer
+
+    def close(self):
+        self.builder.reduce_scope = self.outer
+
+
 class IndexLoop(LoopFrame):
     """`for i in T.thread_binding(0, n, thread="threadIdx.x")`, TVMScript's loop over a thread
     (or block) index: inside a T.Kernel every thread already runs the body once with its own

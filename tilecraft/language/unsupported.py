@@ -61,8 +61,6 @@ _TILELANG = {
     "ws_op": "a user warp-specialization op",
     # scalar and TIR-level operations
     "call_intrin": "a TVM intrinsic call", "access_ptr": "a buffer access pointer",
-    "attr": "a TVM attribute statement", "comm_reducer": "a TVM commutative reducer",
-    "tvm_thread_allreduce": "TVM's cross-thread allreduce",
     "__exp": "fast-math exp", "__log": "fast-math log", "__log2": "fast-math log2",
     "__sin": "fast-math sin", "__cos": "fast-math cos", "fast_rcp": "a fast reciprocal",
     "ieee_add": "an add with a rounding mode", "ieee_mul": "a multiply with a rounding mode",
