@@ -10,6 +10,9 @@ from tilecraft.backends.cuda.runtime import has_nvcc
 
 from error_expect import expect
 
+# The interpreter, then the emulator running the sm_80 and the sm_90a pipelines.
+TARGETS = ("interp", "emulator", "emulator:sm_90a")
+
 
 def gemv_allreduce(N, K, n_partition=4, reduce_thread=32, dtype="float16", accum="float32"):
     """threadIdx.x (kr) splits K, threadIdx.y (ni) picks the row; the partial sums of a row's
@@ -45,9 +48,9 @@ def gemv_allreduce(N, K, n_partition=4, reduce_thread=32, dtype="float16", accum
     return main
 
 
-def on_both(func, *args):
+def on_all(func, *args):
     out = []
-    for target in ("interp", "emulator"):
+    for target in TARGETS:
         kernel = tilecraft.compile(func, out_idx=-1, target=target)
         out.append(kernel(*args))
         assert getattr(kernel, "reports", []) == []
@@ -60,10 +63,11 @@ def test_gemv_with_tvm_thread_allreduce(reduce_thread, n_partition):
     rng = np.random.default_rng(0)
     a = rng.standard_normal((1, K)).astype(np.float16)
     b = rng.standard_normal((N, K)).astype(np.float16)
-    interp, emu = on_both(gemv_allreduce(N, K, n_partition, reduce_thread), a, b)
+    interp, *emulated = on_all(gemv_allreduce(N, K, n_partition, reduce_thread), a, b)
     want = b.astype(np.float64) @ a[0].astype(np.float64)
     np.testing.assert_allclose(interp[0].astype(np.float64), want, rtol=2e-3, atol=2e-2)
-    np.testing.assert_array_equal(emu, interp)
+    for emu in emulated:
+        np.testing.assert_array_equal(emu, interp)
 
 
 def column_max(rows=8, cols=4):
@@ -84,7 +88,7 @@ def column_max(rows=8, cols=4):
 
 def test_reduction_over_threadidx_y():
     a = np.random.default_rng(1).standard_normal((8, 4)).astype(np.float32)
-    for got in on_both(column_max(), a):
+    for got in on_all(column_max(), a):
         np.testing.assert_array_equal(got, a.max(0))
 
 

@@ -11,15 +11,18 @@ from tilecraft.backends.cuda.runtime import has_nvcc
 
 from error_expect import expect
 
+# The interpreter, then the emulator running the sm_80 and the sm_90a pipelines.
+TARGETS = ("interp", "emulator", "emulator:sm_90a")
+
 
 def rng(seed=0):
     return np.random.default_rng(seed)
 
 
-def on_both(func, *args, out_idx=-1):
-    """(interpreter result, emulator result); the emulator must report nothing."""
+def on_all(func, *args, out_idx=-1):
+    """The results on TARGETS, the interpreter's first; the emulator must report nothing."""
     got = []
-    for target in ("interp", "emulator"):
+    for target in TARGETS:
         kernel = tilecraft.compile(func, out_idx=out_idx, target=target)
         got.append(kernel(*args))
         assert getattr(kernel, "reports", []) == [], kernel.reports
@@ -49,7 +52,7 @@ def indices(bx_n=2, by_n=3, threads=(8, 4, 2)):
 
 
 def test_thread_and_block_bindings_and_extents():
-    interp, emu = on_both(indices())
+    interp, *emulated = on_all(indices())
     t = np.arange(64)
     x, y, z = t % 8, t // 8 % 4, t // 32
     for by in range(3):
@@ -57,7 +60,9 @@ def test_thread_and_block_bindings_and_extents():
             want = np.stack([x, y, z, np.full(64, bx * 10 + by), np.full(64, 842),
                              np.full(64, 23), np.full(64, 11), (t % 32) * 100 + t // 32], 1)
             np.testing.assert_array_equal(interp[by, bx], want)
-    np.testing.assert_array_equal(interp, emu)
+    for emu in emulated:
+        for emu in emulated:
+            np.testing.assert_array_equal(emu, interp)
 
 
 def test_one_dimensional_threads_give_index_zero_and_extent_one_elsewhere():
@@ -68,9 +73,10 @@ def test_one_dimensional_threads_give_index_zero_and_extent_one_elsewhere():
             Out[tx, 0] = ty * 1000 + tz
             Out[tx, 1] = T.get_thread_extent(1) + T.get_thread_extent(2)
             Out[tx, 2] = T.get_block_binding() + T.get_block_bindings()[0]
-    interp, emu = on_both(main)
+    interp, *emulated = on_all(main)
     np.testing.assert_array_equal(interp, np.tile([0, 2, 0], (64, 1)))
-    np.testing.assert_array_equal(emu, interp)
+    for emu in emulated:
+        np.testing.assert_array_equal(emu, interp)
 
 
 def gemv(N, K, block_n=4, reduce_threads=32, dtype="float16", accum="float32"):
@@ -109,10 +115,11 @@ def test_gemv_with_explicit_thread_bindings(reduce_threads):
     N, K = 12, 512
     a = rng(1).standard_normal(K).astype(np.float16)
     b = rng(2).standard_normal((N, K)).astype(np.float16)
-    interp, emu = on_both(gemv(N, K, reduce_threads=reduce_threads), a, b)
+    interp, *emulated = on_all(gemv(N, K, reduce_threads=reduce_threads), a, b)
     want = b.astype(np.float64) @ a.astype(np.float64)
     np.testing.assert_allclose(interp.astype(np.float64), want, rtol=2e-3, atol=2e-2)
-    np.testing.assert_array_equal(emu, interp)
+    for emu in emulated:
+        np.testing.assert_array_equal(emu, interp)
 
 
 def thread_binding_loops(n=256, threads=128):
@@ -132,7 +139,7 @@ def thread_binding_loops(n=256, threads=128):
 
 def test_thread_binding_loops_and_a_loop_whose_start_differs_per_thread():
     a = rng(3).standard_normal(256).astype(np.float32)
-    for got in on_both(thread_binding_loops(), a, out_idx=[1, 2]):
+    for got in on_all(thread_binding_loops(), a, out_idx=[1, 2]):
         np.testing.assert_array_equal(got[0], a * 2)
         np.testing.assert_array_equal(got[1], a + 1)
 
@@ -162,7 +169,7 @@ def test_per_thread_local_copies_and_divergent_trip_counts():
     a = rng(4).standard_normal(256).astype(np.float32)
     rows = a.reshape(64, 4)
     want_cnt = np.array([(rows[t, :t % 4] > 0).sum() for t in range(64)], np.int32)
-    for b, cnt in on_both(per_thread_copies(), a, out_idx=[1, 2]):
+    for b, cnt in on_all(per_thread_copies(), a, out_idx=[1, 2]):
         np.testing.assert_array_equal(b, a * 3)
         np.testing.assert_array_equal(cnt, want_cnt)
 
@@ -178,7 +185,7 @@ def test_uniform_local_fill_is_every_threads_own():
             B[0] = loc[0] + loc[3]
             B[1] = loc[1]
             T.copy(loc[2:4], B[2:4])
-    for got in on_both(main):
+    for got in on_all(main):
         np.testing.assert_array_equal(got, [5.0, 2.5, 2.5, 2.5])
 
 

@@ -3,6 +3,8 @@ reductions, lane / warp indices, T.reinterpret, T.sync_threads (block-wide and n
 T.sync_warp, on the interpreter and the sm_80 emulator against numpy, compiled for sm_90a; the
 emulator's race checker still finds a missing barrier; TileLang names tilecraft lacks are
 errors that name them."""
+import inspect
+
 import numpy as np
 import pytest
 
@@ -15,6 +17,9 @@ from tilecraft.pass_config import PassConfigKey
 
 from error_expect import expect
 
+# The interpreter, then the emulator running the sm_80 and the sm_90a pipelines.
+TARGETS = ("interp", "emulator", "emulator:sm_90a")
+
 NO_AUTO_SYNC = {PassConfigKey.TL_DISABLE_THREAD_STORAGE_SYNC: True}
 
 
@@ -22,14 +27,19 @@ def rng(seed=0):
     return np.random.default_rng(seed)
 
 
+def line_of(fn, text) -> int:
+    lines, first = inspect.getsourcelines(fn)
+    return first + next(i for i, line in enumerate(lines) if text in line)
+
+
 def run(func, args, target, out_idx=-1, configs=None):
     kernel = tilecraft.compile(func, out_idx=out_idx, target=target, pass_configs=configs)
     return kernel(*args), getattr(kernel, "reports", [])
 
 
-def on_both(func, *args, out_idx=-1):
+def on_all(func, *args, out_idx=-1):
     out = []
-    for target in ("interp", "emulator"):
+    for target in TARGETS:
         got, reports = run(func, args, target, out_idx)
         assert reports == [], reports
         out.append(got)
@@ -75,13 +85,14 @@ def shuffles(dtype, width, arg):
                                              ("int32", 4, 6)])
 def test_shuffles_match_cuda(dtype, width, arg):
     a = (rng(1).standard_normal(128) * 100).astype(dtype)
-    interp, emu = on_both(shuffles(dtype, width, arg), a)
+    interp, *emulated = on_all(shuffles(dtype, width, arg), a)
     own = np.full(128, arg)
     lanes = np.arange(128) % 7 + arg
     for row, kind, args in ((0, "xor", own), (1, "down", own), (2, "up", own),
                             (3, "idx", lanes)):
         np.testing.assert_array_equal(interp[row], reference_shuffle(kind, a, args, width))
-    np.testing.assert_array_equal(emu, interp)
+    for emu in emulated:
+        np.testing.assert_array_equal(emu, interp)
 
 
 def warp_reductions(dtype):
@@ -98,12 +109,13 @@ def warp_reductions(dtype):
 @pytest.mark.parametrize("dtype", ["int32", "float32"])
 def test_warp_reductions(dtype):
     a = (rng(2).standard_normal(96) * 50).astype(dtype)
-    interp, emu = on_both(warp_reductions(dtype), a)
+    interp, *emulated = on_all(warp_reductions(dtype), a)
     w = a.reshape(3, 32).astype(np.float64)
     np.testing.assert_allclose(interp[0], np.repeat(w.sum(1), 32), rtol=1e-6)
     np.testing.assert_array_equal(interp[1], np.repeat(a.reshape(3, 32).max(1), 32))
     np.testing.assert_array_equal(interp[2], np.repeat(a.reshape(3, 32).min(1), 32))
-    np.testing.assert_array_equal(emu, interp)
+    for emu in emulated:
+        np.testing.assert_array_equal(emu, interp)
 
 
 def test_lane_warp_and_warpgroup_indices():
@@ -119,7 +131,7 @@ def test_lane_warp_and_warpgroup_indices():
             Out[t, 4] = T.get_warp_group_idx(32, 2)
     t = np.arange(256)
     want = np.stack([t % 32, t // 32, t // 16, t // 128, t // 64], 1)
-    for got in on_both(main):
+    for got in on_all(main):
         np.testing.assert_array_equal(got, want)
 
 
@@ -135,7 +147,7 @@ def test_reinterpret_keeps_the_bits():
             F[tx] = T.reinterpret(T.reinterpret(A[tx], "int32") + 1, T.float32)
     a = rng(3).standard_normal(32).astype(np.float32)
     h = rng(4).standard_normal(32).astype(np.float16)
-    for u, i, f in on_both(main, a, h, out_idx=[2, 3, 4]):
+    for u, i, f in on_all(main, a, h, out_idx=[2, 3, 4]):
         np.testing.assert_array_equal(u, a.view(np.uint32))
         np.testing.assert_array_equal(i, h.view(np.int16))
         np.testing.assert_array_equal(f, (a.view(np.int32) + 1).view(np.float32))
@@ -163,22 +175,26 @@ def block_sum(M, sync=True):
 
 def test_block_reduction_through_shared_memory():
     a = rng(5).standard_normal((3, 256)).astype(np.float32)
-    interp, emu = on_both(block_sum(3), a)
+    interp, *emulated = on_all(block_sum(3), a)
     np.testing.assert_allclose(interp, a.astype(np.float64).sum(1), rtol=1e-5, atol=1e-5)
-    np.testing.assert_array_equal(emu, interp)
+    for emu in emulated:
+        np.testing.assert_array_equal(emu, interp)
 
 
-def test_missing_sync_threads_is_a_race():
+@pytest.mark.parametrize("target", ["emulator", "emulator:sm_90a"])
+def test_missing_sync_threads_is_a_race(target):
     """With the compiler's own barriers off, the tree reduction without T.sync_threads races
     (the checker names the write and the read); with them on, the compiler puts them in."""
     a = rng(6).standard_normal((2, 256)).astype(np.float32)
-    _, reports = run(block_sum(2), [a], "emulator", configs=NO_AUTO_SYNC)
+    _, reports = run(block_sum(2), [a], target, configs=NO_AUTO_SYNC)
     assert reports == []
     with pytest.raises(TileError) as info:
-        run(block_sum(2, sync=False), [a], "emulator", configs=NO_AUTO_SYNC)
+        run(block_sum(2, sync=False), [a], target, configs=NO_AUTO_SYNC)
     races = [r for r in info.value.reports if r.kind == "race"]
     assert races and races[0].buffer == "smem", info.value.reports
-    got, reports = run(block_sum(2, sync=False), [a], "emulator")
+    assert races[0].lines == (line_of(block_sum, "smem[tx] = A[bx, tx]"),
+                              line_of(block_sum, "smem[tx] = smem[tx] + smem[tx + s]"))
+    got, reports = run(block_sum(2, sync=False), [a], target)
     assert reports == []
     np.testing.assert_allclose(got, a.astype(np.float64).sum(1), rtol=1e-5, atol=1e-5)
 
@@ -205,9 +221,10 @@ def warp_exchange(sync_warp, across_warps=False):
 
 def test_sync_warp_orders_its_warp_only():
     a = rng(7).standard_normal(64).astype(np.float32)
-    interp, emu = on_both(warp_exchange(True), a)
+    interp, *emulated = on_all(warp_exchange(True), a)
     np.testing.assert_array_equal(interp[:32], a[:32][::-1])
-    np.testing.assert_array_equal(emu[:32], interp[:32])
+    for emu in emulated:
+        np.testing.assert_array_equal(emu[:32], interp[:32])
     with pytest.raises(TileError) as info:
         run(warp_exchange(False), [a], "emulator")
     assert any(r.kind == "race" and r.buffer == "s" for r in info.value.reports)
@@ -233,9 +250,10 @@ def named_barrier(sync=True):
 
 def test_named_barrier_of_part_of_the_block():
     a = rng(8).standard_normal(64).astype(np.float32)
-    interp, emu = on_both(named_barrier(), a)
+    interp, *emulated = on_all(named_barrier(), a)
     np.testing.assert_array_equal(interp, a[::-1])
-    np.testing.assert_array_equal(emu, interp)
+    for emu in emulated:
+        np.testing.assert_array_equal(emu, interp)
     with pytest.raises(TileError) as info:
         run(named_barrier(sync=False), [a], "emulator")
     assert any(r.kind == "race" for r in info.value.reports)
