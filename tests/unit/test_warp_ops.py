@@ -233,10 +233,11 @@ def test_sync_warp_orders_its_warp_only():
     assert any(r.kind == "race" and r.buffer == "s" for r in info.value.reports)
 
 
-def named_barrier(sync=True):
-    """Half of the block trades values, ordered by a barrier of its 64 threads."""
+def named_barrier(sync=True, outsiders=False):
+    """Half of the block trades values, ordered by a barrier of its 64 threads; with
+    outsiders, the other half reads them too, which that barrier does not order."""
     @T.prim_func
-    def main(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "float32")):
+    def main(A: T.Tensor((64,), "float32"), B: T.Tensor((128,), "float32")):
         with T.Kernel(1, threads=128) as bx:
             tx = T.get_thread_binding()
             s = T.alloc_shared((64,), "float32")
@@ -245,18 +246,23 @@ def named_barrier(sync=True):
                 if sync:
                     T.sync_threads(barrier_id=1, arrive_count=64)
                 B[tx] = s[63 - tx]
+            elif outsiders:
+                B[tx] = s[tx - 64]
     return main
 
 
 def test_named_barrier_of_part_of_the_block():
     a = rng(8).standard_normal(64).astype(np.float32)
     interp, *emulated = on_all(named_barrier(), a)
-    np.testing.assert_array_equal(interp, a[::-1])
+    np.testing.assert_array_equal(interp[:64], a[::-1])
     for emu in emulated:
-        np.testing.assert_array_equal(emu, interp)
-    with pytest.raises(TileError) as info:
-        run(named_barrier(sync=False), [a], "emulator")
-    assert any(r.kind == "race" for r in info.value.reports)
+        np.testing.assert_array_equal(emu[:64], interp[:64])
+    for bad in (named_barrier(sync=False), named_barrier(outsiders=True)):
+        for target in ("emulator", "emulator:sm_90a"):
+            with pytest.raises(TileError) as info:
+                run(bad, [a], target)
+            races = [r for r in info.value.reports if r.kind == "race"]
+            assert races and races[0].buffer == "s", info.value.reports
 
 
 def half_warp_shuffle():
