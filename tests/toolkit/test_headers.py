@@ -91,7 +91,7 @@ extern "C" __global__ void k_types(uint64_t* out, const uint64_t* in, float x, f
   tc::unpack_half2(get<uint32_t>(in, 4), a, b);
   tc::unpack_bf162(get<uint32_t>(in, 5), c, d);
   put(out, 244, a + b + c + d);
-  put(out, 245, tc::to_bits(get<tc::half_t>(in, 6)));
+  put(out, 245, tc::to_bits(get<tc::half_t>(in, 6)) + tc::bit_cast<uint16_t>(get<tc::half_t>(in, 5)));
   put(out, 246, tc::from_bits<tc::fp8_e4_t>(get<uint8_t>(in, 7)));
 @INF@
 }
@@ -346,7 +346,9 @@ def translation_unit() -> str:
     shfl = _per_type(SHFL_TYPES, lambda i, t: (
         f"  put(out, {3 * i}, tc::shfl_xor(get<{t}>(in, {i}), mask));\n"
         f"  put(out, {3 * i + 1}, tc::shfl_down(get<{t}>(in, {i}), 1));\n"
-        f"  put(out, {3 * i + 2}, tc::shfl_idx(get<{t}>(in, {i}), mask & 31));"))
+        f"  put(out, {3 * i + 2}, tc::shfl_idx(get<{t}>(in, {i}), mask & 31));\n"
+        f"  put(out, {3 * i}, tc::shfl_up(get<{t}>(in, {i}), 2, 16));\n"
+        f"  put(out, {3 * i + 1}, tc::shfl_xor_group<8>(get<{t}>(in, {i}), 3));"))
     reduce = _per_type(REDUCE_TYPES, lambda i, t: (
         f"  put(out, {100 + 6 * i}, tc::warp_reduce_sum(get<{t}>(in, {20 + i})));\n"
         f"  put(out, {101 + 6 * i}, tc::warp_reduce_max(get<{t}>(in, {20 + i}), 4));\n"
@@ -414,6 +416,7 @@ COMMON = {
     "shfl.sync.bfly.b32": "SHFL",
     "shfl.sync.down.b32": None,
     "shfl.sync.idx.b32": None,
+    "shfl.sync.up.b32": None,
     "ex2.approx.ftz.f32": "MUFU",
     "tanh.approx.f32": None,
     "cvt.rn.f16x2.f32": None,

@@ -9,6 +9,8 @@ from ..errors import TileError, current_span
 from ..ir.stmt import seq
 
 _active: list = []
+# What a builtin that emitted its statements itself returns (T.evaluate of it does nothing).
+EMITTED = object()
 
 
 class Builder:
@@ -17,6 +19,7 @@ class Builder:
         self.blocks: list[list] = [[]]
         self.kernel = None  # the KernelFrame being built, if any
         self.loops: list = []  # enclosing loop frames, innermost last
+        self.reduce_scope = None  # the reducer T.attr gives T.tvm_thread_allreduce
 
     def emit(self, stmt):
         self.blocks[-1].append(stmt)

@@ -112,6 +112,9 @@ class ExpressionEvaluator:
         value = self.expr(node.value)
         try:
             return getattr(value, node.attr)
+        except TileError as e:   # a TileLang name tilecraft does not have yet (T.tma_copy)
+            e.span = self.span(node)
+            raise
         except AttributeError:
             owner = getattr(value, "__name__", type(value).__name__)
             if owner == "tilecraft.language":

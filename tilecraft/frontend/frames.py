@@ -5,6 +5,8 @@ statement list, and hands the body back for the frame to wrap into IR.
 """
 from __future__ import annotations
 
+import math
+
 from ..ir.linear import simplify
 from ..errors import Span, TileError, current_span
 from . import builder as bld
@@ -55,10 +57,7 @@ class KernelFrame:
 
     @property
     def num_threads(self) -> int:
-        n = 1
-        for t in self.threads:
-            n *= t
-        return n
+        return math.prod(self.threads)
 
     def thread_extent(self, dim: int) -> int:
         """blockDim along dim: the threads= entry, 1 where threads= gives none."""
@@ -84,7 +83,8 @@ class KernelFrame:
         return self.block_vars[0] if len(self.block_vars) == 1 else self.block_vars
 
     def build(self, body) -> Kernel:
-        bindings = tuple(self.thread_vars[:len(self.threads)]) if any(v is not None for v in self.thread_vars) else ()
+        read = any(v is not None for v in self.thread_vars)
+        bindings = tuple(self.thread_vars[:len(self.threads)]) if read else ()
         return Kernel(self.grid, self.block_vars, self.threads, body, self.span,
                       thread_bindings=bindings)
 
@@ -133,6 +133,19 @@ class LoopFrame:
             else:
                 body = For(var, start, extent, self.kind, body, self.annotations, self.span)
         return body
+
+
+class AttrFrame:
+    """`with T.attr(reducer, "reduce_scope", ...):` (or the call as a statement, for what
+    follows it in its block): the reducer of the T.tvm_thread_allreduce inside."""
+
+    def __init__(self, builder, reducer, span):
+        self.builder, self.span = builder, span
+        self.outer = builder.reduce_scope
+        builder.reduce_scope = reducer
+
+    def close(self):
+        self.builder.reduce_scope = self.outer
 
 
 class IndexLoop(LoopFrame):

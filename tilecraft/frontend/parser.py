@@ -15,7 +15,7 @@ import textwrap
 from . import builder as bld
 from .access_bounds import check_access_bounds
 from .expressions import _BINOPS, ExpressionEvaluator, _Return
-from .frames import IndexLoop, KernelFrame, LoopFrame
+from .frames import AttrFrame, IndexLoop, KernelFrame, LoopFrame
 from .thread_checks import check_thread_uses
 from .scopes import AFTER_IF, AFTER_KERNEL, AFTER_LOOP, Scope
 from ..errors import Span, TileError, span_scope
@@ -282,6 +282,12 @@ class Parser(ExpressionEvaluator):
             raise TileError("a `with` statement in a prim_func takes exactly one frame", span)
         item = node.items[0]
         frame = self.expr(item.context_expr)
+        if isinstance(frame, AttrFrame) and item.optional_vars is None:
+            try:
+                self.body(node.body)
+            finally:
+                frame.close()
+            return
         if not isinstance(frame, KernelFrame):
             raise TileError(f"`with` takes T.Kernel(...) here, got {type(frame).__name__}", span)
         b = bld.active("T.Kernel", need_kernel=False)

@@ -13,8 +13,9 @@ from __future__ import annotations
 from ..errors import TileError
 from ..ir.buffer import FRAGMENT
 from ..ir.printer import expr_text
-from ..ir.stmt import BufferStore, For, IfThenElse, Kernel, SeqStmt
-from ..ir.thread_varying import ThreadVarying, is_per_thread_op
+from ..ir.stmt import BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt
+from ..ir.expr import BufferLoad
+from ..ir.thread_varying import ThreadVarying, is_per_thread_op, region_exprs
 from ..ir.tileop import TileOp
 from ..ir.visitor import walk
 
@@ -37,18 +38,40 @@ class _Checker:
         elif isinstance(s, For) and s.kind == "parallel":
             self.parallel(s, guard)
         elif isinstance(s, (IfThenElse, For)):
+            self.fragment_reads([s.cond] if isinstance(s, IfThenElse) else [s.start, s.extent],
+                                guard)
             inner = s if self.tv.condition(s) else guard
             for body in (s.then_body, s.else_body) if isinstance(s, IfThenElse) else (s.body,):
                 if body is not None:
                     self.stmt(body, inner)
         elif isinstance(s, TileOp):
+            self.fragment_reads(region_exprs(s), guard)
             self.tile_op(s, guard)
-        elif isinstance(s, BufferStore) and s.buffer.scope == FRAGMENT and \
-                (guard is not None or self.tv.statement(s)):
-            raise TileError(f"fragment {s.buffer.name} is written {_why(self.tv, s, guard)}; "
-                            "its elements belong to the threads its layout gives them to, so "
-                            "store per-thread values into a T.alloc_local or shared tile "
-                            "instead", s.span)
+        elif isinstance(s, BufferStore):
+            self.fragment_reads([s.value, *s.indices], guard)
+            if s.buffer.scope == FRAGMENT and (guard is not None or self.tv.statement(s)):
+                raise TileError(f"fragment {s.buffer.name} is written "
+                                f"{_why(self.tv, s, guard)}; its elements belong to the "
+                                "threads its layout gives them to, so store per-thread values "
+                                "into a T.alloc_local or shared tile instead", s.span)
+        elif isinstance(s, Evaluate):
+            self.fragment_reads([s.value], guard)
+
+    def fragment_reads(self, exprs, guard):
+        """A fragment element read outside T.Parallel is sent to every thread from the one
+        holding it, between two block barriers: every thread must take part, each wanting
+        the same element."""
+        for e in exprs:
+            for n in walk(e):
+                if isinstance(n, BufferLoad) and n.buffer.scope == FRAGMENT and \
+                        (guard is not None or any(self.tv.expr(i) for i in n.indices)):
+                    where = _under(guard) if guard is not None else \
+                        "at an index that differs between threads"
+                    raise TileError(
+                        f"fragment {n.buffer.name} is read one element at a time {where}"
+                        "; such a read is handed to all threads through shared memory between "
+                        "block barriers, which every thread must reach: copy the fragment to a "
+                        "shared tile (T.copy) and read that instead", n.span)
 
     def parallel(self, s: For, guard):
         if guard is not None:

@@ -23,6 +23,8 @@ from .warp import (sync_threads, sync_warp, shfl_xor, shfl_down, shfl_up, shfl_s
                    get_warp_idx, get_warp_idx_sync, get_warp_group_idx)
 from .im2col import c2d_im2col, im2col
 from .views import reshape, view
+from .allreduce import attr, comm_reducer, tvm_thread_allreduce
+from .unsupported import not_supported_yet as __getattr__  # TileLang's other names: TileError
 
 _d = _DType._interned
 bool = _d["bool"]  # noqa: A001

@@ -169,6 +169,8 @@ def reinterpret(value, dtype):
         value, dtype = dtype, value
     d = _limit_dtype(what, dtype)
     x = ex.convert(_numeric(what, value))
+    if d.is_handle and x.dtype.is_int and x.dtype.bits == 64:
+        return ex.Call("reinterpret", (x,), d, current_span())   # T.attr's null handle
     if d.is_handle or x.dtype.is_handle:
         raise TileError(f"{what}: pointers are not supported ({x.dtype} to {d})", current_span())
     if d.bits != x.dtype.bits or d.is_bool or x.dtype.is_bool:
@@ -231,4 +233,6 @@ def print(obj=None, msg=""):  # noqa: A001
 def evaluate(value):
     """Run an expression for its effect (an extern call)."""
     from ..ir.stmt import Evaluate
-    bld.active("T.evaluate").emit(Evaluate(ex.convert(value), current_span()))
+    b = bld.active("T.evaluate")
+    if value is not bld.EMITTED:
+        b.emit(Evaluate(ex.convert(value), current_span()))

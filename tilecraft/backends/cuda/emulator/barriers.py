@@ -251,8 +251,15 @@ class Barriers:
         st["lanes"].append(m.lanes)
         gen = st["gen"]
         if 32 * len(st["warps"]) >= count:
-            self.join(np.concatenate(st["lanes"]))
-            m.tracker.barrier()
+            lanes = np.concatenate(st["lanes"])
+            self.join(lanes)
+            if m.tracker.partial and lanes.size < m.T:
+                # The threads that met are ordered among themselves, the others are not.
+                groups = np.full(m.T, -1)
+                groups[lanes] = 0
+                m.tracker.partial_barrier(groups)
+            else:
+                m.tracker.barrier()
             st.update(warps=set(), lanes=[], gen=gen + 1)
             return None
         if not wait:

@@ -17,7 +17,6 @@ from ....ir import dtypes as dt
 from ....ir.buffer import GLOBAL
 from ....layout.mma import mma_a_fragment, mma_b_fragment, mma_c_fragment
 from ..tileops.cache_hints import HINT_SUFFIX, unhinted
-from .checker import Site
 from .bulk_stores import stmatrix_x4
 from .hopper import make_smem_desc
 from .index_checks import checked_index

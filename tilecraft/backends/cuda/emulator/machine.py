@@ -34,8 +34,8 @@ from .hopper import WARPGROUP, Hopper
 from .memory import BlockMemory, Pointer
 from ....ir.annotations import (PERSISTENT_BLOCKS, PRODUCER_THREADS, SMEM_BYTES, USE_SWIZZLE,
                                 WARPGROUP_THREAD)
-from ..intrinsics import (NAMESPACE, SYNCWARP, TMA_LOAD, TMA_LOAD_MULTICAST, TMA_STORES,
-                          WGMMA_ISSUES, is_call_to)
+from ..intrinsics import (NAMED_BARRIER_SYNC, NAMESPACE, SYNCWARP, TMA_LOAD,
+                          TMA_LOAD_MULTICAST, TMA_STORES, WGMMA_ISSUES, is_call_to)
 
 
 class ThreadEvaluator(Evaluator):
@@ -337,7 +337,12 @@ class KernelPlan:
         self.tma = any(is_call_to(n, TMA_LOAD, TMA_LOAD_MULTICAST, *TMA_STORES) for n in names)
         self.wgmma = any(is_call_to(n, *WGMMA_ISSUES) for n in names)
         self.tma_store = any(is_call_to(n, *TMA_STORES) for n in names)
-        self.partial = any(is_call_to(n, SYNCWARP) for n in names)   # barriers of one warp
+        # Barriers of part of the block that order only the threads meeting there: a warp's
+        # __syncwarp, and the named barriers of per-thread code (a warp-specialized kernel's
+        # own named barriers, over all its consumers, end the epoch as block barriers do).
+        self.partial = any(is_call_to(n, SYNCWARP) for n in names) or (
+            not k.attrs.get(PRODUCER_THREADS) and any(is_call_to(n, NAMED_BARRIER_SYNC)
+                                                      for n in names))
         self.blocking = blocking_statements(k.body)
 
 

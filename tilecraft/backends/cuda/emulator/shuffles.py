@@ -77,18 +77,14 @@ def warp_reduce(m, reduction: str, value):
 
 
 def syncwarp(m):
-    """tc::syncwarp(): the executing warps' lanes wait for each other."""
-    if whole_warps(m, "syncwarp"):
-        m.tracker.barrier()
-    else:
-        m.tracker.partial_barrier(_whole_warp_lanes(m))
-
-
-def _whole_warp_lanes(m) -> np.ndarray:
+    """tc::syncwarp(): the lanes of each executing warp wait for each other (each warp a group
+    of its own: other warps stay unordered, even when every warp executes it)."""
+    whole_warps(m, "syncwarp")
     live = np.zeros(m.T, bool)
     live[m.lanes] = True
     per_warp = live.reshape(-1, WARP)
-    return (per_warp & per_warp.all(1, keepdims=True)).reshape(-1)
+    whole = (per_warp & per_warp.all(1, keepdims=True)).reshape(-1)
+    m.tracker.partial_barrier(np.where(whole, np.arange(m.T) // WARP, -1))
 
 
 def _dtype_of(values: np.ndarray):

@@ -33,7 +33,7 @@ producer never overwrites a tile being read. The loop's trip count is the same e
 both roles, so 0, 1 or fewer than D iterations need nothing special. Consumer-only barriers
 become named barriers over T threads (finalize_barriers). Turned off by the pass configs
 tl.disable_warp_specialized or tl.disable_tma_lower; loops that do not qualify keep the
-cp.async pipeline (pipeline_loops).
+cp.async pipeline (pipeline_loops), as do kernels of per-thread code (ir/thread_varying.py).
 
 Persistent kernels (pass config tl.enable_persistent_tiles; unset, the default for loops with
 two or more gemms and for GEMMs, persistent_for): the launch has one block per SM (or the
@@ -66,6 +66,7 @@ from ....ir.buffer import GLOBAL, LOCAL_VAR, Buffer
 from ....ir.expr import BufferLoad, Call, Var, address_of, const, minmax
 from ....ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, For, IfThenElse, Kernel,
                        call_stmt, seq, stmts_of)
+from ....ir.thread_varying import ThreadVarying
 from ....ir.tileop import Copy
 from ....ir.visitor import buffers_used, map_kernels, walk
 from ....pass_config import PassConfigKey
@@ -356,7 +357,12 @@ def warp_specialize(func, target=None, configs: dict | None = None):
     multicast = bool(configs.get(PassConfigKey.TL_ENABLE_TMA_MULTICAST))
     prefetch = not configs.get(PassConfigKey.TL_DISABLE_L2_PREFETCH)
 
-    return map_kernels(func, lambda k: _Specializer(
-        k, multicast, persistent_for(k, configs, target), producer_preload_for(k, configs, target),
-        prefetch).run())
+    def specialize(k):
+        # Per-thread code counts on the launch having the T.Kernel's threads and no others
+        # (its named barriers, warpgroup indices and shuffles): no producer warpgroup there.
+        if ThreadVarying(k).per_thread:
+            return k
+        return _Specializer(k, multicast, persistent_for(k, configs, target),
+                            producer_preload_for(k, configs, target), prefetch).run()
+    return map_kernels(func, specialize)
 

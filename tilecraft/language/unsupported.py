@@ -1,0 +1,108 @@
+"""TileLang names the language does not have yet: using one is a clear error, not a typo.
+
+`T.<name>` for a name of TileLang's language surface that tilecraft does not implement raises
+NotSupportedYet, a TileError at the user's line that names it; a name TileLang does not have
+either stays an AttributeError (a typo is a typo). NotSupportedYet is an AttributeError too,
+so `hasattr(T, name)` and `getattr(T, name, default)` keep their meaning. Implementing a name
+needs no change here: the module's own attribute is found before its __getattr__ is asked.
+"""
+from __future__ import annotations
+
+from ..errors import TileError
+
+
+class NotSupportedYet(TileError, AttributeError):
+    """A TileLang name tilecraft does not implement yet."""
+
+
+# name -> what it is in TileLang (the message says it), grouped as the language survey does.
+_TILELANG = {
+    # program structure and allocation
+    "StridedTensor": "a global buffer with explicit strides",
+    "SharedBuffer": "a shared-buffer annotation of T.macro parameters",
+    "FragmentBuffer": "a fragment annotation of T.macro parameters",
+    "LocalBuffer": "a local-buffer annotation of T.macro parameters",
+    "ptr": "a raw pointer parameter", "make_tensor": "a buffer made from a pointer",
+    "const": "an eager-mode shape variable", "empty": "an eager-mode output tensor",
+    "annotate_pass_configs": "pass configs attached to a function",
+    "annotate_compile_flags": "nvcc flags attached to a function",
+    "import_source": "C source injected into the kernel",
+    "alloc_barrier": "mbarriers in shared memory", "alloc_reducer": "a reducer buffer",
+    "alloc_tmem": "Blackwell tensor memory", "alloc_descriptor": "a wgmma / tcgen05 descriptor",
+    "alloc_cluster_barrier": "a cluster-scope mbarrier",
+    "CreateListofMBarrierOp": "mbarriers (paper-era)", "GetMBarrierOp": "an mbarrier (paper-era)",
+    # tile operators
+    "transpose": "a shared-memory transpose", "async_copy": "a non-blocking copy",
+    "tma_copy": "an explicit TMA load signalling an mbarrier", "copy_cluster": "a cluster copy",
+    "atomic_addx2": "a paired atomic add", "atomic_addx4": "a 4-wide atomic add",
+    "atomic_load": "an atomic load", "atomic_store": "an atomic store",
+    "atomic_or": "an atomic or", "dp4a": "an int8 dot-4 accumulate",
+    "reshape": "a reshaped view of a buffer", "view": "a reinterpreting view of a buffer",
+    "any_of": "a logical-or reduction of a tile", "all_of": "a logical-and reduction of a tile",
+    "reduce": "a reduction by name", "reduce_bitand": "a bitwise-and reduction",
+    "reduce_bitor": "a bitwise-or reduction", "reduce_bitxor": "a bitwise-xor reduction",
+    "cummax": "a running maximum", "finalize_reducer": "a reducer's final combination",
+    "wgmma_gemm": "an explicit wgmma gemm", "tcgen05_gemm": "a Blackwell tcgen05 gemm",
+    "gemm_sr": "a gemm with B in registers (paper-era)",
+    # loops
+    "Persistent": "a persistent-kernel tile loop", "grid": "a TVMScript loop nest",
+    "parallel": "a TVMScript parallel loop", "loop_break": "a loop break",
+    # layout and scheduling annotations
+    "Layout": "a user-defined layout", "Fragment": "a user-defined fragment layout",
+    "annotate_l2_hit_ratio": "an L2 persisting-access hint",
+    "annotate_min_blocks_per_sm": "the second argument of __launch_bounds__",
+    "annotate_safe_value": "the value of out-of-bounds loads",
+    "annotate_restrict_buffers": "non-__restrict__ parameters",
+    "disable_warp_group_reg_alloc": "no setmaxnreg in warp-specialized kernels",
+    "annotate_producer_reg_dealloc": "the producer's setmaxnreg",
+    "annotate_consumer_reg_alloc": "the consumers' setmaxnreg",
+    "set_max_nreg": "an explicit setmaxnreg", "no_set_max_nreg": "no setmaxnreg",
+    "annotate_ws_schedule": "a user warp-specialization schedule",
+    "ws_op": "a user warp-specialization op",
+    # scalar and TIR-level operations
+    "call_intrin": "a TVM intrinsic call", "access_ptr": "a buffer access pointer",
+    "__exp": "fast-math exp", "__log": "fast-math log", "__log2": "fast-math log2",
+    "__sin": "fast-math sin", "__cos": "fast-math cos", "fast_rcp": "a fast reciprocal",
+    "ieee_add": "an add with a rounding mode", "ieee_mul": "a multiply with a rounding mode",
+    "ieee_fmaf": "an fma with a rounding mode", "ieee_fdiv": "a divide with a rounding mode",
+    "add2": "a packed add", "mul2": "a packed multiply", "fma2": "a packed fma",
+    "max2": "a packed max", "min2": "a packed min",
+    # synchronization, barriers, warp operations, debugging
+    "sync_global": "a grid-wide barrier", "sync_grid": "a grid-wide barrier",
+    "named_barrier_arrive": "a named-barrier arrival",
+    "syncthreads_count": "a counting block barrier", "syncthreads_and": "an and block barrier",
+    "syncthreads_or": "an or block barrier",
+    "mbarrier_arrive": "an mbarrier arrival", "mbarrier_wait_parity": "an mbarrier wait",
+    "mbarrier_expect_tx": "an mbarrier transaction count",
+    "mbarrier_arrive_expect_tx": "an mbarrier arrival with a transaction count",
+    "barrier_arrive": "an mbarrier arrival", "barrier_wait": "an mbarrier wait",
+    "fence_proxy_async": "an async-proxy fence", "tma_store_arrive": "a TMA store commit",
+    "tma_store_wait": "a TMA store wait", "warpgroup_arrive": "a wgmma fence",
+    "warpgroup_commit_batch": "a wgmma commit", "warpgroup_wait": "a wgmma wait",
+    "wait_wgmma": "a wgmma wait",
+    "MBarrierWaitParity": "an mbarrier wait (paper-era)",
+    "MBarrierExpectTX": "an mbarrier transaction count (paper-era)",
+    "TMALoadOp": "a TMA load (paper-era)", "FenceProxyAsyncOp": "an async fence (paper-era)",
+    "TMAStoreArrive": "a TMA store commit (paper-era)",
+    "TMAStoreWait": "a TMA store wait (paper-era)", "SetMaxNReg": "setmaxnreg (paper-era)",
+    "NoSetMaxNReg": "no setmaxnreg (paper-era)", "WaitWgmma": "a wgmma wait (paper-era)",
+    "ptx_commit_group": "a cp.async commit", "ptx_wait_group": "a cp.async wait",
+    "ballot": "a warp ballot", "ballot_sync": "a warp ballot", "any_sync": "a warp vote",
+    "all_sync": "a warp vote", "activemask": "the active-lane mask",
+    "match_any_sync": "a warp match", "match_all_sync": "a warp match",
+    "shuffle_elect": "one elected lane", "warp_reduce_bitand": "a warp bitwise-and",
+    "warp_reduce_bitor": "a warp bitwise-or", "device_assert": "a device-side assert",
+}
+
+
+def not_supported_yet(name: str):
+    """The module __getattr__ of tilecraft.language (PEP 562)."""
+    what = _TILELANG.get(name)
+    if what is None:
+        raise AttributeError(f"module 'tilecraft.language' has no attribute {name!r}")
+    raise NotSupportedYet(f"T.{name} is not supported by tilecraft yet (in TileLang: {what})")
+
+
+def tilelang_names() -> tuple:
+    """The TileLang names this module knows to be missing (tests check each)."""
+    return tuple(_TILELANG)
