@@ -6,7 +6,8 @@ changed, and why the others do not.
 EXAMPLES is the folder tools/fetch_tilelang_examples.py filled. Each example file runs in its
 own process (tools/census/child.py) with `tilelang` resolved to tilecraft and every kernel
 compiled for sm_90a without a GPU (tools/census/compile_only.py). OUT receives census.json
-(per-kernel results and every file's runs) and census.md (the summary)."""
+(per-kernel results and every file's runs), census.md (the summary with one line per file)
+and summary.md (the summary alone)."""
 from __future__ import annotations
 
 import argparse
@@ -90,8 +91,11 @@ def write_summary(census: dict, out: str) -> None:
               f"`{census['command']}`.")
     runs = {rel: f["runs"] for rel, f in census["files"].items()}
     used = {rel: f.get("missing_names", []) for rel, f in census["files"].items()}
-    with open(os.path.join(out, "census.md"), "w") as f:
-        f.write(report.markdown(census["kernels"], runs, header, census["target"], used=used))
+    for name, per_file in (("census.md", True), ("summary.md", False)):
+        with open(os.path.join(out, name), "w") as f:
+            f.write(report.markdown(census["kernels"], runs, header, census["target"],
+                                    per_file=per_file, used=used,
+                                    root=census.get("examples", "")))
 
 
 def main(argv=None) -> int:
@@ -131,7 +135,7 @@ def main(argv=None) -> int:
     command = (f"python3 tools/compat_census.py {args.examples} {args.out} --timeout "
                f"{args.timeout:g} --jobs {args.jobs}")
     os.makedirs(args.out, exist_ok=True)
-    census = {"date": when, "tilecraft_commit": commit, "command": command,
+    census = {"date": when, "tilecraft_commit": commit, "command": command, "examples": root,
               "target": args.target, "kernels": kernels,
               "files": {rel: {"runs": runs.get(rel, []), "seconds": seconds.get(rel),
                               "missing_names": used_names(root, rel),

@@ -160,6 +160,7 @@ def test_static_names_lists_every_missing_name_a_source_uses():
         import tilelang.language as T
         from tilelang.no_such_module import helper
         from tilelang.language import Kernel, not_in_t
+        from tilelang.language import *
         T.copy, T.GemmWarpPolicy.FullRow, T.missing_op(1), tilelang.jit, tilelang.gone.deeper
     ''')
     assert missing_names(source) == ["T.missing_op", "T.not_in_t", "tilelang.gone",

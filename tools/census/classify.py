@@ -22,7 +22,7 @@ import re
 import traceback
 import types
 
-from .importalias import source_name
+from .importalias import source_name, spelled
 
 _TILECRAFT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "tilecraft")
@@ -30,15 +30,15 @@ _NO_ATTRIBUTE = re.compile(r"(?:module )?'([\w.]+)'(?: object)? has no attribute
 _T_NO_ATTRIBUTE = re.compile(r"^T has no attribute '(\w+)'")
 _CANNOT_IMPORT = re.compile(r"cannot import name '(\w+)' from '([\w.]+)'")
 _UNEXPECTED_KEYWORD = re.compile(r"([\w.]+)\(\) got an unexpected keyword argument '(\w+)'")
-_GPU_WORDS = ("cuda", "gpu", "nvidia")
+_GPU_WORDS = ("cuda", "gpu", "nvidia", "active drivers")
+# Libraries whose own failure, without a GPU, is the lack of one (torch.cuda's device
+# contexts, triton's launcher).
+_GPU_LIBRARIES = (os.sep + os.path.join("torch", "cuda") + os.sep, os.sep + "triton" + os.sep)
 
 
 def qualified(module: str, attr: str) -> str:
     """How a script spells a missing attribute: T.xxx for the language module."""
-    module = source_name(module)
-    if module == "tilelang.language":
-        return f"T.{attr}"
-    return f"{module}.{attr}"
+    return spelled(f"{source_name(module)}.{attr}")
 
 
 def in_tilecraft(filename: str) -> bool:
@@ -65,6 +65,11 @@ def script_frame(tb) -> str | None:
                 not name.startswith("<"):
             where = f"{os.path.basename(name)}:{frame.lineno}"
     return where
+
+
+def _innermost_in(tb, parts) -> bool:
+    frames = traceback.extract_tb(tb)
+    return bool(frames) and any(part in frames[-1].filename for part in parts)
 
 
 def _innermost_in_tilecraft(tb) -> bool:
@@ -173,7 +178,7 @@ def classify(exc: BaseException, phase: str = "run") -> dict:
     if isinstance(exc, ModuleNotFoundError):
         name = exc.name or ""
         if name.split(".")[0] == "tilelang":
-            return {"class": "missing-name", "detail": name, "type": kind, "where": None}
+            return {"class": "missing-name", "detail": spelled(name), "type": kind, "where": None}
         if not _innermost_in_tilecraft(exc.__traceback__):
             return {"class": "import-time", "detail": f"module {name!r} not installed",
                     "type": kind, "where": None}
@@ -183,8 +188,13 @@ def classify(exc: BaseException, phase: str = "run") -> dict:
         if missing:
             return {"class": "missing-name", "detail": missing, "type": kind, "where": None}
     if isinstance(exc, TypeError) and _missing_argument(str(exc)):
-        return {"class": "missing-argument", "detail": _missing_argument(str(exc)),
-                "type": kind, "where": tilecraft_frame(exc.__traceback__)}
+        where = tilecraft_frame(exc.__traceback__)
+        detail = _missing_argument(str(exc))
+        if where and where.startswith("tilecraft/jit.py"):
+            # tilecraft called the jit factory with the call's keywords: the eager form's
+            # `kernel.compile(M=..., ...)`, which binds the sizes T.const declares
+            detail = f"eager jit sizes as keywords: {detail}"
+        return {"class": "missing-argument", "detail": detail, "type": kind, "where": where}
     where = tilecraft_frame(exc.__traceback__)
     if where is not None and _innermost_in_tilecraft(exc.__traceback__):
         return {"class": "internal-error", "type": kind, "detail": f"{kind}: {first_line(exc)}",
@@ -196,7 +206,8 @@ def classify(exc: BaseException, phase: str = "run") -> dict:
     if phase == "import":
         return {"class": "import-time", "detail": f"{kind}: {first_line(exc)}", "type": kind,
                 "where": where}
-    if any(word in str(exc).lower() for word in _GPU_WORDS):
+    if any(word in str(exc).lower() for word in _GPU_WORDS) or \
+            _innermost_in(exc.__traceback__, _GPU_LIBRARIES):
         return {"class": "needs-gpu", "detail": f"{kind}: {first_line(exc)}", "type": kind,
                 "where": where}
     if isinstance(exc, SystemExit):

@@ -108,13 +108,7 @@ def install(recorder: Recorder, scans) -> None:
         except BaseException as e:
             if not isinstance(e, StopEntry) and not _recorded(e):
                 key = _factory_kernel(self.factory, recorder, scans)
-                failure = classify(e, "kernel")
-                if failure["class"] == "missing-argument" and failure["where"] and \
-                        failure["where"].startswith("tilecraft/jit.py"):
-                    # tilecraft called the factory with the call's keywords: the eager form's
-                    # `kernel.compile(M=..., ...)`, which binds the sizes T.const declares
-                    failure["detail"] = f"eager jit sizes as keywords: {failure['detail']}"
-                recorder.kernel(key, "factory", False, failure, e)
+                recorder.kernel(key, "factory", False, classify(e, "kernel"), e)
             raise
 
     jit_module.JITImpl.__call__ = specialize

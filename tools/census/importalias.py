@@ -24,6 +24,12 @@ def source_name(fullname: str) -> str:
     return fullname
 
 
+def spelled(dotted: str) -> str:
+    """A tilelang dotted name as scripts write it: T.xxx for the language module's names."""
+    prefix = ALIASED + ".language."
+    return "T." + dotted[len(prefix):] if dotted.startswith(prefix) else dotted
+
+
 class _AliasLoader(importlib.abc.Loader):
     def __init__(self, module):
         self.module = module

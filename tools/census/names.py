@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 import importlib
 
-from .importalias import ALIASED, target_name
+from .importalias import ALIASED, spelled, target_name
 
 
 def _aliases(tree) -> dict:
@@ -20,7 +20,8 @@ def _aliases(tree) -> dict:
                     names[a.asname or a.name.split(".")[0]] = a.name if a.asname else ALIASED
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == ALIASED:
             for a in node.names:
-                names.setdefault(a.asname or a.name, f"{node.module}.{a.name}")
+                if a.name != "*":
+                    names.setdefault(a.asname or a.name, f"{node.module}.{a.name}")
     return names
 
 
@@ -58,12 +59,6 @@ def first_missing(dotted: str) -> str | None:
             return ".".join(parts[:j + 1])
         obj = getattr(obj, parts[j])
     return None
-
-
-def spelled(missing: str) -> str:
-    """T.xxx for the language module's names, the dotted tilelang name otherwise."""
-    prefix = ALIASED + ".language."
-    return "T." + missing[len(prefix):] if missing.startswith(prefix) else missing
 
 
 def missing_names(text: str) -> list:

@@ -48,17 +48,21 @@ def blocking_names(kernels: list, used: dict | None = None,
     return sorted(rows, key=lambda r: (-r[2], -r[4], -r[5], r[0]))
 
 
-def _failures_of(kernels, cls) -> list:
+def _failures_of(kernels, cls, root="") -> list:
+    """[((detail, where), kernel places)] of one class; a kernel the failure kept its file's
+    run from reaching is marked (n.r.)."""
     rows = defaultdict(list)
     for k in kernels:
-        if k["status"] == cls:
-            f = k["failure"]
-            rows[(f["detail"], f.get("where"))].append(f"{k['file']}:{k['line']}")
+        f = k["failure"]
+        if f is not None and f["class"] == cls:
+            where = (f.get("where") or "").replace(root + "/", "") if root else f.get("where")
+            mark = " (n.r.)" if k["status"] == "not-reached" else ""
+            rows[(f["detail"], where)].append(f"{k['file']}:{k['line']}{mark}")
     return sorted(rows.items(), key=lambda item: -len(item[1]))
 
 
 def markdown(kernels: list, file_runs: dict, header: str, target: str = "sm_90a",
-             per_file: bool = True, used: dict | None = None) -> str:
+             per_file: bool = True, used: dict | None = None, root: str = "") -> str:
     c = counts(kernels)
     total = len(kernels)
     out = [header, "", "## Kernels by outcome", "",
@@ -92,12 +96,14 @@ def markdown(kernels: list, file_runs: dict, header: str, target: str = "sm_90a"
                        ("needs-gpu", "Needs a GPU before building"),
                        ("example-error", "The example's own code failed"),
                        ("timeout", "Timeouts")):
-        rows = _failures_of(kernels, cls)
+        rows = _failures_of(kernels, cls, root)
         if not rows:
             continue
-        out += ["", f"## {title}", "", "| first line | where | kernels |", "|---|---|---|"]
+        out += ["", f"## {title}", "", "| first line | where | kernels ((n.r.): not reached "
+                "because of it) |", "|---|---|---|"]
         for (detail, where), places in rows:
             detail = detail.replace("|", "\\|")
+            detail = detail if len(detail) <= 160 else detail[:157] + "..."
             out.append(f"| {detail} | {where or ''} | {', '.join(places)} |")
     if not per_file:
         return "\n".join(out) + "\n"
