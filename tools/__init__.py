@@ -1,0 +1,1 @@
+"""Maintenance tools of the repository (not part of the tilecraft package)."""

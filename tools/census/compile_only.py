@@ -1,0 +1,184 @@
+"""Compile-only mode for a census run: every kernel an example builds is compiled for the
+target arch (TILECRAFT_TARGET, sm_90a) and recorded; the first call of a compiled kernel (or
+its profiler ends the entry being run, since measuring needs the GPU this machine lacks; a
+call returns its outputs unrun (zeros of the right shape and dtype, after the usual argument
+checks), so that the kernels an example builds after its first call are built too.
+torch calls that ask for a CUDA device get the CPU instead, so that a script gets as far as
+building its kernels.
+
+Each kernel is identified by where it is defined: (file, first line of the decorated
+function), the same key the static scan (scan.py) gives it."""
+from __future__ import annotations
+
+import functools
+import sys
+
+from .classify import classify
+
+
+class StopEntry(BaseException):
+    """Ends the entry being run (a BaseException: the scripts' `except Exception` lets it by)."""
+
+
+class Recorder:
+    """Kernel attempts as events: {'event': 'kernel', 'file', 'line', 'name', 'phase', 'ok',
+    'failure'}; `emit` writes one (the child sends them to the census as JSON lines)."""
+
+    def __init__(self, emit, relpath):
+        self.emit = emit
+        self.relpath = relpath      # absolute path -> path relative to the examples root
+        self.keys: dict = {}        # id(PrimFunc) -> (file, line, name)
+        self.alive: list = []       # keeps the PrimFuncs whose id is a key above
+        self.fake_calls = 0         # kernel calls answered with unrun outputs
+
+    def kernel(self, key, phase, ok, failure=None, exc=None):
+        if exc is not None:
+            exc._census_recorded = True
+        file, line, name = key
+        self.emit({"event": "kernel", "file": file, "line": line, "name": name,
+                   "phase": phase, "ok": ok, "failure": failure})
+
+    def key_of_function(self, fn):
+        code = fn.__code__
+        return (self.relpath(code.co_filename), code.co_firstlineno, fn.__name__)
+
+
+def _recorded(exc) -> bool:
+    return getattr(exc, "_census_recorded", False)
+
+
+def install(recorder: Recorder, scans) -> None:
+    """Wrap tilecraft's prim_func, jit and kernel object for the census. `scans(relpath)` gives
+    the static scan of an example file (for the kernels a jit factory defines)."""
+    import importlib
+    import tilecraft.language as T
+    import tilecraft.language.proxy as proxy
+    from tilecraft.ir.stmt import PrimFunc
+    jit_module = importlib.import_module("tilecraft.jit")  # the package's `jit` is the function
+
+    original_prim_func = proxy.prim_func
+
+    @functools.wraps(original_prim_func)
+    def prim_func(func=None, **options):
+        if func is None:
+            return lambda f: prim_func(f, **options)
+        key = recorder.key_of_function(func)
+        try:
+            built = original_prim_func(func, **options)
+        except BaseException as e:
+            if not isinstance(e, StopEntry):
+                recorder.kernel(key, "parse", False, classify(e, "kernel"), e)
+            raise
+        if isinstance(built, PrimFunc):
+            recorder.keys[id(built)] = key
+            recorder.alive.append(built)
+        return built
+
+    proxy.prim_func = T.prim_func = prim_func
+
+    kernel_init = jit_module.JITKernel.__init__
+
+    def init(self, func, *args, **kwargs):
+        key = recorder.keys.get(id(func)) or _key_of_span(func, recorder)
+        try:
+            kernel_init(self, func, *args, **kwargs)
+        except BaseException as e:
+            if not isinstance(e, StopEntry):
+                recorder.kernel(key, "compile", False, classify(e, "kernel"), e)
+            raise
+        recorder.kernel(key, "compile", True)
+
+    jit_module.JITKernel.__init__ = init
+
+    def called(self, *args, **kwargs):
+        recorder.fake_calls += 1
+        return _unrun_outputs(self, args)
+
+    def profiled(self, *args, **kwargs):
+        raise StopEntry(f"profiler of kernel {self.func.name} asked for")
+
+    jit_module.JITKernel.__call__ = called
+    jit_module.JITKernel.get_profiler = profiled
+
+    factory_call = jit_module.JITImpl.__call__
+
+    def specialize(self, *args, **kwargs):
+        try:
+            return factory_call(self, *args, **kwargs)
+        except BaseException as e:
+            if not isinstance(e, StopEntry) and not _recorded(e):
+                key = _factory_kernel(self.factory, recorder, scans)
+                recorder.kernel(key, "factory", False, classify(e, "kernel"), e)
+            raise
+
+    jit_module.JITImpl.__call__ = specialize
+    _first_config_only()
+
+
+def _first_config_only():
+    """@autotune builds its first candidate only: tuning measures on a GPU, and one
+    configuration shows whether the kernel builds."""
+    from tilecraft.autotuner import api, space
+
+    def run(self, args, kwargs):
+        configs, tunables = self._search(args, kwargs)
+        problem = space.split_call(self.factory, tunables, args, kwargs, None, self.__name__)
+        if tunables and set(problem.pinned) >= tunables:
+            return self.jit_impl(*args, **kwargs)
+        if configs is None:
+            configs = space.grid(space.recommended_space(self.factory, problem))
+        chosen = space.with_pins(configs, problem.pinned)[:1]
+        return self.jit_impl(*args, **{**kwargs, **(chosen[0] if chosen else {})})
+
+    api.AutoTuneImpl._run = run
+
+
+def _unrun_outputs(kernel, args):
+    """A kernel call's outputs, allocated as the call would (zeros), the kernel not run."""
+    import numpy as np
+    from tilecraft import arrays
+    from tilecraft.ir.buffer import Buffer
+    jit_module = sys.modules["tilecraft.jit"]
+    sizes: dict = {}
+    use_torch = False
+    for i, arg in zip(kernel.inputs, args):
+        p = kernel.params[i]
+        if isinstance(p, Buffer) and (isinstance(arg, np.ndarray) or arrays.is_torch(arg)):
+            jit_module._check_tensor(p, arg, sizes)
+            use_torch |= arrays.is_torch(arg)
+        elif not isinstance(p, Buffer):
+            sizes[id(p)] = jit_module._scalar(p, arg)
+    outputs = []
+    for i in kernel.out_idx:
+        p = kernel.params[i]
+        zeros = np.zeros(jit_module._output_shape(p, sizes), dtype=p.dtype.numpy)
+        outputs.append(arrays.from_numpy(zeros, use_torch))
+    if not outputs:
+        return None
+    return outputs[0] if len(outputs) == 1 else outputs
+
+
+def _key_of_span(func, recorder):
+    span = getattr(func, "span", None)
+    if span is None:
+        return ("<unknown>", 0, getattr(func, "name", "?"))
+    return (recorder.relpath(span.filename), span.line, func.name)
+
+
+def _factory_kernel(factory, recorder, scans):
+    """The kernel a failing jit factory stands for: the first one defined inside it (a
+    factory of the eager form is its own kernel), else the factory itself."""
+    fn = getattr(factory, "__wrapped__", factory)
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return ("<unknown>", 0, getattr(fn, "__name__", "?"))
+    rel = recorder.relpath(code.co_filename)
+    scan = scans(rel)
+    if scan is not None:
+        end = max((end for line, end in scan.factories if line == code.co_firstlineno),
+                  default=None)
+        if end is not None:
+            inner = scan.kernels_within(code.co_firstlineno, end)
+            if inner:
+                return (rel, inner[0].line, inner[0].name)
+    return (rel, code.co_firstlineno, fn.__name__)
