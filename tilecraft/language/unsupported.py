@@ -37,7 +37,6 @@ _TILELANG = {
     "atomic_addx2": "a paired atomic add", "atomic_addx4": "a 4-wide atomic add",
     "atomic_load": "an atomic load", "atomic_store": "an atomic store",
     "atomic_or": "an atomic or", "dp4a": "an int8 dot-4 accumulate",
-    "reshape": "a reshaped view of a buffer", "view": "a reinterpreting view of a buffer",
     "any_of": "a logical-or reduction of a tile", "all_of": "a logical-and reduction of a tile",
     "reduce": "a reduction by name", "reduce_bitand": "a bitwise-and reduction",
     "reduce_bitor": "a bitwise-or reduction", "reduce_bitxor": "a bitwise-xor reduction",
