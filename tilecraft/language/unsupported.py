@@ -8,6 +8,8 @@ needs no change here: the module's own attribute is found before its __getattr__
 """
 from __future__ import annotations
 
+import sys
+
 from ..errors import TileError
 
 
@@ -98,7 +100,10 @@ def not_supported_yet(name: str):
     """The module __getattr__ of tilecraft.language (PEP 562)."""
     what = _TILELANG.get(name)
     if what is None:
-        raise AttributeError(f"module 'tilecraft.language' has no attribute {name!r}")
+        # name and obj as Python sets them for a missing module attribute, so callers that
+        # inspect the error (hasattr, the compatibility census) see an ordinary miss
+        raise AttributeError(f"module 'tilecraft.language' has no attribute {name!r}",
+                             name=name, obj=sys.modules[__package__])
     raise NotSupportedYet(f"T.{name} is not supported by tilecraft yet (in TileLang: {what})")
 
 

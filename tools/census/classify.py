@@ -6,7 +6,7 @@ boundary as JSON):
 - missing-argument: a keyword argument tilecraft's function does not take (`T.copy(x=)`),
   or a call form it does not accept (a jit factory called with the tensor sizes as keywords);
 - value-mismatch: a value of tilecraft's used as the script uses TileLang's and refused by
-  Python (a dtype given to getattr() as TileLang's string-like dtypes can be);
+  Python (a TypeError that quotes one of tilecraft's classes);
 - tile-error: tilecraft rejected the program with a TileError (its first line);
 - nvcc-error: the CUDA that tilecraft generated did not compile;
 - internal-error: an exception from inside tilecraft (its type and the tilecraft file:line);
@@ -182,8 +182,10 @@ def classify(exc: BaseException, phase: str = "run") -> dict:
         if not _innermost_in_tilecraft(exc.__traceback__):
             return {"class": "import-time", "detail": f"module {name!r} not installed",
                     "type": kind, "where": None}
+    # a module's __getattr__ (PEP 562) raises inside tilecraft for a name it lacks
+    asked_a_module = isinstance(getattr(exc, "obj", None), types.ModuleType)
     if isinstance(exc, (AttributeError, ImportError)) and \
-            not _innermost_in_tilecraft(exc.__traceback__):
+            (asked_a_module or not _innermost_in_tilecraft(exc.__traceback__)):
         missing = _missing_attribute(exc) or _missing_from_message(str(exc))
         if missing:
             return {"class": "missing-name", "detail": missing, "type": kind, "where": None}

@@ -136,22 +136,21 @@ def _first_config_only():
 def _unrun_outputs(kernel, args):
     """A kernel call's outputs, allocated as the call would (zeros), the kernel not run."""
     import numpy as np
-    from tilecraft import arrays
+    from tilecraft import arrays, kernel_args
     from tilecraft.ir.buffer import Buffer
-    jit_module = sys.modules["tilecraft.jit"]
     sizes: dict = {}
     use_torch = False
     for i, arg in zip(kernel.inputs, args):
         p = kernel.params[i]
         if isinstance(p, Buffer) and (isinstance(arg, np.ndarray) or arrays.is_torch(arg)):
-            jit_module._check_tensor(p, arg, sizes)
+            kernel_args.check_tensor(p, arg, sizes)
             use_torch |= arrays.is_torch(arg)
         elif not isinstance(p, Buffer):
-            sizes[id(p)] = jit_module._scalar(p, arg)
+            sizes[id(p)] = kernel_args.scalar_value(p, arg)
     outputs = []
     for i in kernel.out_idx:
         p = kernel.params[i]
-        zeros = np.zeros(jit_module._output_shape(p, sizes), dtype=p.dtype.numpy)
+        zeros = np.zeros(kernel_args.output_shape(p, sizes), dtype=p.dtype.numpy)
         outputs.append(arrays.from_numpy(zeros, use_torch))
     if not outputs:
         return None
