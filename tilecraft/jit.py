@@ -1,344 +1,21 @@
-"""tilecraft.jit / tilecraft.compile and the kernel object they return."""
+"""tilecraft.jit / tilecraft.compile: a program, or a factory of programs, to a JITKernel
+(kernel.py); an eager function (eager.py) to the object that compiles and runs it per call."""
 from __future__ import annotations
 
 import functools
 
-import numpy as np
-
-from . import arrays, call_cache, placement
 from .errors import TileError, caller_span, raise_clean
-from .grid_limits import check_launch_grids, symbolic_extents
-from .ir import dtypes as dt
-from .ir.buffer import Buffer
-from .ir.expr import Const, Expr, Var
 from .ir.stmt import PrimFunc
-from .ir.verify import verify
-from .pass_config import PassConfigKey, check_pass_configs
-
-
-class JITKernel:
-    """A compiled kernel: call it with the input tensors; outputs (out_idx) are allocated."""
-
-    def __init__(self, func: PrimFunc, out_idx=None, target=None, out_idx_span=None,
-                 pass_configs=None):
-        if not isinstance(func, PrimFunc):
-            raise TileError(f"expected a @T.prim_func, got {type(func).__name__}")
-        verify(func)
-        self.func = func
-        self.params = func.params
-        self.out_idx = _normalize_out_idx(out_idx, func, out_idx_span)
-        self.inputs = [i for i in range(len(self.params)) if i not in self.out_idx]
-        check_pass_configs(pass_configs)
-        self.backend, self.arch = placement.resolve(target)
-        self.program = None
-        self._arch_checked: set = set()  # devices whose architecture matches self.arch
-        if self.backend == "cuda":
-            from .backends.cuda.runtime.program import CudaProgram
-            configs = check_pass_configs(pass_configs)
-            fast = bool(configs.get(PassConfigKey.TL_ENABLE_FAST_MATH))
-            self.program = CudaProgram(func, self.arch, fast_math=fast, configs=configs)
-        elif self.backend == "emulator":
-            from .backends.cuda.emulator import lower
-            self.lowered = lower(func, self.arch, check_pass_configs(pass_configs))
-        self.reports = []  # the emulator checker's findings of the last call
-        self._grid_extents = symbolic_extents(func)  # checked at each call
-        self._calls = call_cache.CallCache()
-
-    # --- calling --------------------------------------------------------------
-    def __call__(self, *args):
-        try:
-            return self._call(args)
-        except TileError as e:
-            raise_clean(e)
-
-    def _call(self, args):
-        key = call_cache.signature(args) if self.backend == "cuda" else None
-        plan = self._calls.get(key)
-        if plan is not None:  # seen before, checked then (call_cache.py)
-            outputs = plan.run(self.program, args)
-            return (outputs[0] if len(outputs) == 1 else outputs) if outputs else None
-        names = [self.params[i].name for i in self.inputs]
-        if len(args) != len(self.inputs):
-            raise TileError(f"kernel {self.func.name} takes {len(self.inputs)} argument(s) "
-                            f"({', '.join(names)}), got {len(args)}")
-        sizes: dict[int, int] = {}
-        tensors, scalars = {}, {}
-        for i, arg in zip(self.inputs, args):
-            p = self.params[i]
-            if isinstance(p, Buffer):
-                if not (isinstance(arg, np.ndarray) or arrays.is_torch(arg)):
-                    raise TileError(f"argument {p.name} must be a numpy array or a torch tensor, "
-                                    f"got {type(arg).__name__}")
-                _check_tensor(p, arg, sizes)
-                tensors[id(p)] = arg
-            else:
-                scalars[id(p)] = _scalar(p, arg)
-                sizes[id(p)] = scalars[id(p)]
-        shapes = [_output_shape(self.params[i], sizes) for i in self.out_idx]
-        if self._grid_extents:
-            check_launch_grids(self.func, self._grid_extents, sizes)
-        if self.backend == "cuda":
-            outputs, launch = self._run_cuda(tensors, scalars, sizes, shapes)
-            if launch is not None:
-                self._calls.record(key, args, *launch, outputs)
-        elif self.backend == "emulator":
-            outputs = self._run_interp(tensors, scalars, sizes, shapes, emulate=True)
-        else:
-            outputs = self._run_interp(tensors, scalars, sizes, shapes)
-        if not outputs:
-            return None
-        return outputs[0] if len(outputs) == 1 else outputs
-
-    def _run_interp(self, tensors, scalars, sizes, shapes, emulate=False):
-        from .interp import Machine
-        from .interp.machine import poison
-        use_torch = any(arrays.is_torch(t) for t in tensors.values())
-        arrays_in = {k: arrays.to_numpy(t, _name_of(self.params, k)) for k, t in tensors.items()}
-        outputs = []
-        for i, shape in zip(self.out_idx, shapes):
-            p = self.params[i]
-            arrays_in[id(p)] = poison(shape, p.dtype)
-            outputs.append(arrays_in[id(p)])
-        bindings = dict(scalars)
-        for p in self.params:
-            for d in (p.shape if isinstance(p, Buffer) else ()):
-                if isinstance(d, Var) and id(d) in sizes:
-                    bindings[id(d)] = np.int64(sizes[id(d)])
-        if emulate:
-            from .backends.cuda.emulator import EmulatorError, run_lowered
-            self.reports = list(run_lowered(self.lowered, arrays_in, bindings))
-            if self.reports:
-                raise EmulatorError(self.reports)
-        else:
-            Machine(self.func).run(bindings, arrays_in)
-        return [arrays.from_numpy(a, use_torch) for a in outputs]
-
-    def _run_cuda(self, tensors, scalars, sizes, shapes):
-        """(outputs, (values, dims) the program was launched with); no launch plan when the
-        arguments made a round trip from the host."""
-        host = {k: t for k, t in tensors.items() if not (arrays.is_torch(t) and t.is_cuda)}
-        if host:
-            return self._run_cuda_from_host(tensors, scalars, sizes, shapes, host), None
-        import torch
-        for k, t in tensors.items():
-            if not t.is_contiguous():
-                raise TileError(f"argument {_name_of(self.params, k)} is not contiguous; pass "
-                                "tensor.contiguous()")
-        like = self._on_one_device(tensors)
-        device = like.device if like is not None else \
-            torch.device("cuda", torch.cuda.current_device())
-        if device.index not in self._arch_checked:
-            # Asked of the driver once per device, not on every call.
-            from .backends.cuda.runtime.device import current_arch
-            here = current_arch(device.index)
-            if here != self.arch:
-                raise TileError(f"kernel {self.func.name} was compiled for {self.arch}, but "
-                                f"{device} is {here}")
-            self._arch_checked.add(device.index)
-        outputs = []
-        for i, shape in zip(self.out_idx, shapes):
-            p = self.params[i]
-            dtype = arrays.torch_dtype(p.dtype)
-            # On the inputs' device, as the planned calls make them (call_cache.py).
-            t = like.new_empty(shape, dtype=dtype) if like is not None else \
-                torch.empty(shape, dtype=dtype, device=device)
-            tensors[id(p)] = t
-            outputs.append(t)
-        values = [tensors.get(id(p), scalars.get(id(p))) for p in self.params]
-        dims = [tuple(values[i].shape) if isinstance(p, Buffer) else () for i, p in
-                enumerate(self.params)]
-        self.program.run(values, dims, device=device.index)
-        return outputs, (values, dims)
-
-    def _on_one_device(self, tensors: dict):
-        """The first CUDA tensor of `tensors` (None without one); a TileError naming each
-        argument's device when they are on several GPUs (a kernel reads one GPU's memory)."""
-        where: dict = {}
-        for k, t in tensors.items():
-            if arrays.is_torch(t) and t.is_cuda:
-                where.setdefault(str(t.device), []).append(_name_of(self.params, k))
-        if len(where) > 1:
-            listed = "; ".join(f"{', '.join(names)} on {device}"
-                               for device, names in where.items())
-            raise TileError(f"kernel {self.func.name} runs on one GPU, but its tensor arguments "
-                            f"are on {len(where)} devices: {listed}; move them to one device "
-                            "(tensor.to(device)) before the call")
-        return next((t for t in tensors.values() if arrays.is_torch(t) and t.is_cuda), None)
-
-    def _run_cuda_from_host(self, tensors, scalars, sizes, shapes, host):
-        """numpy arrays or CPU tensors given to a GPU kernel: copied to the GPU and back, so
-        the same script runs on either target (outputs come back as the inputs' kind). They go
-        to the device of the CUDA tensors passed with them, else to torch's current one."""
-        try:
-            import torch
-        except ImportError:
-            raise TileError(f"kernel {self.func.name} runs on the GPU ({self.arch}); passing it "
-                            "host arrays needs torch with CUDA") from None
-        if not torch.cuda.is_available():
-            raise TileError(f"kernel {self.func.name} was compiled for {self.arch}, but no CUDA "
-                            "GPU is usable here; compile it with target='interp' to run on "
-                            "the CPU")
-        like = self._on_one_device(tensors)
-        device = like.device if like is not None else torch.device("cuda")
-        use_torch = any(arrays.is_torch(t) for t in host.values())
-        on_gpu = {}
-        for k, t in tensors.items():
-            if k in host:
-                data = t if arrays.is_torch(t) else arrays.from_numpy(
-                    np.ascontiguousarray(t), True)
-                on_gpu[k] = data.contiguous().to(device)
-            else:
-                on_gpu[k] = t
-        outputs, _ = self._run_cuda(on_gpu, scalars, sizes, shapes)
-        for k, t in host.items():  # parameters the kernel may have written (atomics, stores)
-            back = on_gpu[k].cpu()
-            if arrays.is_torch(t):
-                t.copy_(back)
-            else:
-                np.copyto(t, arrays.to_numpy(back, _name_of(self.params, k)))
-        results = [o.cpu() for o in outputs]
-        if not use_torch:
-            results = [arrays.to_numpy(r, "output") for r in results]
-        return results
-
-    # --- inspection -----------------------------------------------------------
-    def get_kernel_source(self) -> str:
-        """The CUDA source of a compiled kernel; the tile IR text on the interpreter; the
-        lowered (thread-level) IR on the emulator."""
-        if self.program is not None:
-            return self.program.source
-        if self.backend == "emulator":
-            return self.lowered.script()
-        return self.func.script()
-
-    @property
-    def kernel_source(self) -> str:
-        return self.get_kernel_source()
-
-    @property
-    def n_regs(self) -> int:
-        return self.program.registers if self.program is not None else 0
-
-    @property
-    def n_spills(self) -> int:
-        return self.program.spills if self.program is not None else 0
-
-    @property
-    def wgmma_serialized(self) -> dict:
-        """Kernel name -> why ptxas issues its wgmma one at a time (empty when it does not)."""
-        return self.program.wgmma_serialized if self.program is not None else {}
-
-    @property
-    def shared_memory(self) -> int:
-        return self.program.shared_memory if self.program is not None else 0
-
-    def get_profiler(self, tensor_supply_type=None):
-        from .profiler import Profiler
-        return Profiler(self, tensor_supply_type)
-
-    def __repr__(self) -> str:
-        where = self.arch or self.backend
-        return f"<JITKernel {self.func.name} on {where}>"
-
-
-def _name_of(params, key) -> str:
-    return next(p.name for p in params if id(p) == key)
-
-
-def _normalize_out_idx(out_idx, func, span=None) -> list[int]:
-    """out_idx as sorted non-negative indices; span is where out_idx was written, if known."""
-    if out_idx is None:
-        return []
-    items = [out_idx] if isinstance(out_idx, int) else list(out_idx)
-    n = len(func.params)
-    out = []
-    for i in items:
-        if not isinstance(i, int) or not -n <= i < n:
-            raise TileError(f"out_idx {i!r} is out of range for {func.name}, which has {n} "
-                            "parameters", span)
-        i %= n
-        if not isinstance(func.params[i], Buffer):
-            raise TileError(f"out_idx {i} names the scalar parameter {func.params[i].name}; only "
-                            "tensors can be outputs", span)
-        out.append(i)
-    return sorted(set(out))
-
-
-def _scalar(p: Var, arg):
-    if isinstance(arg, (np.generic,)):
-        arg = arg.item()
-    if p.dtype.is_float:
-        if not isinstance(arg, (int, float)) or isinstance(arg, bool):
-            raise TileError(f"argument {p.name} must be a number ({p.dtype}), got "
-                            f"{type(arg).__name__}")
-        with np.errstate(over="ignore"):
-            value = np.dtype(p.dtype.numpy).type(arg)
-        if np.isfinite(arg) and not np.isfinite(value):
-            raise TileError(f"argument {p.name} is {arg}, beyond the largest {p.dtype} "
-                            f"({float(dt.max_value(p.dtype)):g})")
-        return value
-    if isinstance(arg, bool) or not isinstance(arg, int):
-        raise TileError(f"argument {p.name} must be an int ({p.dtype}), got {type(arg).__name__}")
-    info = np.iinfo(p.dtype.numpy)
-    if not info.min <= arg <= info.max:
-        raise TileError(f"argument {p.name} is {arg}, out of the range of {p.dtype} "
-                        f"[{info.min}, {info.max}]; declare the parameter with a wider type "
-                        "(T.int64)")
-    return np.dtype(p.dtype.numpy).type(arg)
-
-
-def _check_tensor(p: Buffer, a: np.ndarray, sizes: dict):
-    try:
-        got = arrays.dtype_of(a)
-    except (ValueError, TypeError):
-        raise TileError(f"argument {p.name}: expected dtype {p.dtype}, got an array of "
-                        f"unsupported dtype {getattr(a, 'dtype', type(a).__name__)}") from None
-    if got is not p.dtype:
-        raise TileError(f"argument {p.name}: expected dtype {p.dtype}, got {got}")
-    if a.ndim != len(p.shape):
-        raise TileError(f"argument {p.name}: expected {len(p.shape)} dimension(s) "
-                        f"{_shape_text(p.shape)}, got shape {tuple(a.shape)}")
-    for d, (want, have) in enumerate(zip(p.shape, a.shape)):
-        if isinstance(want, Var):
-            bound = sizes.setdefault(id(want), int(have))
-            if bound != have:
-                raise TileError(f"argument {p.name}: dimension {d} is {have}, but the size "
-                                f"{want.name} was already bound to {bound} by another argument")
-        elif isinstance(want, (int, Const)):
-            value = want if isinstance(want, int) else want.value
-            if value != have:
-                raise TileError(f"argument {p.name}: expected shape {_shape_text(p.shape)}, got "
-                                f"{tuple(a.shape)}")
-
-
-def _output_shape(p: Buffer, sizes: dict) -> tuple:
-    from .interp.values import evaluate
-    shape = []
-    for d in p.shape:
-        if isinstance(d, int):
-            shape.append(d)
-        elif isinstance(d, Const):
-            shape.append(int(d.value))
-        elif isinstance(d, Var):
-            if id(d) not in sizes:
-                raise TileError(f"cannot allocate output {p.name}: its size {d.name} is not "
-                                "given by any input")
-            shape.append(sizes[id(d)])
-        elif isinstance(d, Expr):
-            shape.append(int(evaluate(d, {k: np.int64(v) for k, v in sizes.items()})))
-    return tuple(shape)
-
-
-def _shape_text(shape) -> str:
-    return "(" + ", ".join(str(s) if isinstance(s, int) else repr(s) for s in shape) + \
-        ("," if len(shape) == 1 else "") + ")"
+from .kernel import JITKernel
+from .pass_config import check_compile_flags
 
 
 def compile(func, out_idx=None, target=None, execution_backend=None, target_host=None,  # noqa: A001
             verbose=False, pass_configs=None, compile_flags=None) -> JITKernel:
     """Compile a prim_func into a callable kernel."""
     try:
-        return JITKernel(func, out_idx, target, pass_configs=pass_configs)
+        return JITKernel(func, out_idx, target, pass_configs=pass_configs,
+                         compile_flags=compile_flags)
     except TileError as e:
         raise_clean(e)
 
@@ -373,7 +50,7 @@ class JITImpl:
                     raise TileError(f"@tilecraft.jit: {self.factory.__name__} must return a "
                                     f"@T.prim_func, but returned {type(func).__name__}")
                 kernel = JITKernel(func, self.out_idx, self.target, self.declared_at,
-                                   self.options["pass_configs"])
+                                   self.options["pass_configs"], self.options["compile_flags"])
             except TileError as e:
                 raise_clean(e)
             self.cache[key] = kernel
@@ -388,13 +65,31 @@ class JITImpl:
 
 def jit(func=None, *, out_idx=None, target=None, execution_backend=None, target_host=None,
         verbose=False, pass_configs=None, compile_flags=None, debug_root_path=None):
-    """Decorate a factory that returns a @T.prim_func; calling it gives a compiled kernel."""
+    """Decorate a factory that returns a @T.prim_func (calling it gives a compiled kernel), or
+    a function whose body is the kernel program (the eager form, eager.py: calling it with
+    tensors runs it)."""
     options = {"pass_configs": pass_configs or {}, "compile_flags": compile_flags}
-    declared_at = caller_span() if out_idx is not None else None
+    declared_at = caller_span()
+    try:
+        check_compile_flags(compile_flags)
+    except TileError as e:
+        raise_clean(e.with_span(declared_at))
 
     def wrap(f):
         if isinstance(f, PrimFunc):
-            return compile(f, out_idx=out_idx, target=target, pass_configs=pass_configs)
-        return JITImpl(f, out_idx, target, options, declared_at)
+            return compile(f, out_idx=out_idx, target=target, pass_configs=pass_configs,
+                           compile_flags=compile_flags)
+        from .eager import EagerJIT, is_eager_form
+        try:
+            if not is_eager_form(f):
+                return JITImpl(f, out_idx, target, options,
+                               declared_at if out_idx is not None else None)
+            if out_idx is not None:
+                raise TileError(f"{f.__name__} is an eager @tilecraft.jit function, whose "
+                                "outputs are the T.empty tensors it returns; out_idx belongs "
+                                "to a factory returning a @T.prim_func", declared_at)
+            return EagerJIT(f, target, options)
+        except TileError as e:
+            raise_clean(e)
 
     return wrap(func) if func is not None else wrap

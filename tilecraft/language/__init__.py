@@ -15,6 +15,7 @@ from .math import (exp, exp2, exp10, log, log2, log10, log1p, sqrt, rsqrt, sin, 
                    if_then_else, call_extern, address_of, print, evaluate)
 from .annotate import annotate_layout, use_swizzle
 from .im2col import c2d_im2col, im2col
+from .eager import const, empty, annotate_pass_configs, annotate_compile_flags
 
 _d = _DType._interned
 bool = _d["bool"]  # noqa: A001

@@ -92,11 +92,12 @@ def warn_serialized_wgmma(kernel_info: dict):
 
 class CudaProgram:
     def __init__(self, func, arch: str, *, fast_math: bool = False, debug: bool = False,
-                 configs: dict | None = None):
+                 configs: dict | None = None, extra_flags: tuple = ()):
         self.arch = arch
         flags = ("--use_fast_math",) if fast_math else ()
         if debug:
             flags += ("-G",)
+        flags += tuple(extra_flags)   # the program's compile_flags, after tilecraft's own
         dumping = bool(knobs.dump_ir_dir())
         key = cache.cache_key(func.script(), arch, flags,
                               {"tilecraft": __version__, "compiler": compiler_fingerprint(),
