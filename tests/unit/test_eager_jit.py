@@ -230,6 +230,26 @@ def test_workspace_and_pass_configs_of_the_program():
     assert configs[PassConfigKey.TL_DISABLE_TMA_LOWER] is False   # jit's own wins
 
 
+def test_the_classic_form_is_still_a_factory():
+    @tilecraft.jit(out_idx=-1, target="interp")
+    def scale_by_table(n: int = 8):
+        table = np.empty(n, np.float32)      # numpy's empty, not T.empty: still a factory
+        table[:] = 3.0
+
+        @T.prim_func
+        def main(X: T.Tensor((n,), "float32"), Y: T.Tensor((n,), "float32")):
+            T.annotate_pass_configs({PassConfigKey.TL_ENABLE_FAST_MATH: True})
+            with T.Kernel(1, threads=32):
+                for i in T.Parallel(n):
+                    Y[i] = X[i] * float(table[0])
+        return main
+
+    kernel = scale_by_table()
+    assert isinstance(kernel, tilecraft.JITKernel)
+    assert kernel.pass_configs == {PassConfigKey.TL_ENABLE_FAST_MATH: True}
+    np.testing.assert_array_equal(kernel(np.ones(8, np.float32)), np.full(8, 3.0))
+
+
 @needs_nvcc
 def test_compiled_for_sm90a():
     gemm = matmul("sm_90a")
