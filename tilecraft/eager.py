@@ -29,12 +29,17 @@ import inspect
 
 from . import eager_binding
 from .errors import TileError, raise_clean
+from .frontend.parser import Source
+from .frontend.scopes import Scope
 from .ir import dtypes as dt
 from .ir.expr import Var
 from .kernel import JITKernel
+from .language import eager as eager_builtins
+from .language import loops
+from .language.eager_trace import build_eager, trace_signature
+from .language.proxy import TensorSpec
 
 def _namespace(func) -> dict:
-    from .frontend.scopes import Scope
     return Scope(func).namespace()
 
 
@@ -109,9 +114,6 @@ def is_eager_form(func) -> bool:
     """Whether func's body is a kernel program (T.const, T.empty, T.Kernel, declarations of
     its tensor arguments, or tensor annotations in its signature) rather than a factory that
     defines and returns a @T.prim_func."""
-    from .frontend.parser import Source
-    from .language import eager, loops
-    from .language.proxy import TensorSpec
     try:
         source = Source.of(func)
     except TileError:
@@ -129,7 +131,7 @@ def is_eager_form(func) -> bool:
         return True
     if any(isinstance(v, TensorSpec) for v in _annotations(func, strict=False).values()):
         return True
-    builtins = {id(eager.const), id(eager.empty), id(loops.Kernel)}
+    builtins = {id(eager_builtins.const), id(eager_builtins.empty), id(loops.Kernel)}
     return any(isinstance(n, ast.Call) and id(_resolve(n.func, names)) in builtins
                for n in _own_statements(node.body))
 
@@ -137,8 +139,6 @@ def is_eager_form(func) -> bool:
 def _signature_parts(func):
     """(tensor argument names, {runtime scalar: dtype}, {name: (TensorSpec, span)} declared
     in the signature), each in the order of the parameters."""
-    from .frontend.parser import Source
-    from .language.proxy import TensorSpec
     source = Source.of(func)
     node = source.func_node
     if node.args.vararg or node.args.kwarg:
@@ -243,7 +243,6 @@ class EagerJIT:
         return values, runtime, sizes
 
     def _program(self, args, kwargs, call: bool):
-        from .language.eager_trace import build_eager, trace_signature
         values, runtime, sizes = self._split(args, kwargs, call)
         compile_key = _key(values)
         trace = self._traces.get(compile_key)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 
+from .eager import EagerJIT, is_eager_form
 from .errors import TileError, caller_span, raise_clean
 from .ir.stmt import PrimFunc
 from .kernel import JITKernel
@@ -79,7 +80,6 @@ def jit(func=None, *, out_idx=None, target=None, execution_backend=None, target_
         if isinstance(f, PrimFunc):
             return compile(f, out_idx=out_idx, target=target, pass_configs=pass_configs,
                            compile_flags=compile_flags)
-        from .eager import EagerJIT, is_eager_form
         try:
             if not is_eager_form(f):
                 return JITImpl(f, out_idx, target, options,
