@@ -4,7 +4,10 @@ names: what each does here, or a TileError where it cannot be honoured.
 - pass_configs: checked key by key (pass_config.py).
 - compile_flags: nvcc flags (a string, split as a shell would, or a list), added after those of
   PassConfigKey.TL_DEVICE_COMPILE_FLAGS; they travel in that key, so the autotuner's compile
-  workers build with them too. nvcc runs for GPU targets only.
+  workers build with them too. nvcc runs for GPU targets only. A flag that sets the GPU or
+  the output kind (-arch, -o, ...) is refused: choose the GPU with target=.
+- a program's own T.annotate_pass_configs / T.annotate_compile_flags: under the caller's
+  (with_program_options).
 - verbose: one line per compiled kernel on stderr (where it runs, the time it took; on a GPU
   target its registers and shared memory).
 - debug_root_path: each compiled kernel's source is written into this folder
@@ -21,8 +24,9 @@ import sys
 from dataclasses import dataclass
 
 from .errors import TileError
-from .pass_config import PassConfigKey, check_pass_configs
-from .pass_config_table import compiler_flags, split_flags
+from .ir.annotations import FUNC_COMPILE_FLAGS, FUNC_PASS_CONFIGS
+from .pass_config import PassConfigKey, check_compile_flags, check_pass_configs
+from .pass_config_table import split_flags
 
 _OTHER_LAUNCHERS = ("tvm_ffi", "cython", "nvrtc", "ctypes", "dlpack", "torch", "cutedsl")
 
@@ -34,17 +38,31 @@ class Reporting:
     debug_root_path: str | None = None
 
 
+_FLAGS_KEY = PassConfigKey.TL_DEVICE_COMPILE_FLAGS.value
+
+
 def checked_configs(pass_configs, compile_flags=None) -> dict:
     """pass_configs checked, with compile_flags appended to TL_DEVICE_COMPILE_FLAGS."""
     configs = check_pass_configs(pass_configs)
-    problem = compiler_flags(compile_flags)
-    if problem:
-        raise TileError(f"compile_flags {problem}, got {compile_flags!r}")
-    extra = split_flags(compile_flags)
+    extra = list(check_compile_flags(compile_flags))
     if extra:
-        key = PassConfigKey.TL_DEVICE_COMPILE_FLAGS.value
-        configs[key] = split_flags(configs.get(key)) + extra
+        configs[_FLAGS_KEY] = split_flags(configs.get(_FLAGS_KEY)) + extra
     return configs
+
+
+def with_program_options(func, configs: dict) -> dict:
+    """The caller's checked configs under the program's own (T.annotate_pass_configs and
+    T.annotate_compile_flags): a config the caller gives wins; the program's flags come
+    first on nvcc's line, the caller's after them."""
+    own = func.attrs.get(FUNC_PASS_CONFIGS) or {}
+    own_flags = list(func.attrs.get(FUNC_COMPILE_FLAGS) or ())
+    if not own and not own_flags:
+        return configs
+    merged = {**check_pass_configs(own), **configs}
+    flags = split_flags(own.get(_FLAGS_KEY)) + own_flags + split_flags(configs.get(_FLAGS_KEY))
+    if flags:
+        merged[_FLAGS_KEY] = flags
+    return merged
 
 
 def checked_reporting(execution_backend=None, target_host=None, verbose=False,

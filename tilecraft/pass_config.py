@@ -236,3 +236,31 @@ def persistent_blocks(configs) -> int | None:
     if value is None or value is False:
         return None
     return 0 if value is True else int(value)
+
+
+# What tilecraft's nvcc command sets for a target (the GPU and what is produced): a compile
+# flag that set them too would build something the runtime does not load.
+_TARGET_FLAGS = ("-arch", "--gpu-architecture", "-gencode", "--generate-code", "-code",
+                 "--gpu-code", "-o", "--output-file", "-cubin", "--cubin", "-ptx", "--ptx",
+                 "-fatbin", "--fatbin", "-c", "--compile", "-E", "--preprocess", "-lib", "--lib")
+
+
+def check_compile_flags(flags) -> tuple:
+    """compile_flags (jit, compile, T.annotate_compile_flags) as a tuple of nvcc arguments: a
+    string or a list of strings, each split at spaces as a shell would."""
+    import shlex
+    if flags is None:
+        return ()
+    items = [flags] if isinstance(flags, str) else flags
+    if not isinstance(items, (list, tuple)) or not all(isinstance(f, str) for f in items):
+        raise TileError(f"compile_flags takes a string of flags or a list of strings, got "
+                        f"{flags!r}")
+    out = []
+    for item in items:
+        for flag in shlex.split(item):
+            if flag.split("=", 1)[0] in _TARGET_FLAGS:
+                raise TileError(f"compile_flags: {flag} sets what tilecraft's nvcc command sets "
+                                "for the target (the GPU and the output kind); choose the GPU "
+                                "with target=")
+            out.append(flag)
+    return tuple(out)

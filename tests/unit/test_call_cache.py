@@ -4,7 +4,6 @@ exactly what the checked path launched, only for arguments that look the same, a
 path still raises for arguments that do not fit. Tensors that say they are on cuda:1 (the
 driver's contexts and torch's streams faked) launch on that device, by either path, and
 tensors on two devices are refused with their names."""
-import sys
 
 import pytest
 
@@ -14,7 +13,7 @@ import tilecraft  # noqa: E402
 import tilecraft.language as T  # noqa: E402
 from tilecraft.backends.cuda.runtime import has_nvcc  # noqa: E402
 
-jit_module = sys.modules["tilecraft.jit"]  # the module (tilecraft.jit is the decorator)
+from tilecraft import kernel as kernel_module  # noqa: E402  (where a call checks its arguments)
 pytestmark = pytest.mark.skipif(not has_nvcc(), reason="nvcc not found")
 
 
@@ -84,8 +83,8 @@ def kernel(monkeypatch):
     monkeypatch.setattr(launcher, "torch_stream", lambda device=None: STREAM + device)
     monkeypatch.setattr(driver, "primary_context", lambda ordinal: CONTEXT + ordinal)
     checks = []
-    real = jit_module.check_tensor
-    monkeypatch.setattr(jit_module, "check_tensor",
+    real = kernel_module.check_tensor
+    monkeypatch.setattr(kernel_module, "check_tensor",
                         lambda *a: (checks.append(a[0].name), real(*a))[1])
     return k, launches, checks
 

@@ -158,8 +158,8 @@ def test_dump_ir_into_the_configured_folder(tmp_path):
     ({"verbose": "yes"}, "verbose takes True or False"),
     ({"compile_flags": 7}, "compile_flags takes a string of flags or a list of strings"),
     ({"debug_root_path": 3}, "debug_root_path takes a folder path"),
-    ({"pass_configs": {PassConfigKey.TL_DISABLE_THREAD_STORAGE_SYNC: True}},
-     "TL_DISABLE_THREAD_STORAGE_SYNC ('tl.disable_thread_storage_sync') = True is not "
+    ({"pass_configs": {PassConfigKey.TL_DISABLE_DYNAMIC_TAIL_SPLIT: True}},
+     "TL_DISABLE_DYNAMIC_TAIL_SPLIT ('tl.disable_dynamic_tail_split') = True is not "
      "supported"),
 ])
 def test_jit_and_compile_refuse_options_they_cannot_honour(options, message):

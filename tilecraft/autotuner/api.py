@@ -18,6 +18,7 @@ import copy
 import dataclasses
 
 from ..errors import TileError, caller_span, raise_clean
+from ..eager import EagerJIT
 from ..jit import JITImpl, JITKernel
 from . import capture, space, tuner
 from .results import AutotuneResult
@@ -29,6 +30,10 @@ class AutoTuneImpl:
     def __init__(self, jit_impl, settings: tuner.Settings, declared_at=None):
         if isinstance(jit_impl, AutoTuneImpl):
             raise TileError("@autotune is applied twice to the same factory", declared_at)
+        if isinstance(jit_impl, EagerJIT):
+            raise TileError(f"@autotune over an eager @tilecraft.jit function "
+                            f"({jit_impl.__name__}) is not supported yet; tune a factory that "
+                            "returns a @T.prim_func", declared_at)
         if not isinstance(jit_impl, JITImpl):
             what = getattr(jit_impl, "__name__", type(jit_impl).__name__)
             raise TileError(f"@autotune must be stacked above @tilecraft.jit(...), which "

@@ -14,12 +14,21 @@ EMITTED = object()
 
 
 class Builder:
-    def __init__(self, parser):
+    def __init__(self, parser, eager=None):
         self.parser = parser
+        self.root = parser  # the parser of the function body (parser is a macro's while inlined)
         self.blocks: list[list] = [[]]
         self.kernel = None  # the KernelFrame being built, if any
         self.loops: list = []  # enclosing loop frames, innermost last
         self.reduce_scope = None  # the reducer T.attr gives T.tvm_thread_allreduce
+        # The trace of an eager @jit body (language/eager_trace.py), None in a @T.prim_func.
+        self.eager = eager
+        self.func_attrs: dict = {}  # what T.annotate_pass_configs / _compile_flags attach
+
+    @property
+    def outside_device_code(self) -> bool:
+        """Outside every T.Kernel (and so every device block): host-side statements."""
+        return self.kernel is None and len(self.blocks) == 1
 
     def emit(self, stmt):
         self.blocks[-1].append(stmt)

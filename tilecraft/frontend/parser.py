@@ -22,6 +22,7 @@ from ..errors import Span, TileError, span_scope
 from ..ir import expr as ex
 from ..ir.buffer import Buffer, LOCAL_VAR
 from ..ir.expr import BufferLoad, Expr
+from ..ir.linear import decide
 from ..ir.stmt import Allocate, BufferStore, Evaluate, IfThenElse, Kernel, stmts_of
 
 _SOURCES: dict = {}
@@ -119,8 +120,25 @@ class Parser(ExpressionEvaluator):
 
     def stmt_AnnAssign(self, node):
         if node.value is None:
-            raise TileError("a declaration without a value is not supported", self.span(node))
+            self.declare(node)
+            return
         self.assign(node.target, self.expr(node.value), node)
+
+    def declare(self, node):
+        """`A: T.Tensor[shape, dtype]`: a tensor argument's declaration in the body of an eager
+        @tilecraft.jit function (the trace makes the buffer and binds the sizes in it)."""
+        span = self.span(node)
+        b = bld.maybe_active()
+        if b is None or b.eager is None:
+            raise TileError("a declaration without a value (`A: T.Tensor[shape, dtype]`) "
+                            "declares a tensor argument in the body of an eager "
+                            "@tilecraft.jit function; a @T.prim_func annotates its parameters",
+                            span)
+        name = ast.unparse(node.target)   # the trace refuses what names no tensor argument
+        if self is not b.root or not b.outside_device_code:
+            raise TileError(f"the declaration of {name} belongs in the function's own body, "
+                            "before the T.Kernel blocks that use it", span)
+        self.scope.bind(name, b.eager.declare(name, self.expr(node.annotation), span))
 
     def stmt_AugAssign(self, node):
         op = _BINOPS[type(node.op)]
@@ -314,13 +332,20 @@ class Parser(ExpressionEvaluator):
     def stmt_Assert(self, node):
         cond = self.expr(node.test)
         if isinstance(cond, Expr):
-            raise TileError("assert needs a compile-time condition; device values cannot be "
-                            "asserted", self.span(node))
+            cond = decide(cond)   # sizes compared with themselves (N == N) are known
+            if cond is None:
+                raise TileError("assert needs a compile-time condition; device values cannot "
+                                "be asserted", self.span(node))
         if not cond:
             msg = self.expr(node.msg) if node.msg is not None else "assertion failed"
             raise TileError(str(msg), self.span(node))
 
     def stmt_Return(self, node):
+        b = bld.maybe_active()
+        if b is not None and b.eager is not None and self is b.root and \
+                not b.outside_device_code:
+            raise TileError("the `return` of an eager @tilecraft.jit function comes after its "
+                            "T.Kernel blocks, in the function's own body", self.span(node))
         raise _Return(self.expr(node.value) if node.value is not None else None,
                       self.span(node))
 
@@ -334,24 +359,31 @@ class Parser(ExpressionEvaluator):
     def stmt_Continue(self, node):
         raise TileError("`continue` is not supported in a prim_func", self.span(node))
 
-def parse_prim_func(func, param_values: dict):
-    """Evaluate func's body with its parameters bound; returns the body statement."""
+def parse_prim_func(func, param_values: dict, eager=None):
+    """Evaluate func's body with its parameters bound; returns the body statement and the
+    builder (its func_attrs, and the eager trace when the body is an eager @jit function's)."""
     parser = Parser(func)
     parser.scope.env.update(param_values)
-    builder = bld.Builder(parser)
+    builder = bld.Builder(parser, eager)
+    if eager is not None:
+        eager.enter(parser.scope)
     with bld.activate(builder):
         try:
             parser.body(parser.source.func_node.body)
         except _Return as r:
-            raise TileError("a prim_func returns nothing; write results into its parameters",
-                            r.span) from None
+            if eager is None:
+                raise TileError("a prim_func returns nothing; write results into its "
+                                "parameters", r.span) from None
+            eager.returned(r.value, r.span)
+        if eager is not None:
+            eager.finish()
     body = builder.close_block(parser.source.span(parser.source.func_node))
     for s in stmts_of(body):
         if not isinstance(s, (Kernel, Allocate)):
             raise TileError("device code must be inside a `with T.Kernel(...)` block",
                             getattr(s, "span", None))
     check_access_bounds(body)
-    return parser, body
+    return body, builder
 
 
 def inline_macro(func, args, kwargs, source_cache: dict):

@@ -27,12 +27,19 @@ __all__ = ["PERSISTENT_TILES", "FRAGMENT_LOOP", "ROTATED", "WARPGROUP_FRAGMENTS"
            "WARPGROUP_THREAD", "USE_SWIZZLE", "TENSOR_MAPS", "NUM_STAGES", "PIPELINE_ORDER",
            "PIPELINE_STAGE", "SOFTWARE_PIPELINED", "WARP_SPECIALIZED", "INSTRUCTION",
            "TMA_UNFIT", "ASYNC_COPY", "SCHEDULED", "TMA_BARRIER", "TMA_MULTICAST", "TILE_RANK",
-           "BLOCK_BARRIER", "WARPGROUP_INDEX", "sync_stmt", "is_sync", "is_warpgroup_branch"]
+           "BLOCK_BARRIER", "WARPGROUP_INDEX", "FUNC_PASS_CONFIGS", "FUNC_COMPILE_FLAGS",
+           "sync_stmt", "is_sync", "is_warpgroup_branch"]
 
 FRAGMENT_LOOP = "mma_fragments"
 ROTATED = "wgmma_rotated"
 WARPGROUP_FRAGMENTS = "warpgroup_fragments"
 EPILOGUE_STAGING = "epilogue_staging"
+
+# The program's own compile options (function attrs), written by the frontend
+# (T.annotate_pass_configs / T.annotate_compile_flags) and merged by jit with those it is given:
+# {key: value} of pass configs, and a tuple of nvcc flags.
+FUNC_PASS_CONFIGS = "pass_configs"
+FUNC_COMPILE_FLAGS = "compile_flags"
 
 # Kernel and function attributes, in the order the pipeline writes them.
 # infer_layouts: {buffer: Layout} of the kernel, for planning, barriers and lowering.

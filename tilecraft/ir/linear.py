@@ -6,7 +6,7 @@ structurally.
 """
 from __future__ import annotations
 
-from .expr import Binary, Cast, Const, Expr, Unary, Var, const, convert
+from .expr import COMPARE_OPS, Binary, Cast, Const, Expr, Unary, Var, const, convert
 
 
 def structural_key(e) -> tuple:
@@ -105,3 +105,16 @@ def equal(a, b) -> bool:
     """Provably equal integer expressions (linear forms match)."""
     d = simplify(convert(a) - convert(b))
     return isinstance(d, Const) and d.value == 0
+
+
+def decide(cond) -> bool | None:
+    """The truth of an integer comparison whose sides differ by a constant (`N == N`,
+    `M + 1 > M`), else None: it depends on values known only at launch."""
+    if not (isinstance(cond, Binary) and cond.op in COMPARE_OPS and cond.a.dtype.is_int and
+            cond.b.dtype.is_int):
+        return None
+    d = constant_value(cond.a - cond.b)
+    if d is None:
+        return None
+    return {"<": d < 0, "<=": d <= 0, ">": d > 0, ">=": d >= 0, "==": d == 0,
+            "!=": d != 0}[cond.op]

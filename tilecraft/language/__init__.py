@@ -25,6 +25,7 @@ from .im2col import c2d_im2col, im2col
 from .views import reshape, view
 from .allreduce import attr, comm_reducer, tvm_thread_allreduce
 from .unsupported import not_supported_yet as __getattr__  # TileLang's other names: TileError
+from .eager import const, empty, annotate_pass_configs, annotate_compile_flags
 
 _d = _DType._interned
 bool = _d["bool"]  # noqa: A001

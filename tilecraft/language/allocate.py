@@ -42,8 +42,9 @@ def _dtype(what: str, d):
     return d
 
 
-def _alloc(what: str, shape, dtype, scope: str, allow_symbolic=False) -> Buffer:
-    b = bld.active(what)
+def _alloc(what: str, shape, dtype, scope: str, allow_symbolic=False,
+           need_kernel=True) -> Buffer:
+    b = bld.active(what, need_kernel=need_kernel)
     if b.in_parallel:
         raise TileError(f"{what} cannot be used inside T.Parallel", current_span())
     if is_shared(scope) and any(f.kind == "pipelined" for f in b.loops):
@@ -76,8 +77,11 @@ def alloc_local(shape, dtype, scope=LOCAL):
 
 
 def alloc_global(shape, dtype, scope=GLOBAL):
-    """A global-memory workspace allocated for the launch."""
-    return _alloc("T.alloc_global", shape, dtype, GLOBAL, allow_symbolic=True)
+    """A global-memory workspace, made (uninitialized) for each call of the program and seen by
+    every launch of it: inside a T.Kernel or before the first one, at the prim_func's top
+    level, where several launches visibly share it."""
+    return _alloc("T.alloc_global", shape, dtype, GLOBAL, allow_symbolic=True,
+                  need_kernel=False)
 
 
 def alloc_var(dtype, init=None, scope=LOCAL_VAR):

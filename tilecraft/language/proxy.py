@@ -119,8 +119,9 @@ def build_prim_func(func) -> PrimFunc:
         value = _param_value(a.arg, annotation, span)
         params.append(value)
         values[a.arg] = value
-    _, body = parse_prim_func(func, values)
-    return PrimFunc(func.__name__, tuple(params), body, source.span(node))
+    body, builder = parse_prim_func(func, values)
+    return PrimFunc(func.__name__, tuple(params), body, source.span(node),
+                    dict(builder.func_attrs))
 
 
 def _check_options(what: str, options: dict, accepted: dict):

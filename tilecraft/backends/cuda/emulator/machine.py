@@ -19,6 +19,7 @@ import numpy as np
 from ....errors import TileError
 from ....interp.machine import poison
 from ....interp.values import Evaluator, to_dtype
+from ....ir.buffer import GLOBAL
 from ....ir.expr import Call, Expr
 from ....ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, Evaluate, For, IfThenElse,
                        Kernel, SeqStmt)
@@ -373,6 +374,8 @@ class Emulator:
             self.globals.setdefault(id(w), poison(shape, w.dtype))
         body = self.func.body
         for s in (body.stmts if isinstance(body, SeqStmt) else (body,)):
+            if isinstance(s, Allocate) and s.buffer.scope == GLOBAL:
+                continue   # a workspace of the whole program, made above
             if not isinstance(s, Kernel):
                 raise TileError(f"the emulator runs kernel launches only, not "
                                 f"{type(s).__name__} outside a kernel", s.span)
