@@ -35,6 +35,7 @@ from .transforms.overlap_wgmma import overlap_wgmma
 from ...passes.plan_shared_memory import plan_shared_memory
 from .transforms.pingpong_warpgroups import pingpong_warpgroups
 from .transforms.rotate_mma_loop import rotate_mma_loop
+from .transforms.prefetch_loop_scalars import prefetch_loop_scalars
 from .transforms.rotate_wgmma_loop import rotate_wgmma_loop
 from .transforms.seesaw_warpgroups import seesaw_warpgroups
 from .schedule.stage_epilogue import stage_epilogue
@@ -84,6 +85,7 @@ def sm80(target="sm_80", configs: dict | None = None, smem_limit: int | None = N
     """The mma.sync path (Ampere and later)."""
     return _tile_prefix(target, configs, smem_limit, hopper=False) + [
         ("rotate_mma_loop", lambda f: rotate_mma_loop(f, configs)),
+        ("prefetch_loop_scalars", prefetch_loop_scalars),
         ("finalize_barriers", finalize_barriers)]
 
 
@@ -95,6 +97,7 @@ def sm90a(target="sm_90a", configs: dict | None = None, smem_limit: int | None =
         ("rotate_wgmma_loop", lambda f: rotate_wgmma_loop(f, configs)),
         ("pingpong_warpgroups", lambda f: pingpong_warpgroups(f, configs)),
         ("rotate_mma_loop", lambda f: rotate_mma_loop(f, configs)),
+        ("prefetch_loop_scalars", prefetch_loop_scalars),
         ("finalize_barriers", finalize_barriers)]
 
 
