@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from ..errors import TileError, warn_at
-from ..ir.buffer import FRAGMENT, Buffer, is_shared
+from ..ir.buffer import FRAGMENT, LOCAL, Buffer, is_shared
 from ..ir.expr import BufferLoad
 from ..ir.stmt import BufferStore, For, Kernel
 from ..ir.visitor import walk
@@ -158,6 +158,13 @@ class _Inference:
             self.choose_free(component)
         for op in self.ops:
             if isinstance(op, For) and id(op) not in self.map.loops:
+                if _writes_thread_local(op):
+                    # A T.alloc_local is one copy per thread: every thread must fill all of
+                    # its copy, as T.copy and T.fill into one do (tileops/per_thread.py). Its
+                    # stores to shared or global memory stay with the first replica.
+                    self.map.loops[id(op)] = lay.fully_replicated(nest_extents(op),
+                                                                  self.op_threads(op))
+                    continue
                 self.map.loops[id(op)] = lay.make_partition(nest_extents(op), self.op_threads(op),
                                                             store_run(op))
         for b in self.shared:
@@ -436,6 +443,11 @@ class _Inference:
             if derived is not None:
                 changed |= m.set(b, derived, loop)
         return changed
+
+
+def _writes_thread_local(loop: For) -> bool:
+    """Whether a T.Parallel nest stores into a per-thread array (T.alloc_local)."""
+    return any(isinstance(n, BufferStore) and n.buffer.scope == LOCAL for n in walk(loop))
 
 
 def _fragments_tied(op) -> list:
