@@ -283,3 +283,37 @@ def test_pipelined_kernels_compile(name, tmp_path, monkeypatch):
     kernel = tilecraft.compile(func, target="sm_80")
     source = kernel.get_kernel_source()
     assert "cp_async_wait" in source and "cp_async_commit" in source
+
+
+# --- a body the pipeline cannot run ahead ----------------------------------------------------
+def masked_sum(guarded: bool):
+    @T.prim_func
+    def main(A: T.Tensor((256, 32), "float32"), Keep: T.Tensor((8,), "bool"),
+             B: T.Tensor((32, 32), "float32")):
+        with T.Kernel(1, threads=64):
+            tile = T.alloc_shared((32, 32), "float32")
+            acc = T.alloc_fragment((32, 32), "float32")
+            T.clear(acc)
+            for k in T.Pipelined(8, num_stages=2):
+                if guarded:
+                    if Keep[k]:
+                        T.copy(A[k * 32, 0], tile)
+                        for i, j in T.Parallel(32, 32):
+                            acc[i, j] += tile[i, j]
+                else:
+                    T.copy(A[k * 32, 0], tile)
+                    for i, j in T.Parallel(32, 32):
+                        acc[i, j] += tile[i, j]
+            T.copy(acc, B)
+
+    return main
+
+
+def test_a_body_under_one_if_is_said_to_run_unpipelined():
+    with pytest.warns(UserWarning, match=r"T.Pipelined loop \(num_stages=2\) runs without "
+                                         r"pipelining: its whole body is under one `if`"):
+        infer_pipeline(masked_sum(True))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert schedule(masked_sum(False))[1][0] == 0   # the copy runs ahead, no warning

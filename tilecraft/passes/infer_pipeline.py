@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..errors import TileError
+from ..errors import TileError, warn_at
 from ..ir.buffer import GLOBAL, LOCAL, LOCAL_VAR, is_shared
 from ..ir.expr import BufferLoad
 from ..ir.stmt import BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt, seq, stmts_of
@@ -248,6 +248,8 @@ def _schedule(loop: For) -> For:
     if given_stage is None:
         _infer(infos, num)
         stage = [q.stage for q in infos]
+        if all(x == num - 1 for x in stage):
+            _warn_unpipelined(loop, body, num)
         order = list(given_order) if given_order is not None else [q.order for q in infos]
     else:
         stage = list(given_stage)
@@ -256,6 +258,20 @@ def _schedule(loop: For) -> For:
         _validate(loop, infos, order, stage)
     return dataclasses.replace(loop, annotations={**loop.annotations, PIPELINE_ORDER: order,
                                                   PIPELINE_STAGE: stage})
+
+
+def _warn_unpipelined(loop: For, body: list, num: int):
+    """A loop asked for num_stages >= 2 whose whole body is one `if` over copies runs as a plain
+    loop (a copy under a condition cannot be issued ahead yet): said at the loop rather than
+    left for the user to find in the timings."""
+    if len(body) != 1 or not isinstance(body[0], IfThenElse) or \
+            not any(is_async_copy(n) for n in walk(body[0])):
+        return
+    warn_at(loop.span, f"tilecraft: this T.Pipelined loop (num_stages={num}) runs without "
+                       "pipelining: its whole body is under one `if`, and a copy under a "
+                       "condition cannot be issued ahead yet; where the condition selects "
+                       "tiles, loop over the list of the kept tiles instead (a T.Pipelined "
+                       "loop over their count that reads their indices)")
 
 
 def _visit(s):
