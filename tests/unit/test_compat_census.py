@@ -203,3 +203,38 @@ def test_census_of_two_small_examples(tmp_path):
     assert "| `T.no_such_tile_op` | missing-name | 1 | 1 | 2 | 1 |" in summary
     assert "| `tilelang.no_such_module` | missing-name | 1 | 1 | 1 | 1 |" in summary
     assert "| ok (built for interp) | 1 | |" in summary
+
+
+# An eager @tilelang.jit function: its body is the kernel, built at the call.
+EAGER = textwrap.dedent('''
+    import numpy as np
+    import tilelang
+    import tilelang.language as T
+
+
+    @tilelang.jit
+    def doubled(X):
+        N = T.const("N")
+        X: T.Tensor[[N], T.float32]
+        Y = T.empty((N,), T.float32)
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(N):
+                Y[i] = X[i] * 2.0
+        return Y
+
+
+    if __name__ == "__main__":
+        assert doubled(np.ones(16, dtype=np.float32)).shape == (16,)
+''')
+
+
+def test_an_eager_kernel_is_counted_once_under_its_function(tmp_path):
+    examples, out = tmp_path / "examples", tmp_path / "out"
+    (examples / "demo").mkdir(parents=True)
+    (examples / "demo" / "eager.py").write_text(EAGER)
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "compat_census.py"),
+                           str(examples), str(out), "--target", "interp", "--jobs", "1",
+                           "--timeout", "120"], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    kernels = json.loads((out / "census.json").read_text())["kernels"]
+    assert [(k["name"], k["eager"], k["status"]) for k in kernels] == [("doubled", True, "ok")]

@@ -112,7 +112,29 @@ def install(recorder: Recorder, scans) -> None:
             raise
 
     jit_module.JITImpl.__call__ = specialize
+    _eager_kernels_by_function(recorder)
     _first_config_only()
+
+
+def _eager_kernels_by_function(recorder: Recorder):
+    """An eager @jit function's kernels are recorded under the function's own key (its first
+    line, decorators included, as the scan keys it), not the line its built PrimFunc names."""
+    from tilecraft import eager
+    program = eager.EagerJIT._program
+
+    def traced(self, args, kwargs, call):
+        key = recorder.key_of_function(self.func)
+        try:
+            done = program(self, args, kwargs, call)
+        except BaseException as e:
+            if not isinstance(e, StopEntry) and not _recorded(e):
+                recorder.kernel(key, "parse", False, classify(e, "kernel"), e)
+            raise
+        recorder.keys[id(done[1])] = key
+        recorder.alive.append(done[1])
+        return done
+
+    eager.EagerJIT._program = traced
 
 
 def _first_config_only():
