@@ -25,7 +25,8 @@ import dataclasses
 
 from ....ir.annotations import SOFTWARE_PIPELINED, WARP_SPECIALIZED
 from ....ir.buffer import GLOBAL, LOCAL, Buffer
-from ....ir.expr import Binary, BufferLoad, Call, Cast, Const, Select, Unary, Var, binary, const
+from ....ir.expr import (Binary, BufferLoad, Call, Cast, Const, Select, Unary, Var, binary, compare,
+                         const)
 from ....ir.linear import constant_value, structural_key
 from ....ir.stmt import (Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt,
                          seq)
@@ -162,7 +163,7 @@ class _Loops(Mutator):
             ahead.append((nxt, cur, e))
             table[key] = BufferLoad(cur, (const(0),))
             before += [Allocate(nxt, s.span), Allocate(cur, s.span),
-                       IfThenElse(binary("<", first, last),
+                       IfThenElse(compare("<", first, last),
                                   BufferStore(nxt, (const(0),), substitute(e, {id(n): first}),
                                               s.span), None, s.span)]
         for nxt, cur, e in ahead:
@@ -171,7 +172,7 @@ class _Loops(Mutator):
         loads = [BufferStore(nxt, (const(0),), substitute(e, {id(n): following}), s.span)
                  for nxt, _, e in ahead]
         if loads:
-            top.append(IfThenElse(binary("<", following, last), seq(loads, s.span), None,
+            top.append(IfThenElse(compare("<", following, last), seq(loads, s.span), None,
                                   s.span))
         body = _Replace(table).visit(s.body) if table else s.body
         loop = dataclasses.replace(s, extent=extent, body=seq(top + [body], s.span))
