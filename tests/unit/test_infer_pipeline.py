@@ -285,35 +285,71 @@ def test_pipelined_kernels_compile(name, tmp_path, monkeypatch):
     assert "cp_async_wait" in source and "cp_async_commit" in source
 
 
-# --- a body the pipeline cannot run ahead ----------------------------------------------------
-def masked_sum(guarded: bool):
+# --- a body under one `if` ----------------------------------------------------------------
+def masked_sum(guard="mask", stages=2, tiles=8, rows=32):
+    """B = the sum of the row tiles of A that Keep keeps. guard: "mask" (if Keep[k]: copy and
+    add), "none" (no if), "else" (an else branch: not run ahead)."""
+
     @T.prim_func
-    def main(A: T.Tensor((256, 32), "float32"), Keep: T.Tensor((8,), "bool"),
-             B: T.Tensor((32, 32), "float32")):
+    def main(A: T.Tensor((tiles * rows, 32), "float32"), Keep: T.Tensor((tiles,), "bool"),
+             B: T.Tensor((rows, 32), "float32")):
         with T.Kernel(1, threads=64):
-            tile = T.alloc_shared((32, 32), "float32")
-            acc = T.alloc_fragment((32, 32), "float32")
+            tile = T.alloc_shared((rows, 32), "float32")
+            acc = T.alloc_fragment((rows, 32), "float32")
             T.clear(acc)
-            for k in T.Pipelined(8, num_stages=2):
-                if guarded:
+            for k in T.Pipelined(tiles, num_stages=stages):
+                if guard == "none":
+                    T.copy(A[k * rows, 0], tile)
+                    for i, j in T.Parallel(rows, 32):
+                        acc[i, j] += tile[i, j]
+                elif guard == "mask":
                     if Keep[k]:
-                        T.copy(A[k * 32, 0], tile)
-                        for i, j in T.Parallel(32, 32):
+                        T.copy(A[k * rows, 0], tile)
+                        for i, j in T.Parallel(rows, 32):
                             acc[i, j] += tile[i, j]
                 else:
-                    T.copy(A[k * 32, 0], tile)
-                    for i, j in T.Parallel(32, 32):
-                        acc[i, j] += tile[i, j]
+                    if Keep[k]:
+                        T.copy(A[k * rows, 0], tile)
+                        for i, j in T.Parallel(rows, 32):
+                            acc[i, j] += tile[i, j]
+                    else:
+                        for i, j in T.Parallel(rows, 32):
+                            acc[i, j] -= 1.0
             T.copy(acc, B)
 
     return main
 
 
-def test_a_body_under_one_if_is_said_to_run_unpipelined():
-    with pytest.warns(UserWarning, match=r"T.Pipelined loop \(num_stages=2\) runs without "
-                                         r"pipelining: its whole body is under one `if`"):
-        infer_pipeline(masked_sum(True))
+def test_a_body_under_one_if_runs_its_copies_ahead_under_the_condition():
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert schedule(masked_sum(False))[1][0] == 0   # the copy runs ahead, no warning
+        (loop,) = pipelined_loops(infer_pipeline(masked_sum("mask")))
+    assert loop.annotations["pipeline_stage"][0] == 0        # the copy runs ahead
+    assert "Keep" in str(loop.annotations["pipeline_guard"])
+    (plain,) = pipelined_loops(infer_pipeline(masked_sum("none")))
+    assert "pipeline_guard" not in plain.annotations
+
+
+def test_an_if_with_an_else_is_said_to_run_unpipelined():
+    with pytest.warns(UserWarning, match=r"T.Pipelined loop \(num_stages=2\) runs without "
+                                         r"pipelining: its whole body is under one `if`"):
+        infer_pipeline(masked_sum("else"))
+
+
+@pytest.mark.parametrize("target", ["emulator:sm_80", "emulator:sm_90a"])
+@pytest.mark.parametrize("stages, tiles, rows, seed", [(2, 8, 32, 0), (3, 7, 16, 1),
+                                                       (2, 5, 32, 2)])
+def test_a_guarded_pipeline_sums_only_the_kept_tiles(target, stages, tiles, rows, seed):
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((tiles * rows, 32)).astype(np.float32)
+    keep = rng.random(tiles) < 0.5
+    keep[seed % tiles] = True
+    keep[(seed + 1) % tiles] = False
+    want = sum((a[t * rows:(t + 1) * rows] for t in range(tiles) if keep[t]),
+               np.zeros((rows, 32), np.float32))
+    kernel = tilecraft.compile(masked_sum("mask", stages, tiles, rows), out_idx=[-1],
+                               target=target)
+    np.testing.assert_allclose(kernel(a, keep), want, rtol=1e-5, atol=1e-5)
+    assert "cp_async" in kernel.get_kernel_source()

@@ -25,7 +25,7 @@ __all__ = ["PERSISTENT_TILES", "FRAGMENT_LOOP", "ROTATED", "WARPGROUP_FRAGMENTS"
            "EPILOGUE_STAGING", "LAYOUTS", "SMEM_OFFSETS", "SMEM_BYTES", "SMEM_ARENA",
            "PRODUCER_THREADS", "TMA_TILES", "CLUSTER_DIMS", "PERSISTENT_BLOCKS",
            "WARPGROUP_THREAD", "USE_SWIZZLE", "TENSOR_MAPS", "NUM_STAGES", "PIPELINE_ORDER",
-           "PIPELINE_STAGE", "SOFTWARE_PIPELINED", "WARP_SPECIALIZED", "INSTRUCTION",
+           "PIPELINE_STAGE", "PIPELINE_GUARD", "SOFTWARE_PIPELINED", "WARP_SPECIALIZED", "INSTRUCTION",
            "TMA_UNFIT", "ASYNC_COPY", "SCHEDULED", "TMA_BARRIER", "TMA_MULTICAST", "TILE_RANK",
            "BLOCK_BARRIER", "WARPGROUP_INDEX", "FUNC_PASS_CONFIGS", "FUNC_COMPILE_FLAGS",
            "sync_stmt", "is_sync", "is_warpgroup_branch"]
@@ -71,6 +71,9 @@ NUM_STAGES = "num_stages"
 # infer_pipeline: the issue order and the stage of each statement of a pipelined body.
 PIPELINE_ORDER = "pipeline_order"
 PIPELINE_STAGE = "pipeline_stage"
+# infer_pipeline: a body that was one `if` over its statements, valued with the condition; the
+# body is then those statements, each stage of an iteration running only where it holds.
+PIPELINE_GUARD = "pipeline_guard"
 # pipeline_loops: the steady-state loop of a cp.async pipeline, valued with its depth.
 SOFTWARE_PIPELINED = "pipelined"
 # warp_specialize: a consumer loop fed by the producer's mbarrier ring, valued with its depth.

@@ -35,6 +35,13 @@ dependent statements that both run ahead, or both in the last stage, keep their 
 order), and rejected with a
 TileError at the statement otherwise.
 
+A body that is one `if` without an else over the copies and the rest (a block-sparse loop
+visiting only the tiles a mask keeps) is scheduled as the statements under it, when its
+condition reads nothing but scalars and global tensors the body does not write: the condition
+is then recorded as pipeline_guard and the body becomes those statements, each stage of an
+iteration running only where the condition holds for that iteration (pipeline_loops), so the
+copies of a kept tile are issued ahead and a skipped tile costs no load.
+
 The result is recorded on the loop as the annotations pipeline_order (position of each body
 statement in the issue order) and pipeline_stage, which the IR dump prints.
 """
@@ -49,7 +56,7 @@ from ..ir.stmt import BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt, s
 from ..ir.tileop import Copy, Fill, TileOp
 from ..ir.visitor import walk
 from .parallel_nests import gather_targets
-from ..ir.annotations import NUM_STAGES, PIPELINE_ORDER, PIPELINE_STAGE
+from ..ir.annotations import NUM_STAGES, PIPELINE_GUARD, PIPELINE_ORDER, PIPELINE_STAGE
 
 
 @dataclasses.dataclass(eq=False)
@@ -239,7 +246,36 @@ def _validate(loop: For, infos: list, order: list, stage: list):
                         notes=((f"{name} is used here first", i.stmt.span),))
 
 
+def _guarded_body(loop: For):
+    """(condition, statements) when the loop's body is one `if` without an else over copies,
+    whose condition the pipeline may evaluate for a later iteration ahead of time: it reads
+    nothing but scalars and global tensors the body does not write. Else None."""
+    body = list(stmts_of(loop.body))
+    if len(body) != 1 or not isinstance(body[0], IfThenElse) or body[0].else_body is not None:
+        return None
+    branch = body[0]
+    if not any(is_async_copy(n) for n in walk(branch.then_body)):
+        return None
+    written = {id(n.buffer) for n in walk(branch.then_body) if isinstance(n, BufferStore)}
+    for n in walk(branch.then_body):
+        if isinstance(n, TileOp):
+            written.update(id(b) for b in n.writes())
+    for n in walk(branch.cond):
+        if isinstance(n, BufferLoad) and (n.buffer.scope != GLOBAL or id(n.buffer) in written):
+            return None
+    return branch.cond, list(stmts_of(branch.then_body))
+
+
 def _schedule(loop: For) -> For:
+    guarded = _guarded_body(loop)
+    if guarded is not None:
+        # Scheduled as the statements under the `if`; pipeline_loops runs each stage of
+        # iteration i under the condition for i (loads of a skipped tile are not issued).
+        scheduled = _schedule(dataclasses.replace(loop, body=seq(guarded[1], loop.body.span)))
+        if any(x < max(scheduled.annotations[PIPELINE_STAGE])
+               for x in scheduled.annotations[PIPELINE_STAGE]):
+            return dataclasses.replace(scheduled, annotations={**scheduled.annotations,
+                                                               PIPELINE_GUARD: guarded[0]})
     body = list(stmts_of(loop.body))
     infos = [_summarize(i, s) for i, s in enumerate(body)]
     num = loop.annotations[NUM_STAGES]
@@ -261,17 +297,17 @@ def _schedule(loop: For) -> For:
 
 
 def _warn_unpipelined(loop: For, body: list, num: int):
-    """A loop asked for num_stages >= 2 whose whole body is one `if` over copies runs as a plain
-    loop (a copy under a condition cannot be issued ahead yet): said at the loop rather than
-    left for the user to find in the timings."""
+    """A loop asked for num_stages >= 2 whose whole body is one `if` over copies that cannot be
+    run ahead (see _guarded_body) runs as a plain loop: said at the loop rather than left for
+    the user to find in the timings."""
     if len(body) != 1 or not isinstance(body[0], IfThenElse) or \
             not any(is_async_copy(n) for n in walk(body[0])):
         return
     warn_at(loop.span, f"tilecraft: this T.Pipelined loop (num_stages={num}) runs without "
-                       "pipelining: its whole body is under one `if`, and a copy under a "
-                       "condition cannot be issued ahead yet; where the condition selects "
-                       "tiles, loop over the list of the kept tiles instead (a T.Pipelined "
-                       "loop over their count that reads their indices)")
+                       "pipelining: its whole body is under one `if`, and copies under a "
+                       "condition are issued ahead only when the `if` has no else and its "
+                       "condition reads nothing but scalars and global tensors the loop does "
+                       "not write")
 
 
 def _visit(s):

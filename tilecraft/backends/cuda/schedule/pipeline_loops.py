@@ -39,7 +39,8 @@ from ....ir.tileop import Copy, CumSum, Gemm
 from ....passes.infer_pipeline import is_async_copy
 from ....passes.parallel_nests import gather_targets
 from ....ir.visitor import Mutator, map_kernels, substitute, walk
-from ....ir.annotations import (ASYNC_COPY, NUM_STAGES, PIPELINE_ORDER, PIPELINE_STAGE, SCHEDULED,
+from ....ir.annotations import (ASYNC_COPY, NUM_STAGES, PIPELINE_GUARD, PIPELINE_ORDER,
+                                PIPELINE_STAGE, SCHEDULED,
                                 SOFTWARE_PIPELINED, TILE_RANK, sync_stmt)
 from ..intrinsics import CP_ASYNC_COMMIT, CP_ASYNC_WAIT, CP_ASYNC_WAIT_ALL
 
@@ -126,8 +127,11 @@ class _Pipeliner:
         num = loop.annotations[NUM_STAGES]
         last = max(stages)
         ahead = {i for i, st in enumerate(stages) if st < last}
+        guard = loop.annotations.get(PIPELINE_GUARD)
         if not ahead:
-            return dataclasses.replace(loop, kind="serial")
+            if guard is not None:
+                body = [IfThenElse(guard, seq(body, loop.span), None, loop.span)]
+            return dataclasses.replace(loop, kind="serial", body=seq(body, loop.span))
         depth = max(num, last + 1)
         # the shared tiles each copy or gather run ahead fills
         fills = {i: (body[i].dst.buffer,) if isinstance(body[i], Copy) else
@@ -162,12 +166,19 @@ class _Pipeliner:
                 out.append(moved)
             return out
 
+        def kept(iteration, stmts: list) -> list:
+            """stmts of `iteration`, run only where the loop's guard holds for it."""
+            if guard is None or not stmts:
+                return stmts
+            return [IfThenElse(substitute(guard, {id(k): iteration}), seq(stmts, span), None,
+                               span)]
+
         early = [i for i in issue if i in ahead]
         prologue = []
         for s in range(depth - 1):
             it = start + s
-            prologue.append(IfThenElse(convert(s) < n, seq(produce(early, it, False)), None,
-                                       span))
+            prologue.append(IfThenElse(convert(s) < n, seq(kept(it, produce(early, it, False))),
+                                       None, span))
             prologue.append(call_stmt(CP_ASYNC_COMMIT.name, span=span))
         future = k + (depth - 1)
         # Iteration k's group is done once at most depth - 2 younger ones are in flight; the
@@ -183,13 +194,14 @@ class _Pipeliner:
         # the copies overlap the element-wise work that follows (faster on the H100's sm80
         # path, causal and not: bench/mha_fwd.md). The recorded issue
         # order still orders them among themselves and the last stage among itself.
-        issued = [IfThenElse(future < start + n, seq(produce(early, future, True)), None, span),
+        issued = [IfThenElse(future < start + n, seq(kept(future, produce(early, future, True))),
+                             None, span),
                   call_stmt(CP_ASYNC_COMMIT.name, span=span)]
         last_stage = [Versioned(self.versions, version).visit(body[i]) for i in issue
                       if i not in ahead]
         gemms = [j for j, s in enumerate(last_stage) if isinstance(s, Gemm)]
         at = gemms[0] + 1 if len(gemms) >= 2 else 0
-        step += last_stage[:at] + issued + last_stage[at:]
+        step += kept(k, last_stage[:at]) + issued + kept(k, last_stage[at:])
         new_loop = dataclasses.replace(loop, kind="serial", body=seq(step),
                                        annotations={SOFTWARE_PIPELINED: depth,
                                                     NUM_STAGES: num})

@@ -76,7 +76,8 @@ from ..tileops.tma import tma_plan
 from ....target import arch_of
 from .persistence import persistent_for, producer_preload_for
 from .pipeline_loops import Reallocate, Versioned, check_unversioned, schedule_of
-from ....ir.annotations import (CLUSTER_DIMS, NUM_STAGES, PERSISTENT_BLOCKS, PIPELINE_ORDER,
+from ....ir.annotations import (CLUSTER_DIMS, NUM_STAGES, PERSISTENT_BLOCKS, PIPELINE_GUARD,
+                                PIPELINE_ORDER,
                                 PRODUCER_THREADS, SCHEDULED, TILE_RANK, TMA_BARRIER, TMA_MULTICAST,
                                 TMA_TILES, WARP_SPECIALIZED)
 from ..intrinsics import (BARRIER_ALL, CLUSTER_SYNC, FENCE_BARRIER_INIT, IS_BLOCK_LEADER,
@@ -98,6 +99,10 @@ def _plan_loop(loop: For) -> dict | None:
     can do (the loop qualifies for warp specialization), else None."""
     if loop.kind != "pipelined" or loop.annotations.get(NUM_STAGES, 0) < 2 or \
             PIPELINE_ORDER not in loop.annotations:
+        return None
+    if PIPELINE_GUARD in loop.annotations:
+        # Tiles the guard skips: the producer's ring would have to pass them too; such a loop
+        # keeps the cp.async pipeline, where a skipped tile's copy group is simply empty.
         return None
     body = list(stmts_of(loop.body))
     _, stages = schedule_of(loop)
