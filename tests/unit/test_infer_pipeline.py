@@ -286,7 +286,7 @@ def test_pipelined_kernels_compile(name, tmp_path, monkeypatch):
 
 
 # --- a body under one `if` ----------------------------------------------------------------
-def masked_sum(guard="mask", stages=2, tiles=8, rows=32):
+def masked_sum(guard="mask", stages=2, tiles=8, rows=32, **schedule):
     """B = the sum of the row tiles of A that Keep keeps. guard: "mask" (if Keep[k]: copy and
     add), "none" (no if), "else" (an else branch: not run ahead)."""
 
@@ -297,7 +297,7 @@ def masked_sum(guard="mask", stages=2, tiles=8, rows=32):
             tile = T.alloc_shared((rows, 32), "float32")
             acc = T.alloc_fragment((rows, 32), "float32")
             T.clear(acc)
-            for k in T.Pipelined(tiles, num_stages=stages):
+            for k in T.Pipelined(tiles, num_stages=stages, **schedule):
                 if guard == "none":
                     T.copy(A[k * rows, 0], tile)
                     for i, j in T.Parallel(rows, 32):
@@ -353,3 +353,10 @@ def test_a_guarded_pipeline_sums_only_the_kept_tiles(target, stages, tiles, rows
                                target=target)
     np.testing.assert_allclose(kernel(a, keep), want, rtol=1e-5, atol=1e-5)
     assert "cp_async" in kernel.get_kernel_source()
+
+
+def test_a_given_schedule_keeps_the_if_whole():
+    # order= / stage= name the body's one statement, the `if`: nothing is unwrapped
+    (loop,) = pipelined_loops(infer_pipeline(masked_sum("mask", order=[0], stage=[1])))
+    assert "pipeline_guard" not in loop.annotations
+    assert loop.annotations["pipeline_stage"] == [1]

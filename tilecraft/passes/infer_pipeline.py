@@ -267,7 +267,11 @@ def _guarded_body(loop: For):
 
 
 def _schedule(loop: For) -> For:
-    guarded = _guarded_body(loop)
+    # order= / stage= name the statements of the body as written, so a user's schedule keeps
+    # the `if` whole
+    given = loop.annotations.get("order") is not None or \
+        loop.annotations.get("stage") is not None
+    guarded = None if given else _guarded_body(loop)
     if guarded is not None:
         # Scheduled as the statements under the `if`; pipeline_loops runs each stage of
         # iteration i under the condition for i (loads of a skipped tile are not issued).
