@@ -39,11 +39,11 @@ def emulated_equals_interpreted(func, inputs):
 @pytest.mark.parametrize("use_im2col", [False, True], ids=["T.Parallel", "T.c2d_im2col"])
 def test_im2col_tiles(N, C, H, W, F, K, stride, padding, dilation, vector, use_im2col):
     func = conv2d.convolution.__wrapped__(N, C, H, W, F, K, K, stride, padding, dilation,
-                                          block_M=32, block_N=16, block_K=16, threads=64,
-                                          use_im2col=use_im2col)
+                                          block_M=32, block_N=16, block_K=16, num_stages=2,
+                                          threads=64, use_im2col=use_im2col)
     text = emit_cuda(pipelines.cuda_sm80(func))[0]
     assert (ASYNC in text) == vector
-    if vector:   # issued ahead: in the prologue and in the loop for the next step
+    if vector:   # two stages: issued in the prologue and in the loop for the next step
         assert text.count(ASYNC) == 2 and VECTOR not in text
     rng = np.random.default_rng(C)
     data = rng.uniform(-1, 1, (N, H, W, C)).astype(np.float16)
