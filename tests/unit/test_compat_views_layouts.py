@@ -122,3 +122,42 @@ def test_swizzled_layout_of_a_buffer_is_that_of_its_shape():
 def test_the_annotated_gemm_compiles(arch):
     kernel = tilecraft.compile(annotated_gemm.get_tir(256, 256, 128), out_idx=[-1], target=arch)
     assert kernel.n_regs > 0 and kernel.n_spills == 0
+
+
+@pytest.mark.parametrize("form", ["forward_fn", "two functions"])
+@pytest.mark.parametrize("target", ["interp", "emulator", "emulator:sm_90a"])
+def test_user_fragment_in_tilelangs_constructor_forms(form, target):
+    """T.Fragment(shape, forward_fn=...) returning (thread, index), or forward_thread_fn with
+    forward_index_fn returning a multi-part register index (flattened over its ranges)."""
+    def thread(i, j):
+        return (i % 8) * 4 + (j // 2) % 4
+
+    def index(i, j):
+        return [i // 8, j // 8, j % 2]
+
+    frag = (T.Fragment((16, 16), forward_fn=lambda i, j: (thread(i, j), index(i, j)))
+            if form == "forward_fn" else
+            T.Fragment((16, 16), forward_thread_fn=thread, forward_index_fn=index))
+    assert frag.num_threads == 32
+
+    @T.prim_func
+    def main(A: T.Tensor((16, 16), "float32"), B: T.Tensor((16, 16), "float32")):
+        with T.Kernel(1, threads=32):
+            r = T.alloc_fragment((16, 16), "float32")
+            T.annotate_layout({r: frag})
+            T.copy(A, r)
+            for i, j in T.Parallel(16, 16):
+                r[i, j] = r[i, j] * 3 + 1
+            T.copy(r, B)
+
+    a = np.random.default_rng(5).uniform(-1, 1, (16, 16)).astype(np.float32)
+    got = tilecraft.compile(main, out_idx=[1], target=target)(a)
+    np.testing.assert_allclose(got, a * 3 + 1, rtol=1e-6)
+
+
+def test_layout_takes_a_buffers_shape_and_refuses_a_symbolic_one():
+    assert T.Layout((4, 8), lambda i, j: [j, i]).output_shape == (8, 4)
+    n = T.dynamic("n")
+    with pytest.raises(TileError, match="T.Layout: the shape must be positive sizes known when "
+                                        "compiling"):
+        T.Layout((n, 8), lambda i, j: [j, i])

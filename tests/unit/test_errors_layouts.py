@@ -149,14 +149,14 @@ def test_fragment_putting_two_elements_in_one_register():
            "T.annotate_layout(")
 
 
-def test_layout_for_a_global_tensor():
+def test_global_layout_that_is_not_a_permutation():
     def program():
         @T.prim_func
         def main(A: T.Tensor((32, 32), "float16")):
             with T.Kernel(1, threads=128) as bx:
-                T.annotate_layout({A: lay.make_linear_layout(32, 32, 16)})  # <- here
-    expect(program, "A is a global buffer; only shared and fragment buffers take layouts",
-           "T.annotate_layout(")
+                T.annotate_layout({A: lay.Layout((32, 32), lambda i, j: [i, j * 2])})  # <- here
+    expect(program, "the layout of A maps its 1024 elements into a box of 2016 (32, 63); a "
+           "global tensor's layout must be a permutation of its elements", "T.annotate_layout(")
 
 
 def test_layout_for_a_local_buffer():
@@ -167,7 +167,7 @@ def test_layout_for_a_local_buffer():
                 regs = T.alloc_local((4,), "float32")
                 T.annotate_layout({regs: lambda i: i})  # <- here
                 T.copy(A, regs)
-    expect(program, "regs is a local buffer; only shared and fragment buffers take layouts",
+    expect(program, "regs is a local buffer; only global, shared and fragment buffers take layouts",
            "T.annotate_layout(")
 
 

@@ -15,6 +15,7 @@ from .math import (exp, exp2, exp10, log, log2, log10, log1p, sqrt, rsqrt, sin, 
                    if_then_else, call_extern, address_of, print, evaluate)
 from .math import reinterpret
 from .annotate import annotate_layout, use_swizzle
+from .layouts import Layout, Fragment
 from .threads import (get_thread_binding, get_thread_bindings, get_thread_extent,
                       get_thread_extents, get_block_binding, get_block_bindings,
                       get_block_extent, get_block_extents, thread_binding)

@@ -9,6 +9,7 @@ otherwise surface far away (or not at all, as wrong results).
 from __future__ import annotations
 
 import inspect
+import math
 
 import numpy as np
 
@@ -16,11 +17,20 @@ from .. import layout as lay
 from ..errors import TileError, current_span
 from ..frontend import builder as bld
 from ..ir import tileop as top
-from ..ir.buffer import FRAGMENT, Buffer, is_shared
+from ..frontend.global_layouts import box_of
+from ..ir.buffer import FRAGMENT, GLOBAL, Buffer, is_shared
+
+
+# A global tensor's layout with up to this many elements is checked one-to-one by enumerating
+# it; a larger one only for the size of its output box (its index space is too large to list).
+ENUMERATED_GLOBAL_LAYOUT = 1 << 22
 
 
 def annotate_layout(layouts: dict):
-    """Pin the layouts of some buffers: {buffer: Layout | Fragment | lambda *idx: ...}."""
+    """Pin the layouts of some buffers: {buffer: Layout | Fragment | lambda *idx: ...}. A
+    global tensor's Layout permutes where its elements are stored, for this kernel's accesses
+    (frontend/global_layouts.py); a shared tile's places its elements, a fragment's spreads
+    them over the threads."""
     what = "T.annotate_layout"
     b = bld.active(what)
     if not isinstance(layouts, dict):
@@ -31,9 +41,9 @@ def annotate_layout(layouts: dict):
         if not isinstance(buf, Buffer):
             raise TileError(f"{what}: keys must be buffers, got {type(buf).__name__}",
                             current_span())
-        if buf.scope != FRAGMENT and not is_shared(buf.scope):
-            raise TileError(f"{what}: {buf.name} is a {buf.scope} buffer; only shared and "
-                            "fragment buffers take layouts", current_span())
+        if buf.scope not in (FRAGMENT, GLOBAL) and not is_shared(buf.scope):
+            raise TileError(f"{what}: {buf.name} is a {buf.scope} buffer; only global, shared "
+                            "and fragment buffers take layouts", current_span())
         if layout is None:
             raise TileError(f"{what}: no layout given for {buf.name}", current_span())
         checked[buf] = _checked(buf, layout, threads)
@@ -44,6 +54,9 @@ def _checked(buf: Buffer, given, threads: int):
     """given as a layout object that fits buf, or a TileError saying what does not."""
     what = f"T.annotate_layout: the layout of {buf.name}"
     shape = buf.static_shape()
+    if shape is None:
+        raise TileError(f"{what}: {buf.name} has a symbolic shape {tuple(buf.shape)}; a layout "
+                        "needs the shape known when compiling", current_span())
     if not isinstance(given, lay.Layout):
         if not callable(given):
             raise TileError(f"{what} is a {type(given).__name__}, not a Layout, a Fragment "
@@ -56,7 +69,13 @@ def _checked(buf: Buffer, given, threads: int):
         return _checked_fragment(buf, given, threads, what)
     if isinstance(given, lay.Fragment):
         raise TileError(f"{what} is a Fragment (registers of threads), but {buf.name} is a "
-                        "shared tile: give it a Layout of element offsets", current_span())
+                        f"{'global tensor' if buf.scope == GLOBAL else 'shared tile'}: give it "
+                        "a Layout of element offsets", current_span())
+    if buf.scope == GLOBAL:   # the accesses are rewritten when the prim_func is built
+        box_of(buf, given, current_span())
+        if math.prod(shape) <= ENUMERATED_GLOBAL_LAYOUT:
+            _one_to_one(given, given.table().reshape(-1, len(given.outputs)), what, "place")
+        return given
     bits = getattr(given, "element_bits", None)
     if bits is not None and bits != buf.dtype.bits:
         raise TileError(f"{what} is made for {bits}-bit elements, but {buf.name} holds "

@@ -46,7 +46,6 @@ _TILELANG = {
     "Persistent": "a persistent-kernel tile loop", "grid": "a TVMScript loop nest",
     "parallel": "a TVMScript parallel loop", "loop_break": "a loop break",
     # layout and scheduling annotations
-    "Layout": "a user-defined layout", "Fragment": "a user-defined fragment layout",
     "annotate_l2_hit_ratio": "an L2 persisting-access hint",
     "annotate_min_blocks_per_sm": "the second argument of __launch_bounds__",
     "annotate_safe_value": "the value of out-of-bounds loads",
