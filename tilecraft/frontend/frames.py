@@ -54,6 +54,7 @@ class KernelFrame:
         self.threads = tuple(threads)
         self.block_vars: tuple = ()
         self.thread_vars: list = [None, None, None]  # made when the program first reads one
+        self.attrs: dict = {}  # what the body's directives ask of the whole launch
 
     @property
     def num_threads(self) -> int:
@@ -86,7 +87,7 @@ class KernelFrame:
         read = any(v is not None for v in self.thread_vars)
         bindings = tuple(self.thread_vars[:len(self.threads)]) if read else ()
         return Kernel(self.grid, self.block_vars, self.threads, body, self.span,
-                      thread_bindings=bindings)
+                      attrs=dict(self.attrs), thread_bindings=bindings)
 
 
 class LoopFrame:

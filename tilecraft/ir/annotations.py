@@ -64,6 +64,12 @@ WARPGROUP_THREAD = "warpgroup_thread"
 USE_SWIZZLE = "use_swizzle"
 # lower_tile_ops: the TMA descriptors the kernel takes as parameters.
 TENSOR_MAPS = "tensor_maps"
+# the user (T.disable_warp_group_reg_alloc, T.annotate_producer_reg_dealloc,
+# T.annotate_consumer_reg_alloc): False for no setmaxnreg between a warp-specialized kernel's
+# roles; the register counts its producer and consumers take.
+REGISTER_REALLOC = "register_realloc"
+PRODUCER_REGISTER_COUNT = "producer_register_count"
+CONSUMER_REGISTER_COUNT = "consumer_register_count"
 
 # Loop annotations.
 # T.Pipelined: the stages the user asked for.

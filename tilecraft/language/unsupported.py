@@ -50,10 +50,7 @@ _TILELANG = {
     "annotate_min_blocks_per_sm": "the second argument of __launch_bounds__",
     "annotate_safe_value": "the value of out-of-bounds loads",
     "annotate_restrict_buffers": "non-__restrict__ parameters",
-    "disable_warp_group_reg_alloc": "no setmaxnreg in warp-specialized kernels",
-    "annotate_producer_reg_dealloc": "the producer's setmaxnreg",
-    "annotate_consumer_reg_alloc": "the consumers' setmaxnreg",
-    "set_max_nreg": "an explicit setmaxnreg", "no_set_max_nreg": "no setmaxnreg",
+    "set_max_nreg": "an explicit setmaxnreg",
     "annotate_ws_schedule": "a user warp-specialization schedule",
     "ws_op": "a user warp-specialization op",
     # scalar and TIR-level operations

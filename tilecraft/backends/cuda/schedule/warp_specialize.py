@@ -76,10 +76,11 @@ from ..tileops.tma import tma_plan
 from ....target import arch_of
 from .persistence import persistent_for, producer_preload_for
 from .pipeline_loops import Reallocate, Versioned, check_unversioned, schedule_of
-from ....ir.annotations import (CLUSTER_DIMS, NUM_STAGES, PERSISTENT_BLOCKS, PIPELINE_GUARD,
-                                PIPELINE_ORDER,
-                                PRODUCER_THREADS, SCHEDULED, TILE_RANK, TMA_BARRIER, TMA_MULTICAST,
-                                TMA_TILES, WARP_SPECIALIZED)
+from ....ir.annotations import (CLUSTER_DIMS, CONSUMER_REGISTER_COUNT, NUM_STAGES,
+                                PERSISTENT_BLOCKS, PIPELINE_GUARD, PIPELINE_ORDER,
+                                PRODUCER_REGISTER_COUNT, PRODUCER_THREADS, REGISTER_REALLOC,
+                                SCHEDULED, TILE_RANK, TMA_BARRIER, TMA_MULTICAST, TMA_TILES,
+                                WARP_SPECIALIZED)
 from ..intrinsics import (BARRIER_ALL, CLUSTER_SYNC, FENCE_BARRIER_INIT, IS_BLOCK_LEADER,
                           IS_PRODUCER_LEADER, IS_PRODUCER_THREAD, MBARRIER_ARRIVE_EXPECT_TX,
                           MBARRIER_ARRIVE_WARP, MBARRIER_ARRIVE_WARP_CLUSTER, MBARRIER_INIT,
@@ -233,8 +234,17 @@ class _Specializer:
         trips = minmax("max", loop.extent, const(0))
         return BufferStore(self.rounds, (const(0),), done + trips, loop.span)
 
+    def consumer_regs(self) -> int | None:
+        """setmaxnreg for the consumers, None for no register moving: what the user asked
+        (T.annotate_consumer_reg_alloc, T.disable_warp_group_reg_alloc), else the share of
+        the register file when it limits them."""
+        attrs = self.kernel.attrs
+        if attrs.get(REGISTER_REALLOC) is False:
+            return None
+        return attrs.get(CONSUMER_REGISTER_COUNT) or consumer_registers(self.T)
+
     def grow(self):
-        regs = consumer_registers(self.T)
+        regs = self.consumer_regs()
         return [] if regs is None else [call_stmt(SETMAXNREG_INC.format(regs=regs))]
 
     def split(self, loop: For, ahead: dict, preloads: list = (), ready: Buffer | None = None):
@@ -301,8 +311,8 @@ class _Specializer:
                                   const(total))] + copies + [f for f in fetch if f is not None]
         produce_loop = dataclasses.replace(loop, kind="serial", body=seq(produce),
                                            annotations={})
-        shrink = [] if consumer_registers(self.T) is None else [
-            call_stmt(SETMAXNREG_DEC.format(regs=PRODUCER_REGISTERS))]
+        shrink = [] if self.consumer_regs() is None else [call_stmt(SETMAXNREG_DEC.format(
+            regs=self.kernel.attrs.get(PRODUCER_REGISTER_COUNT, PRODUCER_REGISTERS)))]
         if self.rounds is not None:
             produce_loop = self.tile_loop([produce_loop, self.advance(loop)], loop.span)
         producer = seq(shrink + [IfThenElse(_cond(IS_PRODUCER_LEADER.name, const(self.T)),

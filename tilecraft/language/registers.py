@@ -1,0 +1,49 @@
+"""How a warp-specialized kernel shares the register file between its roles.
+
+On sm_90a, a kernel whose pipelined loop gets a TMA producer warpgroup may move registers from
+the producer to the consumers (setmaxnreg) when the block's register file is what limits the
+consumers. These directives, written anywhere in a T.Kernel body, say what the user wants
+instead: no moving at all, or the counts each role takes. A kernel that is not warp-specialized
+has one role, and they change nothing in it.
+"""
+from __future__ import annotations
+
+from ..errors import TileError, current_span
+from ..frontend import builder as bld
+from ..ir.annotations import (CONSUMER_REGISTER_COUNT, PRODUCER_REGISTER_COUNT,
+                              REGISTER_REALLOC)
+
+
+def _set(what: str, key: str, value):
+    b = bld.active(what)
+    b.kernel.attrs[key] = value
+
+
+def disable_warp_group_reg_alloc():
+    """No setmaxnreg in this kernel: every role keeps the registers ptxas gave it."""
+    _set("T.disable_warp_group_reg_alloc", REGISTER_REALLOC, False)
+
+
+def no_set_max_nreg():
+    """TileLang's other name for disable_warp_group_reg_alloc."""
+    _set("T.no_set_max_nreg", REGISTER_REALLOC, False)
+
+
+def _count(what: str, reg_count) -> int:
+    if not isinstance(reg_count, int) or isinstance(reg_count, bool) or \
+            not 24 <= reg_count <= 256 or reg_count % 8:
+        raise TileError(f"{what}: setmaxnreg takes a register count that is a multiple of 8 in "
+                        f"[24, 256], got {reg_count!r}", current_span())
+    return reg_count
+
+
+def annotate_producer_reg_dealloc(reg_count: int = 24):
+    """The registers the producer warpgroup keeps (setmaxnreg.dec) when registers move."""
+    what = "T.annotate_producer_reg_dealloc"
+    _set(what, PRODUCER_REGISTER_COUNT, _count(what, reg_count))
+
+
+def annotate_consumer_reg_alloc(reg_count: int = 240):
+    """The registers each consumer thread takes (setmaxnreg.inc) when registers move."""
+    what = "T.annotate_consumer_reg_alloc"
+    _set(what, CONSUMER_REGISTER_COUNT, _count(what, reg_count))
