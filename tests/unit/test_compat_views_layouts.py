@@ -10,7 +10,7 @@ import tilecraft.language as T
 from tilecraft.errors import TileError
 from tilecraft.layout import make_swizzled_layout, swizzled_layout
 
-from error_expect import expect
+from error_expect import expect, where
 
 
 def test_reshape_is_refused_at_its_line():
@@ -161,3 +161,36 @@ def test_layout_takes_a_buffers_shape_and_refuses_a_symbolic_one():
     with pytest.raises(TileError, match="T.Layout: the shape must be positive sizes known when "
                                         "compiling"):
         T.Layout((n, 8), lambda i, j: [j, i])
+
+
+def _macro_program(annotation):
+    @T.macro
+    def scale(buf: annotation, factor):
+        for i, j in T.Parallel(16, 32):
+            buf[i, j] = buf[i, j] * factor
+
+    @T.prim_func
+    def main(A: T.Tensor((16, 32), "float32"), B: T.Tensor((16, 32), "float32")):
+        with T.Kernel(1, threads=64):
+            s = T.alloc_shared((16, 32), "float32")
+            T.copy(A, s)
+            scale(s, 2.0)  # <- here
+            T.copy(s, B)
+    return main
+
+
+def test_macro_parameters_annotated_with_tilelangs_buffer_kinds():
+    a = np.random.default_rng(4).uniform(-1, 1, (16, 32)).astype(np.float32)
+    got = tilecraft.compile(_macro_program(T.SharedBuffer([16, 32], "float32")), out_idx=[1],
+                            target="emulator")(a)
+    np.testing.assert_allclose(got, 2 * a)
+    call_line = where(_macro_program, "scale(")
+    for annotation, message in [
+            (T.FragmentBuffer([16, 32], "float32"), "macro scale: parameter buf is annotated as "
+             "a local.fragment buffer, but s is shared.dyn"),
+            (T.SharedBuffer([16, 16], "float32"), "macro scale: parameter buf is annotated "
+             "with shape (16, 16), but s has shape (16, 32)")]:
+        with pytest.raises(TileError) as info:
+            _macro_program(annotation)
+        assert message in info.value.message
+        assert (info.value.span.line, info.value.span.col) == call_line

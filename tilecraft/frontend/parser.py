@@ -19,11 +19,11 @@ from .expressions import _BINOPS, ExpressionEvaluator, _Return
 from .frames import AttrFrame, IndexLoop, KernelFrame, LoopFrame
 from .thread_checks import check_thread_uses
 from .scopes import AFTER_IF, AFTER_KERNEL, AFTER_LOOP, Scope
-from ..errors import Span, TileError, span_scope
+from ..errors import Span, TileError, current_span, span_scope
 from ..ir import expr as ex
-from ..ir.buffer import Buffer, LOCAL_VAR
+from ..ir.buffer import Buffer, LOCAL_VAR, is_shared
 from ..ir.expr import BufferLoad, Expr
-from ..ir.linear import decide
+from ..ir.linear import constant_value, decide
 from ..ir.stmt import Allocate, BufferStore, Evaluate, IfThenElse, Kernel, stmts_of
 
 _SOURCES: dict = {}
@@ -401,6 +401,8 @@ def inline_macro(func, args, kwargs, source_cache: dict):
         raise TileError(f"macro {func.__name__}: {e}; it takes ({', '.join(signature.parameters)})"
                         ) from None
     bound.apply_defaults()
+    for name, value in bound.arguments.items():
+        _check_macro_argument(func, name, signature.parameters[name].annotation, value)
     parser.scope.env.update(bound.arguments)
     saved = b.parser
     b.parser = parser
@@ -411,3 +413,27 @@ def inline_macro(func, args, kwargs, source_cache: dict):
     finally:
         b.parser = saved
     return None
+
+
+def _check_macro_argument(func, name: str, annotation, value):
+    """A macro parameter annotated T.SharedBuffer / T.FragmentBuffer / T.LocalBuffer (or
+    T.Tensor) takes a buffer of that memory, dtype and shape."""
+    spec = annotation if hasattr(annotation, "make") and hasattr(annotation, "scope") else None
+    if spec is None:
+        return
+    what = f"macro {func.__name__}: parameter {name}"
+    if not isinstance(value, Buffer):
+        raise TileError(f"{what} is annotated as a {spec.scope} buffer, but gets "
+                        f"{type(value).__name__}", current_span())
+    if not (value.scope == spec.scope or is_shared(value.scope) and is_shared(spec.scope)):
+        raise TileError(f"{what} is annotated as a {spec.scope} buffer, but {value.name} is "
+                        f"{value.scope}", current_span())
+    if value.dtype is not spec.dtype:
+        raise TileError(f"{what} is annotated with dtype {spec.dtype}, but {value.name} holds "
+                        f"{value.dtype}", current_span())
+    known = [(constant_value(ex.convert(a)), constant_value(ex.convert(b)))
+             for a, b in zip(value.shape, spec.shape)]
+    if len(value.shape) != len(spec.shape) or any(
+            a is not None and b is not None and a != b for a, b in known):
+        raise TileError(f"{what} is annotated with shape {tuple(spec.shape)}, but {value.name} "
+                        f"has shape {tuple(value.shape)}", current_span())

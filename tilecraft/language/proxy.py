@@ -8,7 +8,7 @@ import inspect
 
 from ..errors import TileError, current_span, raise_clean, span_scope
 from ..ir import dtypes as dt
-from ..ir.buffer import Buffer, GLOBAL
+from ..ir.buffer import FRAGMENT, GLOBAL, LOCAL, SHARED, Buffer
 from ..ir.expr import Expr, Var
 from ..ir.stmt import PrimFunc
 
@@ -60,6 +60,21 @@ class _TensorProxy:
 
 Tensor = _TensorProxy()
 Buffer_ = _TensorProxy()
+
+
+def SharedBuffer(shape, dtype="float32"):
+    """A T.macro parameter's annotation: a shared-memory tile of this shape and dtype."""
+    return TensorSpec(shape, dtype, SHARED)
+
+
+def FragmentBuffer(shape, dtype="float32"):
+    """A T.macro parameter's annotation: a fragment of this shape and dtype."""
+    return TensorSpec(shape, dtype, FRAGMENT)
+
+
+def LocalBuffer(shape, dtype="float32"):
+    """A T.macro parameter's annotation: a per-thread local buffer of this shape and dtype."""
+    return TensorSpec(shape, dtype, LOCAL)
 
 
 def symbolic(name: str, dtype="int32"):

@@ -21,9 +21,6 @@ class NotSupportedYet(TileError, AttributeError):
 _TILELANG = {
     # program structure and allocation
     "StridedTensor": "a global buffer with explicit strides",
-    "SharedBuffer": "a shared-buffer annotation of T.macro parameters",
-    "FragmentBuffer": "a fragment annotation of T.macro parameters",
-    "LocalBuffer": "a local-buffer annotation of T.macro parameters",
     "ptr": "a raw pointer parameter", "make_tensor": "a buffer made from a pointer",
     "import_source": "C source injected into the kernel",
     "alloc_barrier": "mbarriers in shared memory", "alloc_reducer": "a reducer buffer",
