@@ -183,7 +183,7 @@ class EagerJIT:
         self.tensor_names, scalars, self.presets = _signature_parts(func)
         self.scalars = {n: Var(n, dtype) for n, dtype in scalars.items()}  # runtime scalars
         self._traces: dict = {}    # compile-time values -> the signature trace
-        self._programs: dict = {}  # (compile-time values, sizes) -> (PrimFunc, input names)
+        self._programs: dict = {}  # (compile-time values, sizes) -> PrimFunc
         self._kernels: dict = {}   # the same key -> JITKernel
         functools.update_wrapper(self, func)
 
@@ -245,7 +245,8 @@ class EagerJIT:
                 values[name] = value
         return values, runtime, sizes
 
-    def _program(self, args, kwargs, call: bool):
+    def bind(self, args, kwargs, call: bool):
+        """(compile-time values, runtime arguments by name, {T.const name: size}) of a call."""
         values, runtime, sizes = self._split(args, kwargs, call)
         compile_key = _key(values)
         trace = self._traces.get(compile_key)
@@ -253,16 +254,23 @@ class EagerJIT:
             trace = self._traces[compile_key] = trace_signature(
                 self.func, {**values, **self.scalars}, self.tensor_names, self.presets)
         tensors = {n: runtime[n] for n in self.tensor_names if n in runtime}
-        bound = eager_binding.bind_sizes(trace, tensors, sizes)
+        return values, runtime, eager_binding.bind_sizes(trace, tensors, sizes)
+
+    def kernel_inputs(self, runtime: dict) -> list:
+        """A call's runtime arguments in the order of the kernel's inputs."""
+        return [runtime[n] for n in self.signature.parameters if n in runtime]
+
+    def _program(self, args, kwargs, call: bool):
+        values, runtime, bound = self.bind(args, kwargs, call)
+        compile_key = _key(values)
         key = (compile_key, tuple(bound.items()))
-        found = self._programs.get(key)
-        if found is None:
+        func = self._programs.get(key)
+        if func is None:
             params = tuple((n, self.scalars.get(n)) for n in self.signature.parameters
                            if n in self.tensor_names or n in self.scalars)
-            func = build_eager(self.func, values, params, self.presets, bound)
-            found = self._programs[key] = (func, [n for n, _ in params])
-        func, names = found
-        return key, func, [runtime[n] for n in names if n in runtime]
+            func = self._programs[key] = build_eager(self.func, values, params, self.presets,
+                                                     bound)
+        return key, func, self.kernel_inputs(runtime)
 
     def _kernel(self, args, kwargs, call: bool):
         key, func, inputs = self._program(args, kwargs, call)

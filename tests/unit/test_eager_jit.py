@@ -489,14 +489,52 @@ def test_bad_options():
            "T.annotate_compile_flags")
 
 
-def test_autotune_over_the_eager_form_is_refused():
+def test_autotune_over_the_eager_form_checks_its_configs_where_written():
     def program():
-        @tilecraft.autotune(configs=[{"block": 32}])  # <- here
+        @tilecraft.autotune(configs=[{"blocks": 32}])  # <- here
         @tilecraft.jit(target="interp")
         def add(A, block: int = 32):
             A: T.Tensor[[64], T.float32]
             with T.Kernel(1, threads=32):
                 A[0] = 1.0
 
-    expect(program, "@autotune over an eager @tilecraft.jit function (add) is not supported "
-           "yet", "tilecraft.autotune")
+    expect(program, "blocks", "tilecraft.autotune")
+
+
+def _tuned_scale(configs):
+    @tilecraft.autotune(configs=configs, warmup=1, rep=2, cache=False, verbose=False)
+    @tilecraft.jit(target="interp")
+    def scale_rows(x, factor, blk_m=64, threads=128):
+        M, N = T.const("M, N")
+        x: T.Tensor([M, N], T.float32)
+        y = T.empty([M, N], T.float32)
+        top = T.empty([M], T.float32)
+        with T.Kernel(T.ceildiv(M, blk_m), threads=threads) as bx:
+            t = T.alloc_fragment([blk_m, N], T.float32)
+            m = T.alloc_fragment([blk_m], T.float32)
+            T.copy(x[bx * blk_m, 0], t)
+            for i, j in T.Parallel(blk_m, N):
+                t[i, j] = t[i, j] * factor
+            T.reduce_max(t, m, dim=1)
+            T.copy(t, y[bx * blk_m, 0])
+            T.copy(m, top[bx * blk_m])
+        return y, top
+    return scale_rows
+
+
+def test_autotune_over_the_eager_form_tunes_and_runs_on_the_calls_tensors():
+    """The sizes come from the tensors (40 rows: ragged for both tiles), the configs are
+    measured, the winner runs on the call's tensors; a tunable the call gives is pinned."""
+    tuned = _tuned_scale([{"blk_m": 16, "threads": 64}, {"blk_m": 32, "threads": 128}])
+    x = np.random.default_rng(0).uniform(-1, 1, (40, 32)).astype(np.float32)
+    y, top = tuned(x, 3.0)
+    np.testing.assert_allclose(y, 3 * x, rtol=1e-6)
+    np.testing.assert_allclose(top, (3 * x).max(axis=1), rtol=1e-6)
+    assert tuned.best_config in ({"blk_m": 16, "threads": 64}, {"blk_m": 32, "threads": 128})
+    assert len(tuned.result.trials) == 2 and "M=40" in tuned.result.problem
+    y, _ = tuned(x, 2.0, blk_m=16)
+    np.testing.assert_allclose(y, 2 * x, rtol=1e-6)
+    assert tuned.best_config["blk_m"] == 16 and {t.config["threads"] for t in
+                                                tuned.result.trials} == {64, 128}
+    kernel = tuned.compile(x, 2.0, blk_m=32, threads=64)   # every tunable given: no tuning
+    assert kernel.func is not None

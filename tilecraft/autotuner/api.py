@@ -21,6 +21,7 @@ from ..errors import TileError, caller_span, raise_clean
 from ..eager import EagerJIT
 from ..jit import JITImpl, JITKernel
 from . import capture, space, tuner
+from .eager_tuning import EagerTuning
 from .results import AutotuneResult
 
 
@@ -28,12 +29,8 @@ class AutoTuneImpl:
     """What @autotune returns: call it like the factory to get the tuned kernel."""
 
     def __init__(self, jit_impl, settings: tuner.Settings, declared_at=None):
-        if isinstance(jit_impl, AutoTuneImpl):
+        if isinstance(jit_impl, (AutoTuneImpl, EagerTuning)):
             raise TileError("@autotune is applied twice to the same factory", declared_at)
-        if isinstance(jit_impl, EagerJIT):
-            raise TileError(f"@autotune over an eager @tilecraft.jit function "
-                            f"({jit_impl.__name__}) is not supported yet; tune a factory that "
-                            "returns a @T.prim_func", declared_at)
         if not isinstance(jit_impl, JITImpl):
             what = getattr(jit_impl, "__name__", type(jit_impl).__name__)
             raise TileError(f"@autotune must be stacked above @tilecraft.jit(...), which "
@@ -231,6 +228,10 @@ def autotune(func=None, *, configs=None, warmup: int = 25, rep: int = 100,
 
     def wrap(target):
         try:
+            if isinstance(target, EagerJIT):
+                if configs is not None and not callable(configs):   # checked where written
+                    space.normalize_configs(configs, target.func, span, target.__name__)
+                return EagerTuning(target, settings, span, AutoTuneImpl)
             return AutoTuneImpl(target, settings, span)
         except TileError as e:
             raise_clean(e)
