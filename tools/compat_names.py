@@ -24,32 +24,24 @@ FAMILIES = {
     "proxy": "program structure and parameters", "eager": "the eager jit form",
     "loops": "kernels and loops", "allocate": "memory", "tileops": "tile operators",
     "im2col": "tile operators", "math": "scalar math and casts", "dtypes": "dtypes",
-    "annotate": "layout and scheduling annotations",
+    "annotate": "layout and scheduling annotations", "views": "memory",
     "layouts": "layout and scheduling annotations",
     "registers": "layout and scheduling annotations", "tileop": "tile operators",
     "threads": "thread and block indices", "warp": "warps and synchronization",
     "allreduce": "warps and synchronization",
 }
-# Names that exist to check their arguments and then refuse, with the reason.
-REFUSED_AFTER_CHECKS = {
-    "reshape": "views share a buffer's storage, which tilecraft's buffers do not",
-    "view": "views share a buffer's storage, which tilecraft's buffers do not",
-}
-
-
 def tables() -> str:
     import tilecraft.language as T
     from tilecraft.language.unsupported import _TILELANG
     families: dict = {}
     for name, obj in sorted(vars(T).items()):
-        if name.startswith("_") or isinstance(obj, types.ModuleType) or \
-                name in REFUSED_AFTER_CHECKS:
+        if name.startswith("_") or isinstance(obj, types.ModuleType):
             continue
         module = getattr(obj, "__module__", None) or type(obj).__module__
         family = FAMILIES.get(module.rsplit(".", 1)[-1], "other")
         families.setdefault(family, []).append(name)
     works = sum(len(v) for v in families.values())
-    refused = dict(_TILELANG, **REFUSED_AFTER_CHECKS)
+    refused = dict(_TILELANG)
     out = [f"{works} names work; {len(refused)} TileLang names are refused with an error "
            "naming them.", "", "| family | names that work |", "|---|---|"]
     for family in sorted(families):

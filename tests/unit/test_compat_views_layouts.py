@@ -1,5 +1,6 @@
 """T.reshape / T.view check their arguments as TileLang does (the view must cover exactly the
-buffer's bits) and are then refused, at the user's line, as not supported yet; and
+buffer's bits); a view in the same dtype reads and writes the buffer it views (a gemm
+accumulator, a shared tile, a global tensor), one in another dtype is refused at its line; and
 make_swizzled_layout takes the buffer alone, as TileLang's scripts call it, in a GEMM checked
 on the interpreter and both emulators against numpy."""
 import numpy as np
@@ -13,19 +14,77 @@ from tilecraft.layout import make_swizzled_layout, swizzled_layout
 from error_expect import expect, where
 
 
-def test_reshape_is_refused_at_its_line():
+BN, BQ, H, D = 32, 4, 8, 64
+
+
+@T.prim_func
+def indexer_scores(Q: T.Tensor((BQ * H, D), "float16"), K: T.Tensor((BN, D), "float16"),
+                   W: T.Tensor((BQ, H), "float32"), O: T.Tensor((BN, BQ), "float32")):
+    """TileLang's DeepSeek indexer form: a gemm accumulator seen per (query, head) through
+    T.reshape, weighted in place and reduced over the heads."""
+    with T.Kernel(1, threads=128):
+        q = T.alloc_shared((BQ * H, D), "float16")
+        k = T.alloc_shared((BN, D), "float16")
+        s = T.alloc_fragment((BN, BQ * H), "float32")
+        s_r = T.reshape(s, (BN, BQ, H))
+        w = T.alloc_fragment((BQ, H), "float32")
+        logits = T.alloc_fragment((BN, BQ), "float32")
+        T.copy(Q, q)
+        T.copy(K, k)
+        T.copy(W, w)
+        T.gemm(k, q, s, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullCol)
+        for a, b, c in T.Parallel(BN, BQ, H):
+            s_r[a, b, c] = T.max(s_r[a, b, c], 0) * w[b, c]
+        T.reduce_sum(s_r, logits, dim=-1)
+        T.copy(logits, O)
+
+
+@pytest.mark.parametrize("target", ["interp", "emulator", "emulator:sm_90a"])
+def test_reshape_of_a_gemm_accumulator_is_the_accumulator(target):
+    rng = np.random.default_rng(0)
+    q = rng.uniform(-1, 1, (BQ * H, D)).astype(np.float16)
+    k = rng.uniform(-1, 1, (BN, D)).astype(np.float16)
+    w = rng.uniform(-1, 1, (BQ, H)).astype(np.float32)
+    scores = np.maximum(k.astype(np.float32) @ q.astype(np.float32).T, 0)
+    want = (scores.reshape(BN, BQ, H) * w).sum(-1)
+    got = tilecraft.compile(indexer_scores, out_idx=[3], target=target)(q, k, w)
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("target", ["interp", "emulator"])
+def test_views_of_shared_and_global_buffers(target):
+    """A shared tile filled through a (rows, 2, 16) view and a global tensor read through a
+    flat one; T.view in the same dtype is a reshape."""
+    @T.prim_func
+    def main(A: T.Tensor((16, 32), "float32"), B: T.Tensor((16, 32), "float32")):
+        with T.Kernel(1, threads=64):
+            flat = T.view(A, shape=(512,))
+            s = T.alloc_shared((16, 32), "float32")
+            s3 = T.reshape(s, (16, 2, 16))
+            for i, h, j in T.Parallel(16, 2, 16):
+                s3[i, h, j] = flat[i * 32 + h * 16 + j] * (h + 1)
+            T.copy(s, B)
+
+    a = np.random.default_rng(1).uniform(-1, 1, (16, 32)).astype(np.float32)
+    got = tilecraft.compile(main, out_idx=[1], target=target)(a)
+    np.testing.assert_allclose(got, a * np.repeat([1.0, 2.0], 16)[None, :], rtol=1e-6)
+
+
+def test_a_tile_op_writing_a_view_is_refused_at_its_line():
     def program():
         @T.prim_func
-        def main(A: T.Tensor((64, 32), "float16")):
+        def main(A: T.Tensor((64, 32), "float32")):
             with T.Kernel(1, threads=128):
-                T.reshape(A, (64 * 32,))  # <- here
+                r = T.alloc_fragment((64, 32), "float32")
+                r3 = T.reshape(r, (64, 4, 8))
+                T.fill(r3, 0)  # <- here
+                T.copy(r, A)
         return main
-    err = expect(program, "T.reshape(A) is not supported yet: a view shares A's storage",
-                 "T.reshape")
-    assert "allocate a tile in the shape it is used with" in err.message
+    expect(program, "T.fill of a tile of r3, a view of r in another shape: only T.copy and "
+           "T.atomic_add write its tiles", "T.fill")
 
 
-def test_view_is_refused_at_its_line():
+def test_view_in_another_dtype_is_refused_at_its_line():
     def program():
         @T.prim_func
         def main(A: T.Tensor((64, 32), "float16")):
@@ -34,7 +93,8 @@ def test_view_is_refused_at_its_line():
                 T.copy(A, S)
                 T.view(S, (64, 16), "float32")  # <- here
         return main
-    expect(program, "T.view(S) is not supported yet", "T.view")
+    expect(program, "T.view(S) in another dtype (float32 over float16) is not supported yet",
+           "T.view")
 
 
 def test_a_view_must_cover_the_buffers_bits():

@@ -94,8 +94,9 @@ def test_a_tile_of_the_tensor_in_another_tile_op_is_refused():
             with T.Kernel(1, threads=128):
                 T.annotate_layout({A: T.Layout(A.shape, lambda i, j: [j, i])})
                 T.fill(A[0:16, 0:64], 0)  # <- here
-    expect(program, "T.fill of a tile of A: its T.annotate_layout places its elements out of "
-           "row-major order, so only T.copy and T.atomic_add take its tiles", "T.fill(")
+    expect(program, "T.fill of a tile of A, a global tensor whose T.annotate_layout places its "
+           "elements out of row-major order: only T.copy and T.atomic_add take its tiles",
+           "T.fill(")
 
 
 def test_a_tma_atomic_into_the_tensor_is_refused():
@@ -107,8 +108,8 @@ def test_a_tma_atomic_into_the_tensor_is_refused():
                 s = T.alloc_shared((64, 64), "float32")
                 T.fill(s, 1)
                 T.atomic_add(A[0:64, 0:64], s, use_tma=True)  # <- here
-    expect(program, "T.atomic_add(use_tma=True) adds a box of memory, but A's "
-           "T.annotate_layout places its elements out of row-major order", "T.atomic_add(")
+    expect(program, "T.atomic_add(use_tma=True) adds a box of memory, but A is a global tensor "
+           "whose T.annotate_layout places its elements out of row-major order", "T.atomic_add(")
 
 
 def test_a_layout_that_sends_two_elements_to_one_place_is_refused():

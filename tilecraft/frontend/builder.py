@@ -24,6 +24,7 @@ class Builder:
         # The trace of an eager @jit body (language/eager_trace.py), None in a @T.prim_func.
         self.eager = eager
         self.func_attrs: dict = {}  # what T.annotate_pass_configs / _compile_flags attach
+        self.views: dict = {}       # view buffer -> the buffer it views (T.reshape, T.view)
 
     @property
     def outside_device_code(self) -> bool:

@@ -14,7 +14,7 @@ import textwrap
 
 from . import builder as bld
 from .access_bounds import check_access_bounds
-from .global_layouts import apply_global_layouts
+from .remap_accesses import remap_accesses
 from .expressions import _BINOPS, ExpressionEvaluator, _Return
 from .frames import AttrFrame, IndexLoop, KernelFrame, LoopFrame
 from .thread_checks import check_thread_uses
@@ -383,7 +383,7 @@ def parse_prim_func(func, param_values: dict, eager=None):
         if not isinstance(s, (Kernel, Allocate)):
             raise TileError("device code must be inside a `with T.Kernel(...)` block",
                             getattr(s, "span", None))
-    body = apply_global_layouts(body)
+    body = remap_accesses(body, builder.views)
     check_access_bounds(body)
     return body, builder
 

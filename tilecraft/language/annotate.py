@@ -17,7 +17,7 @@ from .. import layout as lay
 from ..errors import TileError, current_span
 from ..frontend import builder as bld
 from ..ir import tileop as top
-from ..frontend.global_layouts import box_of
+from ..frontend.remap_accesses import box_of
 from ..ir.buffer import FRAGMENT, GLOBAL, Buffer, is_shared
 
 
@@ -29,7 +29,7 @@ ENUMERATED_GLOBAL_LAYOUT = 1 << 22
 def annotate_layout(layouts: dict):
     """Pin the layouts of some buffers: {buffer: Layout | Fragment | lambda *idx: ...}. A
     global tensor's Layout permutes where its elements are stored, for this kernel's accesses
-    (frontend/global_layouts.py); a shared tile's places its elements, a fragment's spreads
+    (frontend/remap_accesses.py); a shared tile's places its elements, a fragment's spreads
     them over the threads."""
     what = "T.annotate_layout"
     b = bld.active(what)

@@ -1,19 +1,22 @@
 """T.reshape / T.view: TileLang's views of a buffer's storage under another shape or dtype.
 
 Their arguments are checked as TileLang checks them (the view must cover exactly the bits of
-the buffer: elements x bits per element equal); then they are refused as not supported yet:
-tilecraft's buffers each own their storage (layouts, the shared arena, barriers and the
-emulator's checks all reason per buffer), so a second name for the same bytes has no place in
-its IR. Where TileLang scripts use them, a global tensor can be passed reshaped or
-reinterpreted from the host (`x.view(...)`, `x.view(torch.int8)`), and a tile allocated in
-the shape it is indexed with.
+the buffer: elements x bits per element equal). A view in another shape with the same dtype
+is a second name for the buffer: its element idx is the buffer's element at the same
+row-major offset, and every access to it is made to the buffer when the prim_func is built
+(frontend/remap_accesses.py), so the buffer keeps one layout, one allocation and one meaning
+in every layer. A view in another dtype reinterprets bytes, which a buffer whose layout the
+compiler chooses (a fragment's registers, a swizzled shared tile) does not keep in one order;
+it is refused: pass a global tensor reinterpreted from the host (`x.view(torch.int8)`), or
+allocate the tile in the dtype it is used in.
 """
 from __future__ import annotations
 
 from ..errors import TileError, current_span
 from ..ir import dtypes as dt
-from ..ir.buffer import Buffer, BufferRegion
-from ..ir.expr import Expr, convert
+from ..ir.buffer import GLOBAL, Buffer, BufferRegion
+from ..frontend import builder as bld
+from ..ir.expr import Const, Expr, convert
 from ..ir.linear import equal
 
 
@@ -51,18 +54,39 @@ def _checked(what: str, src, shape, dtype) -> Buffer:
     return src
 
 
-def _not_supported(what: str, src: Buffer):
-    return TileError(f"{what}({src.name}) is not supported yet: a view shares {src.name}'s "
-                     "storage, and tilecraft's buffers each own theirs; pass a global tensor "
-                     "reshaped or reinterpreted from the host, or allocate a tile in the shape "
-                     "it is used with", current_span())
+def _not_supported(what: str, src: Buffer, dtype):
+    return TileError(f"{what}({src.name}) in another dtype ({dt.dtype(dtype)} over "
+                     f"{src.dtype}) is not supported yet: it reinterprets bytes, which a buffer "
+                     "whose layout the compiler chooses does not keep in one order; pass a "
+                     "global tensor reinterpreted from the host (x.view(torch.int8)), or "
+                     "allocate the tile in the dtype it is used in", current_span())
+
+
+def _view(what: str, src: Buffer, shape) -> Buffer:
+    b = bld.active(what, need_kernel=src.scope != GLOBAL)
+    if any(not isinstance(convert(n), Const) for n in shape) or \
+            any(not isinstance(convert(n), Const) for n in src.shape):
+        raise TileError(f"{what}({src.name}): a view needs its shape and {src.name}'s known when "
+                        "compiling", current_span())
+    while src in b.views:   # a view of a view is a view of the first buffer
+        src = b.views[src]
+    view = Buffer(f"{src.name}_view", tuple(int(convert(n).value) for n in shape), src.dtype,
+                  src.scope, current_span())
+    view.name = "__unnamed"   # the name it is assigned to, as for an allocation
+    b.views[view] = src
+    return view
 
 
 def reshape(src, shape):
-    """A view of src's storage in another shape (not supported yet: see the module's text)."""
-    raise _not_supported("T.reshape", _checked("T.reshape", src, shape, None))
+    """src's storage seen in another shape (element idx: src's element at the same row-major
+    offset)."""
+    src = _checked("T.reshape", src, shape, None)
+    return _view("T.reshape", src, _shape("T.reshape", shape))
 
 
 def view(src, shape=None, dtype=None):
-    """A view of src's storage in another shape and/or dtype (not supported yet)."""
-    raise _not_supported("T.view", _checked("T.view", src, shape, dtype))
+    """src's storage in another shape; another dtype is not supported yet."""
+    checked = _checked("T.view", src, shape, dtype)
+    if dtype is not None and dt.dtype(dtype) is not checked.dtype:
+        raise _not_supported("T.view", checked, dtype)
+    return _view("T.view", checked, checked.shape if shape is None else _shape("T.view", shape))

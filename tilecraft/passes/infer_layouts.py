@@ -36,9 +36,9 @@ from ..ir.linear import structural_key
 from .. import layout as lay
 from ..layout.derive import coarsens, expand_fragment, project_loop, same_layout
 from .free_layout_cost import free_cost
-from .parallel_nests import (access_map, allocated, fragment_accesses, fragments_of, store_run,
-                             is_identity_access, is_twin_copy, nest_extents, nest_vars,
-                             on_warpgroup_fragments, tile_ops)
+from .parallel_nests import (access_map, allocated, fragment_accesses, fragments_of,
+                             is_identity_access, is_twin_copy, merged_access, nest_extents,
+                             nest_vars, on_warpgroup_fragments, store_run, tile_ops)
 from ..ir.annotations import INSTRUCTION, LAYOUTS, TMA_TILES, WARPGROUP_FRAGMENTS
 from ..ir.visitor import map_kernels
 
@@ -412,9 +412,15 @@ class _Inference:
                 for b, indices in accesses:
                     amap = access_map(indices, loop_vars)
                     layout = m.buffers.get(id(b))
+                    shape = b.static_shape()
+                    if amap is None and isinstance(layout, lay.Fragment):
+                        merged = merged_access(indices, loop_vars, extents, shape)
+                        if merged is not None:   # b[i, j * H + k]: b seen as (.., .., H)
+                            shape, amap = merged
+                            layout = layout.reshape(shape)
                     if amap is not None and isinstance(layout, lay.Fragment) and \
                             not layout.is_fully_replicated() and \
-                            coarsens(amap, extents, b.static_shape()):
+                            coarsens(amap, extents, shape):
                         # Run each iteration in the threads that hold the element it reads.
                         m.loops[id(loop)] = expand_fragment(layout, extents,
                                                             [d for d, _ in amap],

@@ -129,6 +129,39 @@ def access_map(indices, loop_vars):
     return out
 
 
+def merged_access(indices, loop_vars, extents, shape):
+    """(view shape, access map) when each index is a loop variable or a row-major merge of
+    consecutive ones (`b * H + c`, c's extent H) covering the fragment's whole dim, the
+    variables distinct and in loop order: the fragment is then read as if reshaped to those
+    loop dims (a T.reshape of it, written through), at their own iteration. None otherwise."""
+    view, amap = [], []
+    for idx, size in zip(indices, shape):
+        terms, constant = linear_form(idx)
+        if constant != 0 or not terms:
+            return None
+        dims = []
+        for atom, coeff in terms.values():
+            match = [p for p, v in enumerate(loop_vars) if v is atom]
+            if not match:
+                return None
+            dims.append((match[0], coeff))
+        dims.sort()
+        stride = 1
+        for k in range(len(dims) - 1, -1, -1):
+            p, coeff = dims[k]
+            if coeff != stride or (k + 1 < len(dims) and dims[k + 1][0] != p + 1):
+                return None
+            stride *= extents[p]
+        if stride != size:
+            return None
+        view += [extents[p] for p, _ in dims]
+        amap += [(p, 1) for p, _ in dims]
+    positions = [p for p, _ in amap]
+    if positions != sorted(positions) or len(set(positions)) != len(positions):
+        return None
+    return tuple(view), amap
+
+
 def store_run(loop: For) -> int:
     """How many consecutive innermost elements each thread takes at a time in an element-wise
     nest that touches no fragment: for a body of stores into shared memory at the innermost

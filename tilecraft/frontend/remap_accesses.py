@@ -1,6 +1,14 @@
-"""Global tensors given a layout by T.annotate_layout: every access goes through it.
+"""Accesses through an index map: global tensors given a layout, and views of a buffer.
 
-TileLang lets a kernel store a global tensor's elements in another order than row-major:
+Two things TileLang writes make one buffer's elements reachable under other indices.
+
+A view (T.reshape, or T.view keeping the dtype) names a buffer's storage in another shape:
+element `idx` of the view is the element of the buffer at the same row-major offset. Each
+access to a view is rewritten here to that element of the buffer, so the layers below see one
+buffer, with its own layout inference, allocation and bounds.
+
+A global tensor given a layout: TileLang lets a kernel store its elements in another order
+than row-major:
 `T.annotate_layout({dQ: T.Layout(dQ.shape, fn)})` puts element `idx` at the row-major offset
 of `fn(idx)` in the layout's output box. Backward attention kernels use it so that the atomic
 adds of a warp's accumulator land on consecutive addresses; the kernel that reads the tensor
@@ -20,25 +28,62 @@ import math
 
 from ..arith.bounds import bound_of
 from ..errors import TileError
-from ..ir.buffer import GLOBAL, BufferRegion
+from ..ir.buffer import GLOBAL, Buffer, BufferRegion
 from ..ir.expr import BufferLoad, Var, cast, const, convert, logical, select
 from ..ir.linear import constant_value, decide, structural_key
-from ..ir.stmt import BufferStore, For, IfThenElse, Kernel, SeqStmt, seq, stmts_of
+from ..ir.stmt import Allocate, BufferStore, For, IfThenElse, Kernel, SeqStmt, seq, stmts_of
 from ..ir.tileop import AnnotateLayout, Atomic, Copy, TileOp
 from ..ir.visitor import Mutator, walk
 from ..layout.layout import flatten_index, unflatten_index
 
 
-def apply_global_layouts(body):
-    """body (a prim_func's launches) with every kernel's annotated global tensors accessed
-    through their layouts, and those annotations gone."""
-    out = [_kernel(s) if isinstance(s, Kernel) else s for s in stmts_of(body)]
+def remap_accesses(body, views: dict):
+    """body (a prim_func's launches) with every access to a view (views: {view buffer: the
+    buffer it views}) made to the buffer it views, and every kernel's annotated global tensors
+    accessed through their layouts, those annotations gone."""
+    out = [_kernel(s, views) if isinstance(s, Kernel) else s for s in stmts_of(body)]
     if all(a is b for a, b in zip(out, stmts_of(body))):
         return body
     return seq(out, getattr(body, "span", None))
 
 
-def _kernel(k: Kernel) -> Kernel:
+def _view_map(view, base):
+    """(base, index map) of a view: the base's element at the view index's row-major offset,
+    worked out per group of dims whose sizes match (a view that splits a dim in two reads it at
+    `i * n + j`, with no division), the whole index as one group otherwise."""
+    groups = _dim_groups(tuple(view.shape), tuple(base.shape))
+
+    def index(idx, span):
+        out, v, b = [], 0, 0
+        for nv, nb in groups:
+            sub_view, sub_base = view.shape[v:v + nv], base.shape[b:b + nb]
+            out += unflatten_index(flatten_index(idx[v:v + nv], sub_view), sub_base)
+            v, b = v + nv, b + nb
+        return tuple(out)
+    return base, index
+
+
+def _dim_groups(view: tuple, base: tuple) -> list:
+    """[(view dims, base dims)] consecutive groups of equal size products."""
+    groups, v, b = [], 0, 0
+    while v < len(view) and b < len(base):
+        nv, nb, pv, pb = 1, 1, view[v], base[b]
+        while pv != pb:
+            if pv < pb and v + nv < len(view):
+                pv, nv = pv * view[v + nv], nv + 1
+            elif pb < pv and b + nb < len(base):
+                pb, nb = pb * base[b + nb], nb + 1
+            else:
+                return [(len(view), len(base))]
+        groups.append((nv, nb))
+        v, b = v + nv, b + nb
+    if v != len(view) or b != len(base):
+        return [(len(view), len(base))]
+    return groups
+
+
+def _kernel(k: Kernel, views: dict) -> Kernel:
+    maps = {v: _view_map(v, base) for v, base in views.items()}
     layouts = {}
     for node in walk(k.body):
         if isinstance(node, AnnotateLayout):
@@ -48,9 +93,35 @@ def _kernel(k: Kernel) -> Kernel:
                         raise TileError(f"T.annotate_layout: {buf.name} is given two layouts in "
                                         "one kernel", node.span)
                     layouts[buf] = layout
-    if not layouts:
+    for buf, layout in layouts.items():
+        maps[buf] = (buf, _layout_map(buf, layout))
+    if not maps:
         return k
-    return dataclasses.replace(k, body=_Rewrite(layouts).visit(k.body))
+    rewrite = _Rewrite(maps)
+    body = _Flatten().visit(rewrite.visit(k.body))
+    return dataclasses.replace(k, body=seq(rewrite.staging + [body], k.body.span))
+
+
+class _Flatten(Mutator):
+    """Statement lists inside statement lists (a tile op that became several) made one."""
+
+    def visit_SeqStmt(self, node):
+        node = self.generic_visit(node)
+        flat = seq(node.stmts, node.span)
+        return flat if isinstance(flat, SeqStmt) and flat.stmts != node.stmts or \
+            not isinstance(flat, SeqStmt) else node
+
+
+def _layout_map(buf, layout):
+    """The index map of a global tensor's layout: the tensor's element at the row-major offset
+    of the layout's output in its box."""
+    box = []
+
+    def index(idx, span):
+        if not box:
+            box.extend(box_of(buf, layout, span))
+        return tuple(unflatten_index(flatten_index(layout.forward(idx), box), layout.shape))
+    return index
 
 
 def box_of(buf, layout, span) -> tuple:
@@ -75,41 +146,43 @@ def box_of(buf, layout, span) -> tuple:
 
 
 class _Rewrite(Mutator):
-    def __init__(self, layouts: dict):
-        self.layouts = layouts
-        self.boxes = {}
+    def __init__(self, maps: dict):
+        self.layouts = maps   # buffer -> (the buffer accessed instead, index map)
+        self.staging: list = []   # Allocates of the tiles views are read through
+
+    def why(self, buf) -> str:
+        """What buf is, saying why a tile of it is no box of memory (for messages)."""
+        target = self.layouts[buf][0]
+        if target is buf:
+            return ("a global tensor whose T.annotate_layout places its elements out of "
+                    "row-major order")
+        return f"a view of {target.name} in another shape"
 
     # --- one element -------------------------------------------------------------------
-    def index(self, buf, indices, span):
-        layout = self.layouts[buf]
-        if buf not in self.boxes:
-            self.boxes[buf] = box_of(buf, layout, span)
-        flat = flatten_index(layout.forward(indices), self.boxes[buf])
-        return tuple(unflatten_index(flat, layout.shape))
+    def _element(self, node, indices):
+        target, index = self.layouts[node.buffer]
+        return dataclasses.replace(node, buffer=target, indices=index(indices, node.span))
 
     def visit_BufferLoad(self, node):
         node = self.generic_visit(node)
-        if node.buffer not in self.layouts:
-            return node
-        return dataclasses.replace(node, indices=self.index(node.buffer, node.indices, node.span))
+        return self._element(node, node.indices) if node.buffer in self.layouts else node
 
     def visit_BufferStore(self, node):
         node = self.generic_visit(node)
-        if node.buffer not in self.layouts:
-            return node
-        return dataclasses.replace(node, indices=self.index(node.buffer, node.indices, node.span))
+        return self._element(node, node.indices) if node.buffer in self.layouts else node
 
     def visit_BufferRegion(self, node):
         node = self.generic_visit(node)
         if node.buffer not in self.layouts:
             return node
         if any(constant_value(e) != 1 for e in node.extents):
-            raise TileError(f"a tile of {node.buffer.name}, whose T.annotate_layout places its "
-                            "elements out of row-major order, can only be copied (T.copy) or "
-                            "added to (T.atomic_add); read or write it element by element "
-                            "otherwise", node.span)
-        starts = self.index(node.buffer, node.starts, node.span)
-        return dataclasses.replace(node, ranges=tuple((s, convert(1)) for s in starts))
+            raise TileError(f"a tile of {node.buffer.name}, {self.why(node.buffer)}, can only be "
+                            "copied (T.copy) or added to (T.atomic_add); read or write it "
+                            "element by element otherwise", node.span)
+        target, index = self.layouts[node.buffer]
+        starts = index(node.starts, node.span)
+        return dataclasses.replace(node, buffer=target,
+                                   ranges=tuple((s, convert(1)) for s in starts))
 
     # --- tile ops -----------------------------------------------------------------------
     def visit_AnnotateLayout(self, node):
@@ -129,21 +202,48 @@ class _Rewrite(Mutator):
             return self.generic_visit(node)
         if node.annotations.get("use_tma"):
             raise TileError(f"T.atomic_add(use_tma=True) adds a box of memory, but "
-                            f"{node.dst.buffer.name}'s T.annotate_layout places its elements out "
-                            "of row-major order; leave use_tma out", node.span)
+                            f"{node.dst.buffer.name} is {self.why(node.dst.buffer)}; leave use_tma "
+                            "out", node.span)
         return self.visit(_element_loop(node.value, node.dst, node.span, lambda d, v: (
             dataclasses.replace(node, dst=_unit(node.dst.buffer, d),
                                 value=cast(v, node.dst.buffer.dtype, node.span)))))
 
     def generic_visit(self, node):
         if isinstance(node, TileOp) and not isinstance(node, (Copy, Atomic, AnnotateLayout)):
-            for r in _regions(node):
-                if r.buffer in self.layouts and any(constant_value(e) != 1 for e in r.extents):
-                    raise TileError(f"T.{node.op_name} of a tile of {r.buffer.name}: its "
-                                    "T.annotate_layout places its elements out of row-major "
-                                    "order, so only T.copy and T.atomic_add take its tiles",
-                                    node.span)
+            staged = self._staged(node)
+            if staged is not None:
+                return staged
         return super().generic_visit(node)
+
+    def _staged(self, node):
+        """A tile op that reads a tile of a view of a fragment or shared tile reads a copy of
+        it (made element by element into a tile of its own) instead; one that writes such a
+        tile, or a tile of a global tensor with a layout, is an error."""
+        changes, before = {}, []
+        for f in dataclasses.fields(node):
+            r = getattr(node, f.name)
+            if not self._tiled(r):
+                continue
+            target = self.layouts[r.buffer][0]
+            if any(b is r.buffer for b in node.writes()) or target.scope == GLOBAL:
+                raise TileError(f"T.{node.op_name} of a tile of {r.buffer.name}, "
+                                f"{self.why(r.buffer)}: only T.copy and T.atomic_add "
+                                f"{'write' if target is not r.buffer else 'take'} its tiles",
+                                node.span)
+            extents = [constant_value(e) for e in r.extents]
+            if None in extents:
+                raise TileError(f"T.{node.op_name} reads a tile of {r.buffer.name} whose "
+                                "extents are not known when compiling", node.span)
+            copy = Buffer(f"{r.buffer.name}_tile", tuple(extents), r.buffer.dtype,
+                          target.scope, node.span)
+            self.staging.append(Allocate(copy, node.span))
+            before.append(_element_loop(r, copy.region(), node.span, lambda d, v: BufferStore(
+                copy, d, v, node.span)))
+            changes[f.name] = copy.region()
+        if not changes:
+            return None
+        return seq([self.visit(s) for s in before] +
+                   [super().generic_visit(dataclasses.replace(node, **changes))], node.span)
 
     def _tiled(self, r) -> bool:
         return (isinstance(r, BufferRegion) and r.buffer in self.layouts
@@ -166,9 +266,9 @@ def _element_loop(src: BufferRegion, dst: BufferRegion, span, make):
     extents = [e for e in src.extents if constant_value(e) != 1]
     static = [constant_value(e) for e in extents]
     if None in static:
-        raise TileError(f"a tile of {src.buffer.name} or {dst.buffer.name}, whose "
-                        "T.annotate_layout places elements out of row-major order, is copied "
-                        "element by element, which needs extents known when compiling", span)
+        raise TileError(f"a tile of {src.buffer.name} or {dst.buffer.name} (a view, or a global "
+                        "tensor with a layout) is copied element by element, which needs "
+                        "extents known when compiling", span)
     loop_vars = [Var(f"i{k}", const(0).dtype) for k in range(len(extents))]
     src_idx, dst_idx = _indices(src, loop_vars), _indices(dst, loop_vars)
     value = BufferLoad(src.buffer, src_idx, span)
