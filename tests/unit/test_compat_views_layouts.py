@@ -3,6 +3,8 @@ buffer's bits); a view in the same dtype reads and writes the buffer it views (a
 accumulator, a shared tile, a global tensor), one in another dtype is refused at its line; and
 make_swizzled_layout takes the buffer alone, as TileLang's scripts call it, in a GEMM checked
 on the interpreter and both emulators against numpy."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -254,3 +256,25 @@ def test_macro_parameters_annotated_with_tilelangs_buffer_kinds():
             _macro_program(annotation)
         assert message in info.value.message
         assert (info.value.span.line, info.value.span.col) == call_line
+
+
+@pytest.mark.parametrize("target", ["interp", "emulator", "emulator:sm_90a"])
+def test_reduction_read_transposed_keeps_its_partition(target):
+    """A reduction's result read by a loop in the other order (out[b, a] = r[a, b]) keeps the
+    layout the reduction gives it: each element in the threads that reduced it, not every
+    element in every thread."""
+    @T.prim_func
+    def main(A: T.Tensor((64, 4, 32), "float32"), O: T.Tensor((4, 64), "float32")):
+        with T.Kernel(1, threads=128):
+            a = T.alloc_fragment((64, 4, 32), "float32")
+            r = T.alloc_fragment((64, 4), "float32")
+            T.copy(A, a)
+            T.reduce_sum(a, r, dim=-1)
+            for j, i in T.Parallel(4, 64):
+                O[j, i] = r[i, j]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # no "no partition over the threads exists for r"
+        kernel = tilecraft.compile(main, out_idx=[1], target=target)
+    x = np.random.default_rng(7).uniform(-1, 1, (64, 4, 32)).astype(np.float32)
+    np.testing.assert_allclose(kernel(x), x.sum(-1).T, rtol=1e-5, atol=1e-5)

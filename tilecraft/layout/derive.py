@@ -89,8 +89,8 @@ def coarsens(amap, extents, shape) -> bool:
 
 def project_loop(frag, extents, amap, shape):
     """The layout of a fragment the loop laid out as `frag` reads at `amap` (a projection or
-    coarsening of its iteration space): each element held by every thread whose iterations
-    read it. None where the shapes do not fit."""
+    coarsening of its iteration space, its dims in any order): each element held by every
+    thread whose iterations read it. None where the shapes do not fit."""
     if not coarsens(amap, extents, shape):
         return None
     split, quotient = [], {}
@@ -103,6 +103,8 @@ def project_loop(frag, extents, amap, shape):
     derived = view
     for d in reversed([d for d in range(len(split)) if d not in kept]):
         derived = reduce_fragment(derived, d)
+    if kept != sorted(kept):   # read transposed: the fragment's dims in the access's order
+        derived = derived.permute([sorted(kept).index(k) for k in kept])
     if tuple(derived.shape) != tuple(shape):
         if math.prod(derived.shape) != math.prod(shape):
             return None

@@ -111,8 +111,9 @@ def projection(indices, loop_vars):
 
 def access_map(indices, loop_vars):
     """[(loop dim, divisor)] per index when each index is a loop variable `v` (divisor 1) or a
-    coarsening `v // c` of one (c a positive constant), the dims distinct and in loop order;
-    None for any other access. A projection is the case where every divisor is 1."""
+    coarsening `v // c` of one (c a positive constant), the dims distinct (in any order: a
+    loop may read a fragment transposed); None for any other access. A projection is the case
+    where every divisor is 1."""
     out = []
     for i in indices:
         div = 1
@@ -124,7 +125,7 @@ def access_map(indices, loop_vars):
             return None
         out.append((match[0], div))
     positions = [p for p, _ in out]
-    if positions != sorted(positions) or len(set(positions)) != len(positions):
+    if len(set(positions)) != len(positions):
         return None
     return out
 
