@@ -1,0 +1,1 @@
+"""TileLang's `tilelang.contrib` helpers a kernel script calls (nvcc)."""
