@@ -288,37 +288,41 @@ def test_slice_of_a_fragment_allocated_in_a_loop():
     expect(program, "name 'top' uses f, the fragment allocated in the T.serial loop", "top,")
 
 
-# --- shared tiles allocated inside a T.Pipelined loop ----------------------------------------
+# --- shared tiles allocated inside a T.Pipelined loop: one tile of the block, as in TileLang -
 
-def test_shared_tile_allocated_inside_a_pipelined_loop():
-    def program():
-        @T.prim_func
-        def main(A: T.Tensor((128, 32), "float16"), B: T.Tensor((32, 32), "float32")):
-            with T.Kernel(1, threads=128) as bx:
-                acc = T.alloc_fragment((32, 32), "float32")
-                T.clear(acc)
-                for k in T.Pipelined(4, num_stages=2):
-                    s = T.alloc_shared((32, 32), "float16")  # <- here
-                    T.copy(A[k * 32:(k + 1) * 32, :], s)
-                    for i, j in T.Parallel(32, 32):
-                        acc[i, j] += s[i, j]
-                T.copy(acc, B)
-    expect(program, "T.alloc_shared inside a T.Pipelined loop: allocate the shared tile before "
-           "the loop", "T.alloc_shared(")
+@T.prim_func
+def _tile_allocated_in_pipelined_loop(A: T.Tensor((128, 32), "float16"),
+                                      B: T.Tensor((32, 32), "float32")):
+    with T.Kernel(1, threads=128) as bx:
+        acc = T.alloc_fragment((32, 32), "float32")
+        T.clear(acc)
+        for k in T.Pipelined(4, num_stages=2):
+            s = T.alloc_shared((32, 32), "float16")
+            T.copy(A[k * 32:(k + 1) * 32, :], s)
+            for i, j in T.Parallel(32, 32):
+                acc[i, j] += s[i, j]
+        T.copy(acc, B)
 
 
-def test_shared_tile_allocated_in_a_loop_nested_in_a_pipelined_loop():
-    def program():
-        @T.prim_func
-        def main(A: T.Tensor((128, 32), "float16"), B: T.Tensor((32, 32), "float16")):
-            with T.Kernel(1, threads=128) as bx:
-                for k in T.Pipelined(4, num_stages=2):
-                    for h in T.serial(2):
-                        s = T.alloc_buffer((16, 32), "float16", scope="shared")  # <- here
-                        T.copy(A[k * 32 + h * 16, 0], s)
-                        T.copy(s, B[h * 16, 0])
-    expect(program, "inside a T.Pipelined loop: allocate the shared tile before the loop",
-           "T.alloc_buffer(")
+@T.prim_func
+def _tile_allocated_in_nested_loop(A: T.Tensor((128, 32), "float16"),
+                                   B: T.Tensor((32, 32), "float16")):
+    with T.Kernel(1, threads=128) as bx:
+        for k in T.Pipelined(4, num_stages=2):
+            for h in T.serial(2):
+                s = T.alloc_buffer((16, 32), "float16", scope="shared")
+                T.copy(A[k * 32 + h * 16, 0], s)
+                T.copy(s, B[h * 16, 0])
+
+
+@pytest.mark.parametrize("target", ["interp", "emulator", "emulator:sm_90a"])
+def test_shared_tiles_allocated_inside_a_pipelined_loop(target):
+    a = np.random.default_rng(3).uniform(-1, 1, (128, 32)).astype(np.float16)
+    got = tilecraft.compile(_tile_allocated_in_pipelined_loop, out_idx=[1], target=target)(a)
+    np.testing.assert_allclose(got, a.astype(np.float32).reshape(4, 32, 32).sum(0), rtol=1e-3,
+                               atol=1e-3)
+    got = tilecraft.compile(_tile_allocated_in_nested_loop, out_idx=[1], target=target)(a)
+    np.testing.assert_array_equal(got, a[96:])
 
 
 # --- what stays in scope -------------------------------------------------------------------

@@ -321,6 +321,7 @@ class Parser(ExpressionEvaluator):
             raise TileError(f"cannot unpack {len(values)} block indices into {len(names)} names",
                             self.span(target))
         b.kernel = frame
+        frame.body_block = len(b.blocks)   # where device_block opens the kernel's statements
         try:
             body = self.device_block(node.body, "the T.Kernel", node, AFTER_KERNEL,
                                      frame.block_vars, dict(zip(names, values)))

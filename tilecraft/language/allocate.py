@@ -47,13 +47,14 @@ def _alloc(what: str, shape, dtype, scope: str, allow_symbolic=False,
     b = bld.active(what, need_kernel=need_kernel)
     if b.in_parallel:
         raise TileError(f"{what} cannot be used inside T.Parallel", current_span())
-    if is_shared(scope) and any(f.kind == "pipelined" for f in b.loops):
-        # The pipeline keeps num_stages versions of the tiles its copies fill, which it can
-        # only do for tiles that exist before the loop starts.
-        raise TileError(f"{what} inside a T.Pipelined loop: allocate the shared tile before "
-                        "the loop", current_span())
     buf = Buffer("__unnamed", _shape(what, shape, allow_symbolic), _dtype(what, dtype), scope,
                  current_span())
+    if is_shared(scope) and any(f.kind == "pipelined" for f in b.loops):
+        # The pipeline keeps num_stages versions of the tiles its copies fill, which it can
+        # only do for tiles that exist before the loop starts: a shared tile allocated in the
+        # loop's body is one tile of the block (as in TileLang), allocated with the kernel's.
+        b.blocks[b.kernel.body_block].append(Allocate(buf, current_span()))
+        return buf
     b.emit(Allocate(buf, current_span()))
     return buf
 
