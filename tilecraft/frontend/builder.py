@@ -25,6 +25,8 @@ class Builder:
         self.eager = eager
         self.func_attrs: dict = {}  # what T.annotate_pass_configs / _compile_flags attach
         self.views: dict = {}       # view buffer -> the buffer it views (T.reshape, T.view)
+        # T.alloc_var inside T.Parallel -> (the loop variables, their extents)
+        self.iteration_scalars: dict = {}
 
     @property
     def outside_device_code(self) -> bool:

@@ -384,7 +384,7 @@ def parse_prim_func(func, param_values: dict, eager=None):
         if not isinstance(s, (Kernel, Allocate)):
             raise TileError("device code must be inside a `with T.Kernel(...)` block",
                             getattr(s, "span", None))
-    body = remap_accesses(body, builder.views)
+    body = remap_accesses(body, builder.views, builder.iteration_scalars)
     check_access_bounds(body)
     return body, builder
 

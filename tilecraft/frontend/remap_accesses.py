@@ -28,7 +28,7 @@ import math
 
 from ..arith.bounds import bound_of
 from ..errors import TileError
-from ..ir.buffer import GLOBAL, Buffer, BufferRegion
+from ..ir.buffer import FRAGMENT, GLOBAL, LOCAL_VAR, Buffer, BufferRegion
 from ..ir.expr import BufferLoad, Var, cast, const, convert, logical, select
 from ..ir.linear import constant_value, decide, structural_key
 from ..ir.stmt import Allocate, BufferStore, For, IfThenElse, Kernel, SeqStmt, seq, stmts_of
@@ -37,11 +37,16 @@ from ..ir.visitor import Mutator, walk
 from ..layout.layout import flatten_index, unflatten_index
 
 
-def remap_accesses(body, views: dict):
+def remap_accesses(body, views: dict, iteration_scalars: dict | None = None):
     """body (a prim_func's launches) with every access to a view (views: {view buffer: the
-    buffer it views}) made to the buffer it views, and every kernel's annotated global tensors
-    accessed through their layouts, those annotations gone."""
-    out = [_kernel(s, views) if isinstance(s, Kernel) else s for s in stmts_of(body)]
+    buffer it views}) made to the buffer it views, every T.alloc_var of a T.Parallel body
+    (iteration_scalars: {variable: (loop variables, extents)}) made an element per iteration
+    of a fragment over the loop, and every kernel's annotated global tensors accessed through
+    their layouts, those annotations gone."""
+    maps = {v: _view_map(v, base) for v, base in views.items()}
+    for var, (loop_vars, extents) in (iteration_scalars or {}).items():
+        maps[var] = _iteration_map(var, loop_vars, extents)
+    out = [_kernel(s, maps) if isinstance(s, Kernel) else s for s in stmts_of(body)]
     if all(a is b for a, b in zip(out, stmts_of(body))):
         return body
     return seq(out, getattr(body, "span", None))
@@ -82,8 +87,18 @@ def _dim_groups(view: tuple, base: tuple) -> list:
     return groups
 
 
-def _kernel(k: Kernel, views: dict) -> Kernel:
-    maps = {v: _view_map(v, base) for v, base in views.items()}
+def _iteration_map(var, loop_vars, extents):
+    """(fragment, index map) of a scalar variable of a T.Parallel body: its element for the
+    iteration that reads or writes it. Each iteration has its own, as in TileLang, and the
+    fragment follows the loop's layout, so each lands in a register of the thread that runs
+    the iteration."""
+    frag = Buffer(var.name, tuple(int(constant_value(convert(e))) for e in extents), var.dtype,
+                  FRAGMENT, var.span)
+    return frag, lambda idx, span: tuple(loop_vars)
+
+
+def _kernel(k: Kernel, maps: dict) -> Kernel:
+    maps = dict(maps)
     layouts = {}
     for node in walk(k.body):
         if isinstance(node, AnnotateLayout):
@@ -162,6 +177,12 @@ class _Rewrite(Mutator):
     def _element(self, node, indices):
         target, index = self.layouts[node.buffer]
         return dataclasses.replace(node, buffer=target, indices=index(indices, node.span))
+
+    def visit_Allocate(self, node):
+        target = self.layouts.get(node.buffer, (None,))[0]
+        if target is None or node.buffer.scope != LOCAL_VAR:
+            return node
+        return dataclasses.replace(node, buffer=target)   # a T.Parallel body's scalar
 
     def visit_BufferLoad(self, node):
         node = self.generic_visit(node)

@@ -45,10 +45,18 @@ def _dtype(what: str, d):
 def _alloc(what: str, shape, dtype, scope: str, allow_symbolic=False,
            need_kernel=True) -> Buffer:
     b = bld.active(what, need_kernel=need_kernel)
-    if b.in_parallel:
+    if b.in_parallel and scope != LOCAL_VAR:
         raise TileError(f"{what} cannot be used inside T.Parallel", current_span())
     buf = Buffer("__unnamed", _shape(what, shape, allow_symbolic), _dtype(what, dtype), scope,
                  current_span())
+    if b.in_parallel:
+        # A scalar each iteration of the element-wise loop has its own of: the frontend makes
+        # it an element per iteration of a fragment over the loop (remap_accesses.py).
+        frames = [f for f in b.loops if f.kind == "parallel"]
+        b.iteration_scalars[buf] = ([v for f in frames for v in f.vars],
+                                    [e for f in frames for _, e in f.ranges])
+        b.blocks[b.kernel.body_block].append(Allocate(buf, current_span()))
+        return buf
     if is_shared(scope) and any(f.kind == "pipelined" for f in b.loops):
         # The pipeline keeps num_stages versions of the tiles its copies fill, which it can
         # only do for tiles that exist before the loop starts: a shared tile allocated in the
