@@ -85,3 +85,39 @@ def test_a_gather_of_listed_rows_into_two_tiles_runs_ahead(example, arch):
     text = tilecraft.compile(func, target=arch).get_kernel_source()
     for tile in ("K_shared_2", "V_shared_2"):
         assert f"tc::cp_async_cg_16((&{tile}[(c + 2) % 3 * " in text, tile
+
+
+def indexed_rows(rows=48, cols=64, listed=96, tile=16):
+    """O[i] = sum over steps of KV[Ind[step * tile + i], :] in float32: rows of a tensor at
+    indices read from another, gathered into a shared tile in a pipelined loop (sparse MLA's
+    top-k rows, paged KV); an index out of range reads zeros."""
+    @T.prim_func
+    def main(KV: T.Tensor((rows, cols), "float16"), Ind: T.Tensor((listed,), "int32"),
+             O: T.Tensor((tile, cols), "float32")):
+        with T.Kernel(1, threads=64):
+            s = T.alloc_shared((tile, cols), "float16")
+            acc = T.alloc_fragment((tile, cols), "float32")
+            T.clear(acc)
+            for k in T.Pipelined(listed // tile, num_stages=2):
+                for i, j in T.Parallel(tile, cols):
+                    s[i, j] = KV[Ind[k * tile + i], j]
+                for i, j in T.Parallel(tile, cols):
+                    acc[i, j] += s[i, j]
+            T.copy(acc, O)
+    return main
+
+
+def test_rows_gathered_at_loaded_indices_are_16_byte_async_copies():
+    """The run of 8 halves a thread copies has one row, Ind[(q * 8 + r) // 8 ...] = Ind[q ...]
+    for every r: one 16-byte cp.async, zero-filled where the index is out of range."""
+    func = indexed_rows()
+    text = emit_cuda(pipelines.cuda_sm80(func))[0]
+    assert text.count("tc::cp_async_cg_16((&s[") == 2 and "s_run" not in text
+    rng = np.random.default_rng(5)
+    kv = rng.uniform(-1, 1, (48, 64)).astype(np.float16)
+    ind = rng.integers(-4, 52, 96).astype(np.int32)   # some outside [0, 48): zeros
+    emulated_equals_interpreted(func, (kv, ind))
+    got = tilecraft.compile(func, out_idx=[-1], target="interp")(kv, ind)
+    rows = np.where(((ind >= 0) & (ind < 48))[:, None], kv[np.clip(ind, 0, 47)], 0)
+    np.testing.assert_allclose(got, rows.astype(np.float32).reshape(6, 16, 64).sum(0),
+                               rtol=1e-3, atol=1e-3)

@@ -23,7 +23,7 @@ it is otherwise.
 """
 from __future__ import annotations
 
-from ....arith.bounds import divisor_of
+from ....arith.bounds import divisor_of, simplify_int_ops
 from ....ir import dtypes as dt
 from ....ir.buffer import LOCAL, Buffer, is_shared, row_major_offset
 from ....ir.expr import BufferLoad, Call, Const, Select, address_of, const, select
@@ -84,7 +84,8 @@ def stage_runs(loop: For, layout, ctx, asynchronous: bool = False):
     q, r = ctx.fresh("q", n // w), ctx.fresh("r", w)
 
     def at(e, k):
-        return ctx.simplify(substitute(e, {id(l): q * w + k}))
+        # inside the indices of loads too: a gather's row Ind[(q * w + k) // w] is Ind[q]
+        return ctx.simplify(simplify_int_ops(substitute(e, {id(l): q * w + k}), ctx.var_bounds))
 
     def steps(e) -> list | None:
         """e at element k of the run minus e at its first, for each k, if all constant."""
