@@ -21,9 +21,10 @@ from .thread_checks import check_thread_uses
 from .scopes import AFTER_IF, AFTER_KERNEL, AFTER_LOOP, Scope
 from ..errors import Span, TileError, current_span, span_scope
 from ..ir import expr as ex
-from ..ir.buffer import Buffer, LOCAL_VAR, is_shared
+from ..ir.buffer import GLOBAL, LOCAL_VAR, Buffer, is_shared
 from ..ir.expr import BufferLoad, Expr
 from ..ir.linear import constant_value, decide
+from ..ir.visitor import walk
 from ..ir.stmt import Allocate, BufferStore, Evaluate, IfThenElse, Kernel, stmts_of
 
 _SOURCES: dict = {}
@@ -170,7 +171,7 @@ class Parser(ExpressionEvaluator):
             else:
                 if isinstance(value, Buffer) and value.name.startswith("__unnamed"):
                     value.name = target.id
-                self.scope.bind(target.id, value)
+                self.scope.bind(target.id, self.let(target.id, value, span))
             return
         if isinstance(target, (ast.Tuple, ast.List)):
             try:
@@ -200,6 +201,21 @@ class Parser(ExpressionEvaluator):
 
     def python_setitem(self, container, target, value):
         container[self.expr(target.slice)] = value
+
+    def let(self, name: str, value, span):
+        """What `name = value` binds name to. A value read from global memory in a kernel's
+        own statements (`b = TokenIndices[bx, 0]`) is read there, once, into a register, as
+        TileLang binds it: a later read of the name is the value at that point, and the
+        indices built from it stay small; any other value is its expression."""
+        b = bld.maybe_active()
+        if not isinstance(value, Expr) or b is None or b.kernel is None or b.loops or \
+                not any(isinstance(n, BufferLoad) and n.buffer.scope == GLOBAL
+                        for n in walk(value)):
+            return value
+        var = Buffer(name, (1,), value.dtype, LOCAL_VAR, span)
+        b.emit(Allocate(var, span))
+        b.emit(BufferStore(var, (ex.convert(0),), value, span))
+        return BufferLoad(var, (ex.convert(0),), span)
 
     def store(self, buffer: Buffer, indices, value, node):
         b = bld.active(f"a store into {buffer.name}")
