@@ -42,3 +42,26 @@ def test_the_variables_are_registers_of_the_iterations_thread():
     text = emit_cuda(pipelines.cuda(relu_grad, "sm_90a"))[0]
     assert "float d[16];" in text and "float scale[16];" in text   # 2048 iterations / 128
     assert "tc_smem +" not in text
+
+
+@T.prim_func
+def masked_rows(A: T.Tensor((32, 16), "float32"), n: T.int32, B: T.Tensor((16,), "float32")):
+    """TileLang's dsa pooling form: nested T.parallel loops zero the rows past n, then a
+    reduction over the rows."""
+    with T.Kernel(1, threads=64):
+        a = T.alloc_fragment((32, 16), "float32")
+        s = T.alloc_fragment((16,), "float32")
+        T.copy(A, a)
+        for i in T.parallel(32):
+            for j in T.parallel(16):
+                if i >= n:
+                    a[i, j] = T.cast(0, "float32")
+        T.reduce_sum(a, s, dim=0)
+        T.copy(s, B)
+
+
+@pytest.mark.parametrize("target", ["interp", "emulator", "emulator:sm_90a"])
+def test_nested_tvmscript_parallel_loops_are_one_element_wise_nest(target):
+    a = np.random.default_rng(2).uniform(-1, 1, (32, 16)).astype(np.float32)
+    got = tilecraft.compile(masked_rows, out_idx=[2], target=target)(a, 21)
+    np.testing.assert_allclose(got, a[:21].sum(0), rtol=1e-5, atol=1e-5)

@@ -22,27 +22,16 @@ off, as it does for compiled kernels.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import os
 import warnings
 
 from .. import knobs
+from ..code_hash import source_hash  # noqa: F401  (keys, and the workers check it)
 from ..backends.cuda.runtime.cache import write_atomically
 from .space import canonical
 
 _FORMAT = 1
-
-
-def source_hash(fn) -> str:
-    """SHA-256 of a function's source text (its bytecode and constants when the source is not
-    available, e.g. for code made by exec)."""
-    try:
-        text = inspect.getsource(fn)
-    except (OSError, TypeError):
-        code = getattr(fn, "__code__", None)
-        text = repr((code.co_code, code.co_consts)) if code is not None else repr(fn)
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def qualified_name(fn) -> str:

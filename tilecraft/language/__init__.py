@@ -4,7 +4,7 @@ from ..ir.dtypes import DType as _DType
 from ..ir.tileop import GemmWarpPolicy
 from .proxy import (Tensor, Buffer_ as Buffer, symbolic, dynamic, prim_func, macro,
                     SharedBuffer, FragmentBuffer, LocalBuffer)
-from .loops import Kernel, Parallel, Pipelined, serial, unroll, vectorized
+from .loops import Kernel, Parallel, Pipelined, parallel, serial, unroll, vectorized
 from .allocate import (alloc_shared, alloc_fragment, alloc_local, alloc_var, alloc_global,
                        alloc_buffer)
 from .tileops import (copy, gemm, reduce_max, reduce_min, reduce_sum, reduce_abssum,

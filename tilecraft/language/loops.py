@@ -39,6 +39,22 @@ def Parallel(*extents, coalesced_width=None):
     return LoopFrame("parallel", [(0, e) for e in extents], annotations, current_span())
 
 
+def parallel(start, stop=None, annotations=None):
+    """TVMScript's parallel loop, as TileLang runs it: one dimension of an element-wise nest
+    (`for i in T.parallel(n): for j in T.parallel(m):` is T.Parallel(n, m))."""
+    bld.active("T.parallel")
+    if annotations:
+        raise TileError(f"T.parallel: annotations= are not supported, got {annotations!r}",
+                        current_span())
+    lo, hi = (0, start) if stop is None else (start, stop)
+    not_a_loop("T.parallel", hi)
+    _static_extent("T.parallel", hi)
+    if not (isinstance(lo, int) and lo == 0 or isinstance(lo, Const) and lo.value == 0):
+        raise TileError(f"T.parallel: an element-wise loop starts at 0 (T.parallel(n)), got a "
+                        f"start of {lo!r}", current_span())
+    return LoopFrame("parallel", [(0, hi)], {}, current_span())
+
+
 def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None, group=None):
     """A serial loop whose shared-memory copies are overlapped with compute, num_stages deep."""
     b = bld.active("T.Pipelined")

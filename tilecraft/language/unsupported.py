@@ -41,7 +41,7 @@ _TILELANG = {
     "gemm_sr": "a gemm with B in registers (paper-era)",
     # loops
     "Persistent": "a persistent-kernel tile loop", "grid": "a TVMScript loop nest",
-    "parallel": "a TVMScript parallel loop", "loop_break": "a loop break",
+"loop_break": "a loop break",
     # layout and scheduling annotations
     "annotate_l2_hit_ratio": "an L2 persisting-access hint",
     "annotate_min_blocks_per_sm": "the second argument of __launch_bounds__",

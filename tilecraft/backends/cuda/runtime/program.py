@@ -17,6 +17,7 @@ import numpy as np
 
 from .... import __version__, knobs
 from ....interp.values import evaluate
+from ....engine.callback import identity as postproc_identity, postprocess
 from ....errors import TileError
 from ....target import smem_limit
 from ....ir.buffer import Buffer
@@ -106,6 +107,7 @@ class CudaProgram:
                               {"tilecraft": __version__, "compiler": compiler_fingerprint(),
                                "nvcc": _nvcc_identity(), "kind": "program",
                                "planned_for": _planned_for(arch),
+                               "postproc": postproc_identity(),
                                "configs": sorted((str(k), repr(v)) for k, v in
                                                  (configs or {}).items())})
         plan = None if dumping or knobs.cache_disabled() else _load(key)
@@ -142,6 +144,7 @@ class CudaProgram:
                                 f"with its scratch space; {arch} allows {limit} per block (use "
                                 "smaller tiles or fewer stages)", k.span)
         source, names = emit_cuda(lowered)
+        source = postprocess(source, arch)
         pipelines.dump_source(func, source, dumping)
         compiled = cache.get_or_compile(
             source, arch, flags, compile_fn=lambda src, a, f: compile_cubin(src, a, flags=f),

@@ -1,0 +1,1 @@
+"""TileLang's `tilelang.engine` names scripts import: the CUDA post-processing callback."""
