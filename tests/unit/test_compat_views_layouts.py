@@ -278,3 +278,44 @@ def test_reduction_read_transposed_keeps_its_partition(target):
         kernel = tilecraft.compile(main, out_idx=[1], target=target)
     x = np.random.default_rng(7).uniform(-1, 1, (64, 4, 32)).astype(np.float32)
     np.testing.assert_allclose(kernel(x), x.sum(-1).T, rtol=1e-5, atol=1e-5)
+
+
+def tilelang_convolution(N, C, H, W, F, K, S, D, P, block_M=32, block_N=16, block_K=16):
+    """TileLang's convolution example as written there: the weight and output tensors seen
+    flat through T.Tensor(shape, dtype, X.data), the input tile by T.im2col."""
+    OH = (H + 2 * P - D * (K - 1) - 1) // S + 1
+    OW = (W + 2 * P - D * (K - 1) - 1) // S + 1
+
+    @T.prim_func
+    def main(data: T.Tensor((N, H, W, C), "float16"), kernel: T.Tensor((K, K, C, F), "float16"),
+             out: T.Tensor((N, OH, OW, F), "float16")):
+        with T.Kernel(T.ceildiv(F, block_N), T.ceildiv(N * OH * OW, block_M),
+                      threads=64) as (bx, by):
+            data_shared = T.alloc_shared((block_M, block_K), "float16")
+            kernel_shared = T.alloc_shared((block_K, block_N), "float16")
+            out_local = T.alloc_fragment((block_M, block_N), "float32")
+            kernel_flat = T.Tensor((K * K * C, F), "float16", kernel.data)
+            out_flat = T.Tensor((N * OH * OW, F), "float16", out.data)
+            T.clear(out_local)
+            for k_iter in T.Pipelined(T.ceildiv(K * K * C, block_K), num_stages=2):
+                T.im2col(data, data_shared, by, k_iter, K, S, D, P)
+                T.copy(kernel_flat[k_iter * block_K, bx * block_N], kernel_shared)
+                T.gemm(data_shared, kernel_shared, out_local)
+            T.copy(out_local, out_flat[by * block_M, bx * block_N])
+    return main, OH, OW
+
+
+@pytest.mark.parametrize("target", ["interp", "emulator", "emulator:sm_90a"])
+def test_tilelangs_convolution_with_views_of_its_tensors(target):
+    N, C, H, W, F, K, S, D, P = 2, 16, 7, 9, 32, 3, 1, 1, 1
+    func, OH, OW = tilelang_convolution(N, C, H, W, F, K, S, D, P)
+    rng = np.random.default_rng(11)
+    x = rng.uniform(-1, 1, (N, H, W, C)).astype(np.float16)
+    w = rng.uniform(-1, 1, (K, K, C, F)).astype(np.float16)
+    got = tilecraft.compile(func, out_idx=[2], target=target)(x, w)
+    padded = np.pad(x.astype(np.float32), ((0, 0), (P, P), (P, P), (0, 0)))
+    want = np.zeros((N, OH, OW, F), np.float32)
+    for kh in range(K):
+        for kw in range(K):
+            want += padded[:, kh:kh + OH, kw:kw + OW, :] @ w[kh, kw].astype(np.float32)
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=2e-2, atol=2e-2)

@@ -54,6 +54,12 @@ class Buffer:
             n = n * s
         return n
 
+    @property
+    def data(self) -> "BufferData":
+        """The buffer's storage, as TileLang's `T.Tensor(shape, dtype, A.data)` takes it to
+        view it in another shape."""
+        return BufferData(self)
+
     def __getitem__(self, key):
         """`A[i, j]` is a load (tile origin when used by T.copy); `A[a:b, :]` a region."""
         span = current_span()
@@ -83,6 +89,12 @@ class Buffer:
 
     def region(self) -> "BufferRegion":
         return BufferRegion(self, tuple((convert(0), _dim_expr(s)) for s in self.shape))
+
+
+@dataclass(frozen=True, eq=False)
+class BufferData:
+    """A buffer's storage (`A.data`): what a view of it in another shape is made from."""
+    buffer: Buffer
 
 
 def _dim_expr(s) -> Expr:

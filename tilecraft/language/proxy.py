@@ -8,7 +8,7 @@ import inspect
 
 from ..errors import TileError, current_span, raise_clean, span_scope
 from ..ir import dtypes as dt
-from ..ir.buffer import FRAGMENT, GLOBAL, LOCAL, SHARED, Buffer
+from ..ir.buffer import FRAGMENT, GLOBAL, LOCAL, SHARED, Buffer, BufferData
 from ..ir.expr import Expr, Var
 from ..ir.stmt import PrimFunc
 
@@ -46,10 +46,12 @@ class _TensorProxy:
     """`T.Tensor((M, K), dtype)` and `T.Tensor[(M, K), dtype]` both describe a parameter."""
 
     def __call__(self, shape, dtype="float32", data=None, scope=GLOBAL):
-        if data is not None:
-            raise TileError("T.Tensor(..., data=...) views of another buffer's storage are not "
-                            "supported; pass the tensor reshaped from the host instead",
-                            current_span())
+        if data is not None:   # TileLang's view of another buffer's storage: T.view
+            from .views import view
+            if not isinstance(data, BufferData):
+                raise TileError(f"T.Tensor(..., data=...) takes a buffer's storage (A.data), got "
+                                f"{type(data).__name__}", current_span())
+            return view(data.buffer, shape, dtype)
         return TensorSpec(shape, dtype, scope)
 
     def __getitem__(self, key):
