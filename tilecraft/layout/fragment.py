@@ -17,7 +17,8 @@ import math
 
 import numpy as np
 
-from ..ir.linear import simplify
+from ..ir.linear import simplify, structural_key
+from ..ir.visitor import substitute
 from ..ir.expr import Var, convert
 from .layout import (Layout, LayoutError, as_exprs, check_shape, evaluate, flatten_index,
                      placeholders, substitute_all, unflatten_index)
@@ -313,11 +314,41 @@ def _checked_radix(values, what):
                       f"grid, so no closed form describes the reduced fragment")
 
 
+_CANONICAL = [Var(f"c{k}") for k in range(8)]
+_REDUCED: dict = {}   # what reduce_fragment gave each fragment (by its index map) and dim
+
+
+def _map_key(frag: Fragment) -> tuple | None:
+    """A hashable key equal for fragments with the same index map (their placeholders put in
+    canonical order), or None when the fragment is too unusual to key."""
+    own = frag.in_vars + [frag.rep_var]
+    if len(own) > len(_CANONICAL) or frag._inverse_fn is None:
+        return None
+    mapping = {id(v): c for v, c in zip(own, _CANONICAL)}
+    return (type(frag), frag.shape, frag.replicate, frag.thread_offset, frag.declared_threads,
+            structural_key(tuple(substitute(o, mapping) for o in frag.outputs)))
+
+
 def reduce_fragment(frag: Fragment, dim: int) -> Fragment:
     """The fragment of a reduction's result: `dim` dropped, each remaining element held by every
     thread that held part of its slice (T.reduce combines the partial results across them).
     Needs, for every slice, the same set of first-holding positions along `dim` and the same
-    local slot at all of them; the MMA accumulators satisfy this."""
+    local slot at all of them; the MMA accumulators satisfy this. Layout inference asks for the
+    same reduction of equal fragments many times (each seed of its free phase makes them
+    anew), so the answers are kept by the fragment's index map."""
+    key = _map_key(frag)
+    key = key and (key, dim % frag.ndim)
+    if key is not None and key in _REDUCED:
+        return _REDUCED[key]
+    out = _reduce_fragment(frag, dim)
+    if key is not None:
+        if len(_REDUCED) > 4096:
+            _REDUCED.clear()
+        _REDUCED[key] = out
+    return out
+
+
+def _reduce_fragment(frag: Fragment, dim: int) -> Fragment:
     dim = dim % frag.ndim
     n = frag.shape[dim]
     tab = np.moveaxis(frag.table()[..., 0, :], dim, -2)  # rep 0: (..., n, 2)
