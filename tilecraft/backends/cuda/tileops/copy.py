@@ -93,6 +93,8 @@ def lower_copy(op, ctx: ThreadContext):
         runs = [(0, layout.locals_per_thread)]
         if tuple(layout.shape) != tuple(extents):
             runs = locals_of_part(op, layout) if frag is src.buffer else None
+            if runs is None and frag is src.buffer and dst.buffer.scope != GLOBAL:
+                return _part_through_shared(op, ctx)
             if runs is None:
                 raise TileError(
                     f"T.copy: this part of fragment {frag.name} is not supported by the CUDA "
@@ -369,19 +371,39 @@ def lower_twin_copy(op, ctx: ThreadContext, threads: int, local: int):
                 for l, m in sorted(moves.items())], op.span)
 
 
+def _part_through_shared(op, ctx: ThreadContext):
+    """A part of a fragment its threads do not hold in the same registers (a row picked by a
+    loop variable: lse[k, :]): the whole fragment is written to a shared scratch tile, where
+    any part of it is an ordinary region, and the part is copied from there."""
+    whole = op.src.buffer
+    tmp = _scratch(f"{whole.name}_whole", whole.static_shape(), whole.dtype, op.span, ctx)
+    return _through_shared(op, whole.region(), tmp, BufferRegion(tmp, op.src.ranges, op.span),
+                           ctx)
+
+
 def _staged_copy(op, extents, ctx: ThreadContext):
     """A copy between fragments laid out differently (an accumulator into a gemm operand of
     another warp split): through a shared scratch tile, with barriers around it."""
+    tmp = _scratch(f"{op.dst.buffer.name}_stage", tuple(extents), op.dst.buffer.dtype, op.span,
+                   ctx)
+    return _through_shared(op, op.src, tmp, tmp.region(), ctx)
+
+
+def _scratch(name, shape, dtype, span, ctx: ThreadContext):
     from ....ir.buffer import SHARED, Buffer
+    tmp = Buffer(name, tuple(shape), dtype, SHARED, span)
+    ctx.layouts.buffers[id(tmp)] = lay.linear_layout(tuple(shape))
+    return tmp
+
+
+def _through_shared(op, written, tmp, read, ctx: ThreadContext):
+    """op as `written` copied into the shared scratch tile tmp and `read` from it into op's
+    destination, with barriers around both."""
     from ....ir.tileop import Copy
     from ....ir.annotations import sync_stmt
-    tmp = Buffer(f"{op.dst.buffer.name}_stage", tuple(extents), op.dst.buffer.dtype, SHARED,
-                 op.span)
-    ctx.layouts.buffers[id(tmp)] = lay.linear_layout(tuple(extents))
-    scratch = tmp.region()
     return seq([Allocate(ctx.flat(tmp), op.span), sync_stmt(op.span),
-                lower_copy(Copy(op.src, scratch, {}, op.span), ctx), sync_stmt(op.span),
-                lower_copy(Copy(scratch, op.dst, {}, op.span), ctx), sync_stmt(op.span)])
+                lower_copy(Copy(written, tmp.region(), {}, op.span), ctx), sync_stmt(op.span),
+                lower_copy(Copy(read, op.dst, {}, op.span), ctx), sync_stmt(op.span)])
 
 
 def _vector_width(src: BufferRegion, dst: BufferRegion, extents, ctx, chunk_bits=128) -> int:
