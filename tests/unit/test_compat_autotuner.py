@@ -137,3 +137,30 @@ def test_captured_inputs_must_match_the_kernel():
     with pytest.raises(TileError, match="both supply_prog and set_autotune_inputs"):
         with set_autotune_inputs(a):
             with_supply(64)
+
+
+def test_early_stop_times_in_full_only_candidates_near_the_fastest():
+    """TileLang's early_stop: after the screening, candidates more than early_stop_factor times
+    slower than the fastest are not timed again with the full warmup / rep."""
+    from tilecraft.autotuner.measure import confirm
+    from tilecraft.autotuner.results import Trial
+    from tilecraft.autotuner.tuner import Settings
+
+    def contenders(settings):
+        trials = [Trial({"i": i}, None, "ok", ms) for i, ms in enumerate((1.0, 1.5, 2.5, 3.0))]
+        seen = []
+
+        def rounds(pairs, n):
+            seen.append([t.config["i"] for t in pairs])
+            return [[1.0] * len(pairs)] * n
+        confirm(trials, settings, rounds)
+        return seen[0]
+
+    assert contenders(Settings()) == [0, 1, 2, 3]
+    assert contenders(Settings(early_stop=True, early_stop_factor=2.0)) == [0, 1]
+    assert contenders(Settings(early_stop=True, early_stop_factor=3.0)) == [0, 1, 2, 3]
+
+
+def test_early_stop_factor_below_one_is_refused():
+    with pytest.raises(TileError, match="early_stop_factor must be a number >= 1"):
+        tilecraft.autotune(configs=[{"block": 32}], early_stop=True, early_stop_factor=0.5)

@@ -168,6 +168,9 @@ def _check_settings(s: tuner.Settings, span) -> None:
         value = getattr(s, name)
         if value is not None and not callable(value):
             bad(f"{name} must be callable, got {type(value).__name__}")
+    if isinstance(s.early_stop_factor, bool) or not isinstance(s.early_stop_factor, (int, float)) \
+            or s.early_stop_factor < 1:
+        bad(f"early_stop_factor must be a number >= 1, got {s.early_stop_factor!r}")
     if s.max_workers is not None and (not isinstance(s.max_workers, int) or s.max_workers < 1):
         bad(f"max_workers must be a positive int, got {s.max_workers!r}")
     if s.cost_target is not None:
@@ -183,7 +186,8 @@ def autotune(func=None, *, configs=None, warmup: int = 25, rep: int = 100,
              supply_prog=None, supply_type=None, rtol: float = 1e-2, atol: float = 1e-2,
              max_mismatched_ratio: float = 0.01, skip_check: bool = False, cache: bool = True,
              measure=None, max_workers: int | None = None, cost_target: str | None = None,
-             verbose: bool = True, manual_check_prog=None, cache_input_tensors: bool = False):
+             verbose: bool = True, manual_check_prog=None, cache_input_tensors: bool = False,
+             early_stop: bool = False, early_stop_factor: float = 2.0):
     """Tune a @tilecraft.jit factory's parameters by measuring candidate configurations.
 
     configs: a list of dicts {parameter: value}, a dict {parameter: [values]} (every
@@ -206,6 +210,8 @@ def autotune(func=None, *, configs=None, warmup: int = 25, rep: int = 100,
     max_workers: compile processes (default: one per CPU). cost_target: the cost model's GPU
       ("h100", "a100", ...; default: the one tuned on). verbose: progress bar and final table.
     cache_input_tensors: every candidate runs on the same inputs here, whichever is given.
+    early_stop, early_stop_factor: candidates the screening finds more than early_stop_factor
+      times slower than the fastest are not timed in full (TileLang's early stop).
     manual_check_prog (TileLang's custom comparison) is not supported yet: an error.
     """
     span = caller_span()
@@ -215,7 +221,8 @@ def autotune(func=None, *, configs=None, warmup: int = 25, rep: int = 100,
         raise_clean(e)
     settings = tuner.Settings(configs, warmup, rep, timeout, top_fraction, ref_prog, supply_prog,
                               supply_type, rtol, atol, max_mismatched_ratio, skip_check, cache,
-                              measure, max_workers, cost_target, verbose)
+                              measure, max_workers, cost_target, verbose, bool(early_stop),
+                              early_stop_factor)
     try:
         _check_settings(settings, span)
         if configs is not None and not callable(configs) and not isinstance(

@@ -71,8 +71,10 @@ class AutoTuner:
                                  skip_check=skip_check)
         return self
 
-    def run(self, warmup: int = 25, rep: int = 100, timeout: float = 30) -> AutotuneResult:
+    def run(self, warmup: int = 25, rep: int = 100, timeout: float = 30,
+            early_stop: bool = False, early_stop_factor: float = 2.0) -> AutotuneResult:
         """Tune: the fastest correct configuration, its kernel and times."""
-        profile = {**self.profile_args, "warmup": warmup, "rep": rep, "timeout": timeout}
+        profile = {**self.profile_args, "warmup": warmup, "rep": rep, "timeout": timeout,
+                   "early_stop": early_stop, "early_stop_factor": early_stop_factor}
         tuned = autotune(configs=self.configs, **profile)(jit(**self.compile_args)(self.fn))
         return tuned.tune()

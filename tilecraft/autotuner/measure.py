@@ -161,12 +161,18 @@ def confirm_round(pairs: list, inputs: list, s) -> list:
 
 
 def confirm(ok: list, s, rounds) -> None:
-    """Time the fastest few of the screened trials `ok` again with the full warmup / rep, in
+    """Time the fastest few of the screened trials `ok` (with s.early_stop, those within
+    s.early_stop_factor of the fastest) again with the full warmup / rep, in
     alternation, and keep each one's median: a GPU's clocks drift by several percent over a
     tuning run (power and heat), enough to crown a candidate that was merely measured at a good
     moment. A custom timer (s.measure) is trusted as it is. rounds(contenders, CONFIRM_ROUNDS)
     times them: a list of rounds, each the milliseconds in the contenders' order."""
     contenders = sorted(ok, key=lambda t: t.latency_ms)[:CONTENDERS]
+    if getattr(s, "early_stop", False) and contenders:
+        # TileLang's early_stop: a candidate the screening found more than early_stop_factor
+        # times slower than the fastest is clearly worse and is not timed in full
+        limit = contenders[0].latency_ms * s.early_stop_factor
+        contenders = [t for t in contenders if t.latency_ms <= limit]
     if s.measure is not None or len(contenders) < 2:
         return
     samples = rounds(contenders, CONFIRM_ROUNDS)

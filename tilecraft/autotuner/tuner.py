@@ -46,6 +46,8 @@ class Settings:
     max_workers: int | None = None
     cost_target: str | None = None
     verbose: bool = True
+    early_stop: bool = False      # skip the full timing of clearly slower candidates
+    early_stop_factor: float = 2.0
 
     def key_options(self, jit_impl) -> dict:
         """What besides the kernel and the problem decides which candidate wins."""
@@ -55,7 +57,8 @@ class Settings:
                 "supply_prog": store.callable_name(self.supply_prog),
                 "supply_type": None if self.supply_type is None else int(self.supply_type),
                 "measure": store.callable_name(self.measure), "warmup": self.warmup,
-                "rep": self.rep, "tolerance": [self.rtol, self.atol, self.max_mismatched_ratio]}
+                "rep": self.rep, "tolerance": [self.rtol, self.atol, self.max_mismatched_ratio],
+                "early_stop": self.early_stop_factor if self.early_stop else None}
 
 
 def run(tuned, problem: space.Problem, configs: list | None) -> AutotuneResult:
