@@ -14,6 +14,7 @@ from .math import cdiv, next_power_of_2
 from . import env  # noqa: F401  (TileLang's tilelang.env names)
 from .env import disable_cache, enable_cache, set_log_level
 from .layout import Fragment, Layout
+from .ir.dtypes import dtype as DataType  # TileLang's DataType("float16").bits
 
 from .backends.cuda.runtime import device as _device  # loads nothing until asked
 from .carver.arch import machine as _machine

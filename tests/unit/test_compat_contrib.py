@@ -33,3 +33,8 @@ def test_fp8_type_of_a_format_name():
     assert determine_fp8_type("e5m2") is T.float8_e5m2
     with pytest.raises(TileError, match="must be 'e4m3' or 'e5m2'"):
         determine_fp8_type("e3m4")
+
+
+def test_datatype_gives_the_bits_of_a_dtype_name():
+    import tilecraft
+    assert tilecraft.DataType("float16").bits == 16 and tilecraft.DataType(T.int8).bits == 8
