@@ -345,3 +345,27 @@ def test_atomics_scalar_collisions_and_tiles():
         want_tile[2] = np.minimum(want_tile[2], vv[3] * fac)
     np.testing.assert_allclose(out_tile, want_tile, rtol=1e-5)
 
+
+
+@pytest.mark.parametrize("target", ["interp", "emulator", "emulator:sm_90a"])
+def test_paired_and_four_wide_atomic_adds(target):
+    """TileLang's atomic_addx2 / atomic_addx4: consecutive elements from the given ones, rows
+    picked by an index tensor (sparse MLA's dKV) so that blocks collide."""
+    @T.prim_func
+    def main(Rows: T.Tensor((16,), "int32"), V: T.Tensor((16, 32), "float32"),
+             G: T.Tensor((6, 32), "float32")):
+        with T.Kernel(2, threads=64) as bx:
+            s = T.alloc_shared((8, 32), "float32")
+            T.copy(V[bx * 8, 0], s)
+            for i, j in T.Parallel(8, 8):
+                T.atomic_addx4(G[Rows[bx * 8 + i], j * 4], s[i, j * 4])
+            for i, j in T.Parallel(8, 16):
+                T.atomic_addx2(G[Rows[bx * 8 + i], j * 2], s[i, j * 2])
+    r = rng(4)
+    rows = r.integers(0, 6, 16).astype(np.int32)
+    v = r.standard_normal((16, 32)).astype(np.float32)
+    g = r.standard_normal((6, 32)).astype(np.float32)
+    want = g.copy()
+    np.add.at(want, rows, 2 * v)
+    tilecraft.compile(main, target=target)(rows, v, g)
+    np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-5)

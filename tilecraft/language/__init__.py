@@ -8,7 +8,8 @@ from .loops import Kernel, Parallel, Pipelined, parallel, serial, unroll, vector
 from .allocate import (alloc_shared, alloc_fragment, alloc_local, alloc_var, alloc_global,
                        alloc_buffer)
 from .tileops import (copy, gemm, reduce_max, reduce_min, reduce_sum, reduce_abssum,
-                      reduce_absmax, cumsum, fill, clear, atomic_add, atomic_max, atomic_min)
+                      reduce_absmax, cumsum, fill, clear, atomic_add, atomic_max, atomic_min,
+                      atomic_addx2, atomic_addx4)
 from .math import (exp, exp2, exp10, log, log2, log10, log1p, sqrt, rsqrt, sin, cos, tan, tanh,
                    sigmoid, erf, floor, ceil, round, trunc, isnan, isinf, isfinite, abs, pow,
                    fmod, max, min, clamp, ceildiv,

@@ -325,6 +325,32 @@ def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False):
     _atomic("add", dst, value, memory_order, return_prev, use_tma)
 
 
+def _atomic_run(width: int, dst, value, memory_order=None, return_prev=False):
+    """TileLang's atomic_addx2 / x4: `width` consecutive elements from dst's element on, each
+    added atomically the value's element at the same distance from value's (an element of a
+    tile or tensor); each element's add is atomic, as the vector instructions' are."""
+    what = f"T.atomic_addx{width}"
+    bld.active(what)
+    for role, x in (("destination", dst), ("value", value)):
+        if not isinstance(x, BufferLoad):
+            raise TileError(f"{what}: the {role} is the first of {width} consecutive elements, "
+                            f"such as A[i, j * {width}]; got {type(x).__name__}", current_span())
+    for c in range(width):
+        at = (lambda load: BufferLoad(load.buffer, load.indices[:-1] + (load.indices[-1] + c,),
+                                      load.span))
+        _atomic("add", at(dst), at(value), memory_order, return_prev)
+
+
+def atomic_addx2(dst, value, memory_order=None, return_prev=False):
+    """Two consecutive elements added atomically (TileLang's paired atomic add)."""
+    _atomic_run(2, dst, value, memory_order, return_prev)
+
+
+def atomic_addx4(dst, value, memory_order=None, return_prev=False):
+    """Four consecutive elements added atomically."""
+    _atomic_run(4, dst, value, memory_order, return_prev)
+
+
 def atomic_max(dst, value, memory_order=None, return_prev=False):
     _atomic("max", dst, value, memory_order, return_prev)
 

@@ -30,7 +30,6 @@ _TILELANG = {
     # tile operators
     "transpose": "a shared-memory transpose", "async_copy": "a non-blocking copy",
     "tma_copy": "an explicit TMA load signalling an mbarrier", "copy_cluster": "a cluster copy",
-    "atomic_addx2": "a paired atomic add", "atomic_addx4": "a 4-wide atomic add",
     "atomic_load": "an atomic load", "atomic_store": "an atomic store",
     "atomic_or": "an atomic or", "dp4a": "an int8 dot-4 accumulate",
     "any_of": "a logical-or reduction of a tile", "all_of": "a logical-and reduction of a tile",
