@@ -23,7 +23,9 @@ it is otherwise.
 """
 from __future__ import annotations
 
-from ....arith.bounds import divisor_of, simplify_int_ops
+import dataclasses
+
+from ....arith.bounds import divisor_of
 from ....ir import dtypes as dt
 from ....ir.buffer import LOCAL, Buffer, is_shared, row_major_offset
 from ....ir.expr import BufferLoad, Call, Const, Select, address_of, const, select
@@ -67,6 +69,26 @@ class _Reads(Mutator):
         return BufferLoad(hit[0], (self.r,), e.span)
 
 
+class _LoadIndices(Mutator):
+    def __init__(self, simplify):
+        self.simplify = simplify
+
+    def visit_BufferLoad(self, e):
+        e = self.generic_visit(e)
+        indices = tuple(self.simplify(i) for i in e.indices)
+        if all(a is b for a, b in zip(indices, e.indices)):
+            return e
+        return dataclasses.replace(e, indices=indices)
+
+
+def _in_load_indices(e, simplify):
+    """e with the indices of the loads in it simplified (a load is an atom of the linear form
+    the caller simplifies e to, so what is inside it would stay as written)."""
+    if not any(isinstance(n, BufferLoad) for n in walk(e)):
+        return e
+    return _LoadIndices(simplify).visit(e)
+
+
 def stage_runs(loop: For, layout, ctx, asynchronous: bool = False):
     """The unrolled register loop `loop` (one element per iteration l) rewritten to move runs
     of elements with vector accesses (module docstring), or `loop` itself. asynchronous: the
@@ -83,9 +105,15 @@ def stage_runs(loop: For, layout, ctx, asynchronous: bool = False):
     l = loop.var
     q, r = ctx.fresh("q", n // w), ctx.fresh("r", w)
 
+    seen = {}
+
     def at(e, k):
-        # inside the indices of loads too: a gather's row Ind[(q * w + k) // w] is Ind[q]
-        return ctx.simplify(simplify_int_ops(substitute(e, {id(l): q * w + k}), ctx.var_bounds))
+        key = (id(e), k)
+        if key not in seen:
+            # inside the indices of loads too: a gather's row Ind[(q * w + k) // w] is Ind[q]
+            seen[key] = (e, ctx.simplify(_in_load_indices(substitute(e, {id(l): q * w + k}),
+                                                          ctx.simplify)))
+        return seen[key][1]
 
     def steps(e) -> list | None:
         """e at element k of the run minus e at its first, for each k, if all constant."""
