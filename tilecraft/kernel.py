@@ -44,6 +44,8 @@ class JITKernel:
         elif self.backend == "emulator":
             from .backends.cuda.emulator import lower
             self.lowered = lower(func, self.arch, configs)
+        else:
+            _dump_tile_ir(func, configs)   # the interpreter runs the tile IR as it is
         self.reports = []  # the emulator checker's findings of the last call
         self._grid_extents = symbolic_extents(func)  # checked at each call
         self._calls = call_cache.CallCache()
@@ -262,3 +264,16 @@ class JITKernel:
 
 def _name_of(params, key) -> str:
     return next(p.name for p in params if id(p) == key)
+
+
+def _dump_tile_ir(func, configs) -> None:
+    """With an IR dump asked for (TILECRAFT_DUMP_IR, tl.enable_dump_ir), the interpreter's
+    program: the tile IR it runs, no pass having run (`<name>.00.tile_ir.txt`)."""
+    import os
+    from .pass_config import dump_dir
+    directory = dump_dir(configs)
+    if not directory:
+        return
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, f"{func.name}.00.tile_ir.txt"), "w") as f:
+        f.write(func.script())

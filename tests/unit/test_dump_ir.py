@@ -143,3 +143,9 @@ def test_passes_before_a_failing_one_are_dumped(dump_dir):
     assert files[0][:2] == (0, "input") and files[0][2] == main.script()
     assert "lower_tile_ops" not in [n for _, n, _ in files]
     assert [i for i, _, _ in files] == list(range(len(files)))
+
+
+def test_the_interpreter_dumps_the_tile_ir_it_runs(dump_dir):
+    func = gemm_relu()
+    tilecraft.compile(func, target="interp")
+    assert (dump_dir / f"{func.name}.00.tile_ir.txt").read_text() == func.script()
