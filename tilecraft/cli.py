@@ -132,7 +132,9 @@ def cmd_recommend(args) -> int:
 
 
 def main(argv=None) -> int:
+    from . import __version__
     parser = argparse.ArgumentParser(prog="tilecraft", description="tilecraft tools")
+    parser.add_argument("--version", action="version", version=f"tilecraft {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     rec = sub.add_parser("recommend", help="rank a kernel factory's tile configurations "
                          "with the roofline cost model")

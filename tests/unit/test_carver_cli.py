@@ -40,3 +40,16 @@ def test_recommend_reports_bad_input():
     assert p.returncode != 0 and "nothing" in p.stderr
     p = _run("recommend", "examples/gemm.py:matmul", "--shape", "64,64,64", "--target", "x")
     assert p.returncode != 0 and "unknown target" in p.stderr
+
+
+def test_version_and_python_dash_m():
+    import tilecraft
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(ROOT))
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "tilecraft", *args], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=300)
+    out = run("--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"tilecraft {tilecraft.__version__}"
+    out = run()
+    assert out.returncode == 2 and "required: command" in out.stderr
