@@ -538,3 +538,25 @@ def test_autotune_over_the_eager_form_tunes_and_runs_on_the_calls_tensors():
                                                 tuned.result.trials} == {64, 128}
     kernel = tuned.compile(x, 2.0, blk_m=32, threads=64)   # every tunable given: no tuning
     assert kernel.func is not None
+
+
+def test_autotune_over_the_eager_form_compiles_from_sizes_and_tunables_without_defaults():
+    """TileLang's blocksparse GEMM form: f.compile(M=..., N=...) tunes from the T.const sizes
+    alone, and tunables the function gives no default are the configurations' to set."""
+    @tilecraft.autotune(configs=[{"blk_m": 8}, {"blk_m": 16}], warmup=1, rep=2, cache=False,
+                        verbose=False)
+    @tilecraft.jit(target="interp")
+    def double(x, blk_m):
+        M, N = T.const("M, N")
+        x: T.Tensor([M, N], T.float32)
+        y = T.empty([M, N], T.float32)
+        with T.Kernel(T.ceildiv(M, blk_m), threads=32) as bx:
+            for i, j in T.Parallel(blk_m, N):
+                y[bx * blk_m + i, j] = x[bx * blk_m + i, j] * 2
+        return y
+
+    kernel = double.compile(M=40, N=16)
+    assert kernel.config in ({"blk_m": 8}, {"blk_m": 16})
+    x = np.random.default_rng(1).uniform(-1, 1, (40, 16)).astype(np.float32)
+    np.testing.assert_allclose(kernel(x), 2 * x)
+    np.testing.assert_allclose(double(x), 2 * x)

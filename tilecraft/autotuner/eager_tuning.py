@@ -21,6 +21,7 @@ import inspect
 
 from ..errors import TileError, raise_clean
 from ..jit import JITImpl
+from . import space
 
 
 class EagerTuning:
@@ -40,15 +41,16 @@ class EagerTuning:
 
     def __call__(self, *args, **kwargs):
         try:
-            kernel, inputs = self._kernel(args, kwargs)
+            kernel, inputs = self._kernel(args, kwargs, call=True)
         except TileError as e:
             raise_clean(e)
         return kernel(*inputs)
 
     def compile(self, *args, **kwargs):
-        """The tuned kernel for these arguments, not run."""
+        """The tuned kernel for these arguments (tensors, or their T.const sizes by keyword:
+        `f.compile(M=1024, N=1024, K=1024)`), not run."""
         try:
-            return self._kernel(args, kwargs)[0]
+            return self._kernel(args, kwargs, call=False)[0]
         except TileError as e:
             raise_clean(e)
 
@@ -60,12 +62,16 @@ class EagerTuning:
     def best_config(self):
         return self.last.best_config if self.last is not None else None
 
-    def _kernel(self, args, kwargs):
+    def _kernel(self, args, kwargs, call: bool):
         eager = self.eager
-        values, runtime, sizes = eager.bind(args, kwargs, call=True)
         params = eager.signature.parameters
         given = set(eager.signature.bind_partial(
             *args, **{k: v for k, v in kwargs.items() if k in params}).arguments)
+        # tunables the function has no default for take a configuration's value while the
+        # call's sizes and outputs are read (the tuner then tries them all)
+        kwargs = {**{k: v for k, v in self._first_config(args, kwargs).items()
+                     if k not in given}, **kwargs}
+        values, runtime, sizes = eager.bind(args, kwargs, call=call)
         func = eager.get_tir(*args, **kwargs)
         outputs = len(func.params) - len(eager.tensor_names) - len(eager.scalars)
         tuner = self._tuner(tuple(values), tuple(sizes), outputs)
@@ -74,6 +80,16 @@ class EagerTuning:
         call = {k: v for k, v in values.items() if k in given or k not in tunables}
         self.last = tuner
         return tuner(**call, **sizes), eager.kernel_inputs(runtime)
+
+    def _first_config(self, args, kwargs) -> dict:
+        configs = self.settings.configs
+        if configs is None:
+            return {}
+        if callable(configs):
+            configs = configs(*args, **kwargs)
+        found = space.normalize_configs(configs, self.eager.func, self.declared_at,
+                                        self.__name__)
+        return found[0] if found else {}
 
     def _tuner(self, names: tuple, sizes: tuple, outputs: int):
         key = (names, sizes, outputs)

@@ -142,6 +142,8 @@ def _first_config_only():
     configuration shows whether the kernel builds."""
     from tilecraft.autotuner import api, space
 
+    from tilecraft.autotuner.results import AutotuneResult
+
     def run(self, args, kwargs):
         configs, tunables = self._search(args, kwargs)
         problem = space.split_call(self.factory, tunables, args, kwargs, None, self.__name__)
@@ -149,8 +151,11 @@ def _first_config_only():
             return self.jit_impl(*args, **kwargs)
         if configs is None:
             configs = space.grid(space.recommended_space(self.factory, problem))
-        chosen = space.with_pins(configs, problem.pinned)[:1]
-        return self.jit_impl(*args, **{**kwargs, **(chosen[0] if chosen else {})})
+        chosen = (space.with_pins(configs, problem.pinned)[:1] or [{}])[0]
+        kernel = self.jit_impl(*args, **{**kwargs, **chosen})
+        # what tune() and AutoTuner.run() return: the one configuration, unmeasured
+        return AutotuneResult(self.__name__, problem.describe(), "compile-only", dict(chosen),
+                              float("nan"), [], kernel)
 
     api.AutoTuneImpl._run = run
 
