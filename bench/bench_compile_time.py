@@ -17,6 +17,8 @@ from common import OUT, write_results  # noqa: E402
 from flash_attention import flash_attention  # noqa: E402
 from gemm import matmul  # noqa: E402
 from mla_decode import flash_mla_decode  # noqa: E402
+from dequant_gemm import dequant_gemm, dequant_gemv, dequant_gemv_fast  # noqa: E402
+from conv2d import convolution  # noqa: E402
 import tilecraft  # noqa: E402
 from tilecraft.carver.recommend import underlying  # noqa: E402
 from tilecraft.backends.cuda.codegen.cuda import emit_cuda  # noqa: E402
@@ -32,6 +34,14 @@ KERNELS = {  # the benches' shapes and tile configurations
         8, 32, 4096, 128, False, block_M=128, block_N=128, num_stages=3, threads=256),
     "mla decode KV 1024 (64x64, 2 stages)": lambda: underlying(flash_mla_decode)(
         64, 128, 1, 1024, 512, 64),
+    # the examples' default tiles at the paper's shapes
+    "W4A16 gemv 8192x8192 (the example as written)": lambda: underlying(dequant_gemv)(
+        1, 8192, 8192),
+    "W4A16 gemv 8192x8192 (warp per row)": lambda: underlying(dequant_gemv_fast)(
+        1, 8192, 8192),
+    "W4A16 gemm 256x8192x8192": lambda: underlying(dequant_gemm)(256, 8192, 8192),
+    "conv2d N128 C64 56x56 F64 3x3": lambda: underlying(convolution)(
+        128, 64, 56, 56, 64, 3, 3, 1, 1),
 }
 
 
