@@ -6,7 +6,7 @@ The answer is for the GPU the kernels compile for: the arch `target` names (an a
 (an error naming the way out when there is none)."""
 from __future__ import annotations
 
-from .. import knobs
+from .. import placement
 from ..errors import TileError
 from ..target import arch_of, parse_arch
 
@@ -16,19 +16,12 @@ def _arch(target) -> str:
         if isinstance(target, str) and target.startswith("cuda") and "-arch=" in target:
             return target.split("-arch=", 1)[1].split()[0]
         return arch_of(target)
-    name = knobs.target().lower()
-    if name.startswith("emulator:"):
-        name = name.split(":", 1)[1]
-    if name.startswith("sm_"):
-        return name
-    if name == "emulator":
-        return "sm_80"
-    from ..backends.cuda.runtime.device import current_arch, has_cuda_device
-    if not has_cuda_device():
+    _, arch = placement.resolve(None)   # TILECRAFT_TARGET, else this machine's GPU
+    if arch is None:
         raise TileError("nvcc.get_target_compute_version: there is no CUDA device here; name "
                         "the GPU (get_target_compute_version('sm_90a')) or set "
                         "TILECRAFT_TARGET=sm_90a")
-    return current_arch()
+    return arch
 
 
 def get_target_compute_version(target=None) -> str:

@@ -122,9 +122,9 @@ class _Flatten(Mutator):
 
     def visit_SeqStmt(self, node):
         node = self.generic_visit(node)
-        flat = seq(node.stmts, node.span)
-        return flat if isinstance(flat, SeqStmt) and flat.stmts != node.stmts or \
-            not isinstance(flat, SeqStmt) else node
+        if len(node.stmts) != 1 and not any(isinstance(s, SeqStmt) for s in node.stmts):
+            return node
+        return seq(node.stmts, node.span)
 
 
 def _layout_map(buf, layout):

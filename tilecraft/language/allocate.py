@@ -55,15 +55,17 @@ def _alloc(what: str, shape, dtype, scope: str, allow_symbolic=False,
         frames = [f for f in b.loops if f.kind == "parallel"]
         b.iteration_scalars[buf] = ([v for f in frames for v in f.vars],
                                     [e for f in frames for _, e in f.ranges])
-        b.blocks[b.kernel.body_block].append(Allocate(buf, current_span()))
-        return buf
-    if is_shared(scope) and any(f.kind == "pipelined" for f in b.loops):
-        # The pipeline keeps num_stages versions of the tiles its copies fill, which it can
-        # only do for tiles that exist before the loop starts: a shared tile allocated in the
-        # loop's body is one tile of the block (as in TileLang), allocated with the kernel's.
-        b.blocks[b.kernel.body_block].append(Allocate(buf, current_span()))
-        return buf
-    b.emit(Allocate(buf, current_span()))
+    # The pipeline keeps num_stages versions of the tiles its copies fill, which it can only
+    # do for tiles that exist before the loop starts: a shared tile allocated in the loop's
+    # body is one tile of the block (as in TileLang), allocated with the kernel's own tiles,
+    # and so is the fragment a T.Parallel body's variable becomes.
+    hoisted = b.in_parallel or (is_shared(scope) and
+                                any(f.kind == "pipelined" for f in b.loops))
+    allocation = Allocate(buf, current_span())
+    if hoisted:
+        b.blocks[b.kernel.body_block].append(allocation)
+    else:
+        b.emit(allocation)
     return buf
 
 

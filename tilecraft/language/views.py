@@ -70,9 +70,9 @@ def _view(what: str, src: Buffer, shape) -> Buffer:
                         "compiling", current_span())
     while src in b.views:   # a view of a view is a view of the first buffer
         src = b.views[src]
-    view = Buffer(f"{src.name}_view", tuple(int(convert(n).value) for n in shape), src.dtype,
+    # named, as an allocation is, by the assignment that binds it
+    view = Buffer("__unnamed", tuple(int(convert(n).value) for n in shape), src.dtype,
                   src.scope, current_span())
-    view.name = "__unnamed"   # the name it is assigned to, as for an allocation
     b.views[view] = src
     return view
 
