@@ -6,7 +6,8 @@ T.Parallel loop) beside cuDNN, in one process on one GPU, at the paper's eight s
                                   [--rounds 3] [--tag ...] [--out dir]
 
 Peers, timed in the same rounds: torch.nn.functional.conv2d (cuDNN, benchmark mode on) on
-channels_last views of the same NHWC memory, and on NCHW copies. ratio: median over rounds of
+channels_last views of the same NHWC memory, and on NCHW copies; where TileLang is installed,
+the same example source compiled by TileLang at the first config (vs TileLang). ratio: median over rounds of
 cuDNN's time / ours; every timer starts from a cold L2. A config is block_M x block_N x block_K
 x num_stages x threads of `convolution`; the first is the example's default.
 
@@ -15,7 +16,8 @@ Results: bench/conv2d.md.
 import argparse
 from statistics import median
 
-from common import OUT, add_arm_options, clean_timer, in_rounds, show_results, warm_gpu
+from common import (OUT, add_arm_options, build_under_tilelang, clean_timer,
+                    example_under_tilelang, in_rounds, show_results, warm_gpu)
 import conv2d
 import tilecraft
 
@@ -37,6 +39,7 @@ def main():
     args = parser.parse_args()
     import torch
     torch.backends.cudnn.benchmark = True
+    theirs = example_under_tilelang("conv2d")
     warm_gpu()
     rows = []
     for index in (int(x) for x in args.shapes.split(",")):
@@ -60,23 +63,40 @@ def main():
             out = kernel(data, flat_w)
             err = float((out.float().reshape(ref.shape) - ref).norm() / ref.norm())
             cases.append((text, kernel, flat_w, err))
+        bm, bn, bk, stages, threads = (int(v) for v in args.configs.split(",")[0].split("x"))
+        their_kernel = build_under_tilelang(
+            theirs, "convolution", N, C, H, W, F, K, K, stride, pad, 1, block_M=bm,
+            block_N=bn, block_K=bk, num_stages=stages, threads=threads)
+        if their_kernel is None:
+            theirs = None
+        else:
+            out = their_kernel(data, weight.reshape(K * K * C, F))
+            their_err = float((out.float().reshape(ref.shape) - ref).norm() / ref.norm())
+            print(f"conv{index} TileLang {args.configs.split(',')[0]}: err {their_err:.1e}")
         timers = [clean_timer(lambda: torch.nn.functional.conv2d(x_cl, w_cl, stride=stride,
                                                                  padding=pad)),
                   clean_timer(lambda: torch.nn.functional.conv2d(x_nchw, w_nchw, stride=stride,
                                                                  padding=pad))]
         timers += [clean_timer(lambda k=k, w=w: k(data, w)) for _, k, w, _ in cases]
+        if their_kernel is not None:
+            timers.append(clean_timer(lambda: their_kernel(data, cases[0][2])))
         times = in_rounds(args.rounds, timers, args.settle)
         flop = 2 * N * ((H + 2 * pad - K) // stride + 1) ** 2 * F * C * K * K
+        theirs_t = times[2 + len(cases)] if their_kernel is not None else None
         for (text, kernel, _, err), t in zip(cases, times[2:]):
             row = {"shape": index, "config": text, "us": median(t) * 1e3,
                    "tflops": flop / median(t) / 1e9,
                    "cudnn_cl_us": median(times[0]) * 1e3, "cudnn_nchw_us": median(times[1]) * 1e3,
                    "vs_cl": median([p / x for p, x in zip(times[0], t)]),
                    "vs_nchw": median([p / x for p, x in zip(times[1], t)]),
+                   "vs_tilelang": (median([p / x for p, x in zip(theirs_t, t)])
+                                   if theirs_t else float("nan")),
+                   "tilelang_us": median(theirs_t) * 1e3 if theirs_t else float("nan"),
                    "rel_error": err, "registers": kernel.n_regs}
             print(f"conv{index} {text}: {row['us']:.1f} us, cuDNN cl {row['cudnn_cl_us']:.1f} "
                   f"({row['vs_cl']:.2f}x), nchw {row['cudnn_nchw_us']:.1f} "
-                  f"({row['vs_nchw']:.2f}x), err {err:.1e}", flush=True)
+                  f"({row['vs_nchw']:.2f}x), TileLang {row['vs_tilelang']:.2f}x, err {err:.1e}",
+                  flush=True)
             rows.append(row)
     columns = [("shape", lambda r: f"conv{r['shape']}"), ("config", lambda r: r["config"]),
                ("us", lambda r: f"{r['us']:.1f}"), ("TFLOP/s", lambda r: f"{r['tflops']:.0f}"),
@@ -84,6 +104,7 @@ def main():
                ("vs NHWC", lambda r: f"{r['vs_cl']:.2f}"),
                ("cuDNN NCHW us", lambda r: f"{r['cudnn_nchw_us']:.1f}"),
                ("vs NCHW", lambda r: f"{r['vs_nchw']:.2f}"),
+               ("vs TileLang", lambda r: f"{r['vs_tilelang']:.2f}"),
                ("rel err", lambda r: f"{r['rel_error']:.1e}"),
                ("regs", lambda r: str(r["registers"]))]
     show_results(args.out, args.tag, rows, columns)

@@ -7,7 +7,8 @@ M = 1, group size 32, the paper's decode shapes N x K.
 
 Peers, timed in the same rounds: torch "unpack, scale, A @ W.T" (the nibbles unpacked and
 scaled into an fp16 weight, then cuBLAS), and a device-to-device copy of as many bytes as the
-GEMV must read (packed weights + scales + activations), the floor. GB/s counts those bytes
+GEMV must read (packed weights + scales + activations), the floor; where TileLang is
+installed, the unchanged example and the first fast config compiled by TileLang. GB/s counts those bytes
 once; the copy's bandwidth counts its bytes read and written. Every timer starts from a cold
 L2 (a 256 MiB buffer read before each run, profiler.cuda_median_ms's "clean" flush).
 --compile-only builds every kernel (nvcc included) and times nothing: run it where nvcc is
@@ -18,8 +19,8 @@ Results: bench/dequant_gemv.md.
 import argparse
 from statistics import median
 
-from common import (ERROR_AND_REGISTERS, OUT, add_arm_options, clean_timer, in_rounds,
-                    show_results, warm_gpu)
+from common import (ERROR_AND_REGISTERS, OUT, add_arm_options, build_under_tilelang,
+                    clean_timer, example_under_tilelang, in_rounds, show_results, warm_gpu)
 from dequant_gemm import dequant_gemv, dequant_gemv_fast
 import tilecraft
 
@@ -30,8 +31,10 @@ SHAPES = "1024x8192,8192x8192,28672x8192,8192x28672"
 FAST = "8x1024x128x2,8x1024x128x1,4x1024x128x2"
 
 
-def kernels(N, K, fast_configs, target=None):
-    """[(label, compiled kernel)]: the unchanged example, then each fast config."""
+def kernels(N, K, fast_configs, target=None, theirs=None):
+    """[(label, compiled kernel)]: the unchanged example, then each fast config, then (theirs:
+    the example module under TileLang) the unchanged example and the first fast config compiled
+    by TileLang, each where it builds."""
     out = [("dequant_gemv", tilecraft.compile(dequant_gemv.__wrapped__(1, N, K, GROUP),
                                               out_idx=[-1], target=target))]
     for config in fast_configs:
@@ -41,6 +44,16 @@ def kernels(N, K, fast_configs, target=None):
                                              through_shared=config.endswith("s"), **extra)
         label = f"fast {config}"
         out.append((label, tilecraft.compile(func, out_idx=[-1], target=target)))
+    bn, bk, t, *stages = (int(x) for x in fast_configs[0].rstrip("s").split("x"))
+    extra = dict(num_stages=stages[0]) if stages else {}
+    for label, builder, kwargs in (
+            ("TileLang dequant_gemv", "dequant_gemv", {}),
+            (f"TileLang fast {fast_configs[0]}", "dequant_gemv_fast",
+             dict(block_N=bn, block_K=bk, threads=t,
+                  through_shared=fast_configs[0].endswith("s"), **extra))):
+        kernel = build_under_tilelang(theirs, builder, 1, N, K, GROUP, **kwargs)
+        if kernel is not None:
+            out.append((label, kernel))
     return out
 
 
@@ -73,6 +86,7 @@ def main():
         return
 
     import torch
+    theirs = example_under_tilelang("dequant_gemm")
     rows = []
     warm_gpu()
     for N, K in shapes:
@@ -87,7 +101,7 @@ def main():
         dst = torch.empty_like(src)
         ref = torch_dequant_gemv(A.float(), B_packed, Scale.float())
         cases = []
-        for label, kernel in kernels(N, K, fast_configs):
+        for label, kernel in kernels(N, K, fast_configs, theirs=theirs):
             C = kernel(A, B_packed, Scale)
             err = float((C.float() - ref).norm() / ref.norm())
             cases.append((label, kernel, err))
@@ -104,7 +118,8 @@ def main():
                    "copy_gbps": copy_gbps, "pct_copy": 100 * nbytes / ms / 1e6 / copy_gbps,
                    "torch_us": torch_ms * 1e3,
                    "vs_torch": median([p / x for p, x in zip(times[1], t)]),
-                   "rel_error": err, "registers": kernel.n_regs, "spills": kernel.n_spills,
+                   "rel_error": err, "registers": getattr(kernel, "n_regs", None),
+                   "spills": getattr(kernel, "n_spills", None),
                    "us_rounds": [x * 1e3 for x in t]}
             print(f"{N}x{K} {label}: {row['us']:.1f} us {row['gbps']:.0f} GB/s "
                   f"({row['pct_copy']:.0f}% of copy {copy_gbps:.0f} GB/s); torch "

@@ -323,8 +323,26 @@ def example_under_tilelang(name: str):
     source = source.replace("import tilecraft\n", "import tilelang as tilecraft\n")
     module = types.ModuleType(name + "_under_tilelang")
     module.__file__ = path
-    exec(compile(source, path, "exec"), module.__dict__)
+    try:
+        exec(compile(source, path, "exec"), module.__dict__)
+    except Exception as e:  # TileLang installed but does not import: time ours alone
+        print(f"TileLang does not load {name}: {type(e).__name__}: {e}", flush=True)
+        return None
     return module
+
+
+def build_under_tilelang(module, builder: str, *args, **kwargs):
+    """module.<builder>(*args, **kwargs) compiled by TileLang (module from
+    example_under_tilelang): its kernel, or None, with the reason printed, where module is None
+    or TileLang refuses the source, so that a bench times ours alone."""
+    if module is None:
+        return None
+    try:
+        return getattr(module, builder)(*args, **kwargs)
+    except Exception as e:  # TileLang's own error: reported, not ours to raise
+        lines = str(e).strip().splitlines() or [type(e).__name__]
+        print(f"TileLang does not build {builder}: {lines[-1][:200]}", flush=True)
+        return None
 
 
 # --- attention: torch SDPA's flash and cuDNN backends as peers ----------------------------

@@ -28,8 +28,8 @@ LOG2E = 1.44269504088896
 
 
 @tilecraft.jit(out_idx=[-1])
-def vertical_slash_attention(batch, heads, seq_len, dim, num_vertical, num_slash, block_M=128,
-                             block_N=64, num_stages=2, threads=256, dtype="float16",
+def vertical_slash_attention(batch, heads, seq_len, dim, num_vertical, num_slash, block_M=64,
+                             block_N=64, num_stages=2, threads=128, dtype="float16",
                              accum_dtype="float"):
     scale = (1.0 / dim) ** 0.5 * LOG2E
     shape = [batch, seq_len, heads, dim]

@@ -21,6 +21,13 @@ original did. It runs after infer_layouts and gives every version the fragment's
 versions are registers of the same threads, and the layout choice stays the one the loop as
 written gets (counting each copy once).
 
+A plain T.serial loop gets the same rewrite with S = 2 (its next iteration's loads in flight
+while one computes) when its qualifying copies are few registers: at most
+SERIAL_PREFETCH_BYTES a thread in all, so the second version costs a few registers and not
+occupancy. That is inference, not a change of meaning: the copies read global memory the loop
+does not write, so reading it an iteration early gives the same values. A loop written as
+T.Pipelined with num_stages 0 or 1 is left as written (the way to ask for no prefetch).
+
 A copy qualifies when it is a statement of the loop body itself (not nested), fills its whole
 fragment from a global tensor the loop does not write, its source region depends on nothing
 the loop computes (no buffer loads, no variables bound inside the body; the loop variable and
@@ -39,6 +46,10 @@ from ....ir.stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, SeqStm
 from ....ir.tileop import Copy, TileOp
 from ....ir.visitor import Mutator, buffers_used, map_kernels, substitute, walk
 from ....ir.annotations import LAYOUTS, NUM_STAGES
+
+# The registers a serial loop may add, per thread, to keep its next iteration's copies in
+# flight: 128 bytes is 32 registers, a small part of the 255 a thread can have.
+SERIAL_PREFETCH_BYTES = 128
 
 
 def _writes(node, buffer: Buffer) -> bool:
@@ -88,16 +99,32 @@ def _when(cond, stmt, span):
     return IfThenElse(cond, stmt, None, span)
 
 
-def _prefetch(loop: For, twins: dict):
+def _bytes_per_thread(buffer: Buffer, layouts) -> int:
+    return layouts.buffer(buffer).locals_per_thread * buffer.dtype.bits // 8
+
+
+def _stages(loop: For, chosen: list, layouts) -> int:
+    """How many iterations' copies the loop keeps in registers (< 2: no rewrite)."""
+    if NUM_STAGES in loop.annotations:      # written as T.Pipelined: as many as asked
+        return loop.annotations[NUM_STAGES]
+    if loop.kind != "serial" or (isinstance(loop.extent, Const) and loop.extent.value < 2):
+        return 0
+    size = sum(_bytes_per_thread(c.dst.buffer, layouts) for c in chosen)
+    return 2 if size <= SERIAL_PREFETCH_BYTES else 0
+
+
+def _prefetch(loop: For, twins: dict, layouts):
     """The loop with its qualifying copies issued ahead (None when none qualifies); twins
     gets {id(new buffer): the fragment whose layout it takes}."""
-    stages = loop.annotations.get(NUM_STAGES, 0)
-    if stages < 2:
+    if loop.annotations.get(NUM_STAGES, 2) < 2:
         return None
     body = list(stmts_of(loop.body))
     inner_vars = {id(n.var) for n in walk(loop.body) if isinstance(n, For)}
     chosen = [i for i in range(len(body)) if _qualifies(loop, body, i, inner_vars)]
     if not chosen:
+        return None
+    stages = _stages(loop, [body[i] for i in chosen], layouts)
+    if stages < 2:
         return None
     k, start, n, span = loop.var, loop.start, loop.extent, loop.span
     end = start + n
@@ -122,8 +149,9 @@ def _prefetch(loop: For, twins: dict):
 
 
 class _Prefetcher(Mutator):
-    def __init__(self):
+    def __init__(self, layouts):
         self.twins: dict = {}
+        self.layouts = layouts
 
     def visit_SeqStmt(self, s: SeqStmt):
         return seq([self.visit(x) for x in s.stmts], s.span)
@@ -132,15 +160,15 @@ class _Prefetcher(Mutator):
         if s.kind == "parallel":
             return s
         s = dataclasses.replace(s, body=self.visit(s.body))
-        out = _prefetch(s, self.twins)
+        out = _prefetch(s, self.twins, self.layouts)
         return s if out is None else out
 
 
 def prefetch_fragments(func):
-    """Return func with the qualifying fragment copies of its pipelined loops issued ahead
+    """Return func with the qualifying fragment copies of its pipelined and serial loops issued ahead
     (after infer_layouts: each kernel's layout map gains the new buffers and loops)."""
     def rewrite(kernel):
-        p = _Prefetcher()
+        p = _Prefetcher(kernel.attrs.get(LAYOUTS))
         body = p.visit(kernel.body)
         if not p.twins:
             return kernel
