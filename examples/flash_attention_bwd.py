@@ -114,6 +114,28 @@ def flash_attention_bwd(batch, heads, seq_len, dim, is_causal, block_M=64, block
     return main
 
 
+_differentiable = {}
+
+
+def attention(query, key, value, is_causal=False):
+    """torch.nn.functional.scaled_dot_product_attention's call for float16 torch tensors of shape
+    (batch, heads, seq, dim), default scale, no mask or dropout: the forward above with its LSE
+    and this backward paired into one differentiable operator (tilecraft.differentiable), so
+    loss.backward() and torch.compile go through both."""
+    batch, heads, seq_len, dim = query.shape
+    shape_key = (batch, heads, seq_len, dim, bool(is_causal))
+    if shape_key not in _differentiable:
+        forward = flash_attention_lse(*shape_key)
+        backward = flash_attention_bwd(*shape_key)
+
+        def grads(Q, K, V, O, LSE, dO, dLSE):   # saved tensors, then the outputs' gradients
+            return backward(Q, K, V, O, dO.contiguous(), LSE)
+        _differentiable[shape_key] = tilecraft.differentiable(forward, grads)
+    q, k, v = (x.transpose(1, 2).contiguous() for x in (query, key, value))
+    out, _ = _differentiable[shape_key](q, k, v)
+    return out.transpose(1, 2)
+
+
 def ref_grads(Q, K, V, dO, is_causal):
     """(dQ, dK, dV) of dense attention in float64 on [batch, seq, heads, dim] inputs."""
     q, k, v, do = (x.astype(np.float64) for x in (Q, K, V, dO))

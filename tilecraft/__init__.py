@@ -2,9 +2,11 @@
 __version__ = "0.1.0"
 
 from .errors import TileError, install_excepthook
+from . import knobs as _knobs
 from .ir.tileop import GemmWarpPolicy
 from . import ops  # noqa: F401  (registers each tile op's contract)
 from .jit import jit, compile, JITKernel  # noqa: A004
+from .torch_op import differentiable
 from .interp import register_extern
 from .pass_config import PassConfigKey
 from .autotuner import autotune

@@ -21,6 +21,23 @@ def is_torch(x) -> bool:
     return t is not None and isinstance(x, t.Tensor)
 
 
+def needs_grad(values) -> bool:
+    """Whether autograd records operations on any of these tensors now."""
+    t = _torch()
+    return t is not None and t.is_grad_enabled() and \
+        any(isinstance(x, t.Tensor) and x.requires_grad for x in values)
+
+
+# The tensor classes of torch.compile's graph capture (AOT autograd's tracing): they hold no
+# data a kernel could run on, so a call given one goes through the kernel's torch operator.
+TRACING_TENSORS = frozenset({"FakeTensor", "FunctionalTensor"})
+
+
+def traced(values) -> bool:
+    """Whether any of these is a tensor of torch's tracing (TRACING_TENSORS)."""
+    return any(type(x).__name__ in TRACING_TENSORS for x in values)
+
+
 def to_numpy(x, name: str) -> np.ndarray:
     """A numpy view of x (numpy array or CPU torch tensor) sharing its memory."""
     if isinstance(x, np.ndarray):

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import sys
 
+from .arrays import TRACING_TENSORS
+
 KEPT = 16          # signatures remembered per kernel (a loop over a few shapes stays fast)
 _SCALARS = (int, float, bool)
 
@@ -30,7 +32,10 @@ def signature(args):
         if kind in _SCALARS:
             key.append((kind, a))
             continue
-        if getattr(a, "is_cuda", None) is not True or not hasattr(a, "data_ptr"):
+        # a tensor autograd records, or one of torch.compile's tracing: the checked path
+        # routes both through the kernel's torch operator
+        if getattr(a, "is_cuda", None) is not True or a.requires_grad or \
+                kind.__name__ in TRACING_TENSORS:
             return None
         key.append((a.dtype, a.shape, a.device, a.is_contiguous()))
         tensors = True

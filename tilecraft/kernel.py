@@ -2,6 +2,7 @@
 its target, and the call that checks arguments, allocates outputs and runs it."""
 from __future__ import annotations
 
+import sys
 import time
 
 import numpy as np
@@ -49,16 +50,35 @@ class JITKernel:
         self.reports = []  # the emulator checker's findings of the last call
         self._grid_extents = symbolic_extents(func)  # checked at each call
         self._calls = call_cache.CallCache()
+        # the kernel as a torch operator, for torch.compile (torch_op.py)
+        self._torch_op = self._is_compiling = None
+        if "torch" in sys.modules:
+            self._attach_torch_op()
         report(self, reporting or Reporting(), configs, time.perf_counter() - started)
 
     # --- calling --------------------------------------------------------------
     def __call__(self, *args):
+        if self._is_compiling is not None and self._is_compiling():
+            return self._torch_op(*args)     # traced by torch.compile: one graph node
+        if self._torch_op is None and "torch" in sys.modules:
+            self._attach_torch_op()
+        return self.call_eager(args)
+
+    def call_eager(self, args, from_op=False):
+        """The call itself: arguments checked, outputs allocated, the program run. from_op:
+        called as the torch operator's implementation (torch_op.py), below autograd."""
         try:
-            return self._call(args)
+            return self._call(args, from_op)
         except TileError as e:
             raise_clean(e)
 
-    def _call(self, args):
+    def _attach_torch_op(self):
+        from . import torch_op
+        self._torch_op = torch_op.register(self)
+        if self._torch_op is not None:
+            self._is_compiling = sys.modules["torch"].compiler.is_dynamo_compiling
+
+    def _call(self, args, from_op=False):
         key = call_cache.signature(args) if self.backend == "cuda" else None
         plan = self._calls.get(key)
         if plan is not None:  # seen before, checked then (call_cache.py)
@@ -81,6 +101,10 @@ class JITKernel:
             else:
                 scalars[id(p)] = scalar_value(p, arg)
                 sizes[id(p)] = scalars[id(p)]
+        if not from_op and self._torch_op is not None and (
+                arrays.needs_grad(tensors.values()) or arrays.traced(tensors.values())):
+            # through the operator, whose autograd says what a backward needs (torch_op.py)
+            return self._torch_op(*args)
         shapes = [output_shape(self.params[i], sizes) for i in self.out_idx]
         if self._grid_extents:
             check_launch_grids(self.func, self._grid_extents, sizes)
