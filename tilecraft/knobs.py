@@ -38,3 +38,20 @@ def autotune_gpus() -> str:
     """TILECRAFT_AUTOTUNE_GPUS=n: measure tuning candidates on at most n GPUs (default: every
     visible GPU of the tuned one's model; 1 measures in the calling process)."""
     return os.environ.get("TILECRAFT_AUTOTUNE_GPUS", "").strip()
+
+
+def clean_errors() -> bool:
+    """TILECRAFT_CLEAN_ERRORS=1: at import, install the hook that prints an uncaught TileError
+    as a compiler message, without the traceback (errors.install_excepthook)."""
+    return _flag("TILECRAFT_CLEAN_ERRORS")
+
+
+def compiler() -> str:
+    """TILECRAFT_COMPILER=nvcc|nvrtc: which compiler builds cubins ("": nvcc where found, else
+    NVRTC)."""
+    return os.environ.get("TILECRAFT_COMPILER", "").strip().lower()
+
+
+def nvrtc_library() -> str | None:
+    """TILECRAFT_NVRTC=path: the NVRTC library to load instead of searching for one."""
+    return os.environ.get("TILECRAFT_NVRTC") or None

@@ -11,14 +11,39 @@ from .target import SMEM_PER_BLOCK
 
 
 def _gpu_available() -> bool:
+    """Whether a GPU is usable: a device the driver lists, and torch with CUDA to hand it
+    tensors. A device without such a torch is said in a warning, as "auto" then runs on the
+    CPU where the user may expect the GPU."""
     from .backends.cuda.runtime.device import has_cuda_device
     if not has_cuda_device():
         return False
     try:
         import torch
     except ImportError:
+        _warn_cpu_fallback("torch is not installed")
         return False
-    return torch.cuda.is_available()
+    if not torch.cuda.is_available():
+        _warn_cpu_fallback(f"torch {torch.__version__} has no usable CUDA")
+        return False
+    return True
+
+
+def _warn_cpu_fallback(why: str):
+    import warnings
+    warnings.warn(f"tilecraft: this machine has an NVIDIA GPU, but {why}: target 'auto' runs "
+                  "kernels on the CPU interpreter (install torch with CUDA to use the GPU, or "
+                  "pass target='interp' to choose the CPU)", RuntimeWarning, stacklevel=4)
+
+
+def _supported_arch(arch: str) -> str:
+    """arch when the CUDA backend compiles for it; a TileError naming the GPU otherwise."""
+    if arch in SMEM_PER_BLOCK:
+        return arch
+    number = int("".join(c for c in arch[3:] if c.isdigit()) or 0)
+    why = (" (GPUs before Ampere lack the cp.async and tensor-core instructions the generated "
+           "code uses)") if number < 80 else ""
+    raise TileError(f"the GPU here is {arch}; tilecraft compiles for "
+                    f"{', '.join(SMEM_PER_BLOCK)}{why}; use target='interp' to run on the CPU")
 
 
 def resolve(target) -> tuple[str, str | None]:
@@ -46,7 +71,7 @@ def resolve(target) -> tuple[str, str | None]:
     if name in ("auto", "cuda"):
         if _gpu_available():
             from .backends.cuda.runtime.device import current_arch
-            return "cuda", current_arch()
+            return "cuda", _supported_arch(current_arch())
         if name == "cuda":
             raise TileError("target 'cuda': no CUDA GPU is usable here (a driver, a device and "
                             "torch with CUDA are needed); use target='interp' or an "

@@ -23,7 +23,7 @@ import threading
 import warnings
 
 from .... import knobs
-from .toolchain import CompiledCubin, KernelInfo, compile_cubin, nvcc_version
+from .toolchain import CompiledCubin, KernelInfo, compile_cubin, compiler_version
 
 _CUBIN, _SOURCE, _META = "kernel.cubin", "kernel.cu", "meta.json"
 _SHARD = re.compile(r"^[0-9a-f]{2}$")
@@ -43,7 +43,7 @@ def write_atomically(path: str, data: bytes) -> None:
         raise
 
 
-def _compile_with_nvcc(source: str, arch: str, flags: tuple) -> CompiledCubin:
+def _compile_cubin(source: str, arch: str, flags: tuple) -> CompiledCubin:
     return compile_cubin(source, arch, flags=flags)
 
 
@@ -76,7 +76,7 @@ def cache_key(source: str, arch: str, flags=(), extra=None) -> str:
     """The content address of a compilation: SHA-256 over everything the cubin depends on."""
     from .... import __version__
     parts = {"source": source, "arch": arch, "flags": list(flags), "tilecraft": __version__,
-             "headers": headers_digest(), "nvcc": nvcc_version(),
+             "headers": headers_digest(), "nvcc": compiler_version(),
              "extra": extra if extra is not None else {}}
     text = json.dumps(parts, sort_keys=True, default=_not_json)
     return hashlib.sha256(text.encode()).hexdigest()
@@ -105,7 +105,7 @@ class KernelCache:
         or written: every call compiles.
         """
         flags = tuple(flags)
-        compile_fn = compile_fn or _compile_with_nvcc
+        compile_fn = compile_fn or _compile_cubin
         if bypass or knobs.cache_disabled():
             return compile_fn(source, arch, flags)
         key = cache_key(source, arch, flags, extra)

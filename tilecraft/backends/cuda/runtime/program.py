@@ -51,9 +51,13 @@ def compiler_fingerprint() -> str:
 
 
 def _nvcc_identity() -> str:
-    """Which nvcc would build the program: its path, size and time stamp (a stat, where asking
-    nvcc for its version would start a process on every cache lookup)."""
-    from .toolchain import find_nvcc
+    """Which compiler would build the program: nvcc's path, size and time stamp (a stat, where
+    asking nvcc for its version would start a process on every cache lookup), or NVRTC's
+    release and library."""
+    from .toolchain import compiler, find_nvcc
+    if compiler() == "nvrtc":
+        from . import nvrtc
+        return nvrtc.identity()
     path = find_nvcc()
     st = os.stat(path)
     return f"{os.path.realpath(path)}:{st.st_size}:{st.st_mtime_ns}"

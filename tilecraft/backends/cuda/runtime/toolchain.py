@@ -22,6 +22,7 @@ import subprocess
 import tempfile
 from dataclasses import asdict, dataclass, field
 
+from .... import knobs
 from ....errors import TileError
 from ....target import parse_arch
 
@@ -137,11 +138,47 @@ def nvcc_command(arch: str, *, output_kind: str = "-cubin", include_dirs=(), fla
     return command
 
 
+def compiler() -> str:
+    """"nvcc" or "nvrtc": TILECRAFT_COMPILER when set, else nvcc where one is found, else the
+    NVRTC library (nvrtc.py); a TileError when there is neither."""
+    from . import nvrtc
+    asked = knobs.compiler()
+    if asked in ("nvcc", "nvrtc"):
+        return asked
+    if asked:
+        raise TileError(f"TILECRAFT_COMPILER={asked!r}: expected 'nvcc' or 'nvrtc'")
+    if has_nvcc():
+        return "nvcc"
+    if nvrtc.available():
+        return "nvrtc"
+    raise TileError("no CUDA compiler found: neither nvcc (set CUDA_HOME to a CUDA toolkit, or "
+                    "put nvcc on PATH) nor the NVRTC library (pip install nvidia-cuda-nvrtc "
+                    "nvidia-cuda-runtime)")
+
+
+def compiler_version() -> str:
+    """Which compiler, and which release of it, builds cubins here (part of every cache key)."""
+    if compiler() == "nvrtc":
+        from . import nvrtc
+        return nvrtc.identity()
+    return nvcc_version()
+
+
 def compile_cubin(source: str, arch: str, *, include_dirs=(), flags=(), fast_math: bool = False,
                   timeout: float = 120) -> CompiledCubin:
-    """Compile CUDA C++ text to a cubin for one arch; raise TileError with nvcc's diagnostics."""
-    args = nvcc_command(arch, include_dirs=include_dirs, flags=flags, fast_math=fast_math)
-    output, log = _compile(source, arch, args, "kernel.cubin", timeout)
+    """Compile CUDA C++ text to a cubin for one arch with nvcc, or with NVRTC where there is no
+    nvcc; raise TileError with the compiler's diagnostics tied to the Python lines."""
+    if compiler() == "nvrtc":
+        from . import nvrtc
+        args = nvrtc.options(arch, (INCLUDE_DIR, *include_dirs), flags, fast_math)
+        try:
+            output, log = nvrtc.compile_source(source, arch, args)
+        except nvrtc.CompileFailed as failed:
+            raise TileError(f"NVRTC failed for {arch}:\n"
+                            + explain_diagnostics(failed.log, source)) from None
+    else:
+        args = nvcc_command(arch, include_dirs=include_dirs, flags=flags, fast_math=fast_math)
+        output, log = _compile(source, arch, args, "kernel.cubin", timeout)
     return CompiledCubin(cubin=output, arch=arch, kernels=parse_ptxas_info(log), log=log,
                          flags=tuple(args))
 

@@ -106,12 +106,12 @@ TC_DEVICE __nv_bfloat162 atomic_add(__nv_bfloat162* p, __nv_bfloat162 v) {
 
 TC_DEVICE void atomic_add_x2(half_t* p, uint32_t pair) {
   __half2 v;
-  __builtin_memcpy(&v, &pair, sizeof(v));
+  TC_MEMCPY(&v, &pair, sizeof(v));
   atomicAdd(reinterpret_cast<__half2*>(p), v);
 }
 TC_DEVICE void atomic_add_x2(bfloat16_t* p, uint32_t pair) {
   __nv_bfloat162 v;
-  __builtin_memcpy(&v, &pair, sizeof(v));
+  TC_MEMCPY(&v, &pair, sizeof(v));
   atomicAdd(reinterpret_cast<__nv_bfloat162*>(p), v);
 }
 

@@ -23,7 +23,21 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
+#if defined(__CUDACC_RTC__)
+// NVRTC has no C library headers: the fixed-width integers the headers use, as nvcc's are.
+typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+#define TC_MEMCPY memcpy
+#else
 #include <stdint.h>
+#define TC_MEMCPY __builtin_memcpy
+#endif
 
 #define TC_DEVICE __device__ __forceinline__
 
@@ -200,11 +214,11 @@ template <> struct pair_of<half_t> { using type = __half2; };
 template <> struct pair_of<bfloat16_t> { using type = __nv_bfloat162; };
 template <typename T> TC_DEVICE typename pair_of<T>::type ld_pair(const T* p) {
   typename pair_of<T>::type v;
-  __builtin_memcpy(&v, p, 4);
+  TC_MEMCPY(&v, p, 4);
   return v;
 }
 template <typename T> TC_DEVICE void st_pair(T* p, typename pair_of<T>::type v) {
-  __builtin_memcpy(p, &v, 4);
+  TC_MEMCPY(p, &v, 4);
 }
 TC_DEVICE __half2 make_pair(half_t lo, half_t hi) { return __halves2half2(lo, hi); }
 TC_DEVICE __nv_bfloat162 make_pair(bfloat16_t lo, bfloat16_t hi) {
@@ -222,8 +236,8 @@ TC_DEVICE __nv_bfloat162 splat(bfloat16_t x) { return __bfloat162bfloat162(x); }
 TC_DEVICE __half2 int_fields_to_half2(uint32_t fields, uint32_t magic, uint32_t bias) {
   const uint32_t word = fields | magic;
   __half2 h, b;
-  __builtin_memcpy(&h, &word, 4);
-  __builtin_memcpy(&b, &bias, 4);
+  TC_MEMCPY(&h, &word, 4);
+  TC_MEMCPY(&b, &bias, 4);
   return __hsub2(h, b);
 }
 
@@ -231,7 +245,7 @@ TC_DEVICE __half2 int_fields_to_half2(uint32_t fields, uint32_t magic, uint32_t 
 // regs is a register array, read through its 32-bit word.
 TC_DEVICE uint32_t byte_twice(const void* regs, int i) {
   uint32_t w;
-  __builtin_memcpy(&w, static_cast<const unsigned char*>(regs) + (i & ~3), 4);
+  TC_MEMCPY(&w, static_cast<const unsigned char*>(regs) + (i & ~3), 4);
   return __byte_perm(w, 0u, 0x4040u | static_cast<uint32_t>((i & 3) * 0x101));
 }
 
@@ -279,12 +293,12 @@ template <> struct bits_of<fp8_e5_t> { using type = uint8_t; };
 
 template <typename T> TC_DEVICE typename bits_of<T>::type to_bits(T x) {
   typename bits_of<T>::type r;
-  __builtin_memcpy(&r, &x, sizeof(T));
+  TC_MEMCPY(&r, &x, sizeof(T));
   return r;
 }
 template <typename T> TC_DEVICE T from_bits(typename bits_of<T>::type b) {
   T r;
-  __builtin_memcpy(&r, &b, sizeof(T));
+  TC_MEMCPY(&r, &b, sizeof(T));
   return r;
 }
 
@@ -292,7 +306,7 @@ template <typename T> TC_DEVICE T from_bits(typename bits_of<T>::type b) {
 template <typename To, typename From> TC_DEVICE To bit_cast(From x) {
   static_assert(sizeof(To) == sizeof(From), "bit_cast: the sizes must agree");
   To r;
-  __builtin_memcpy(&r, &x, sizeof(To));
+  TC_MEMCPY(&r, &x, sizeof(To));
   return r;
 }
 
