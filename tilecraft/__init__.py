@@ -22,4 +22,8 @@ from .backends.cuda.runtime import device as _device  # loads nothing until aske
 from .carver.arch import machine as _machine
 _machine.install(_device)  # carver.arch's device queries (the core never imports a backend)
 
-install_excepthook()
+# The process's exception hook is the user's: the clean printing of uncaught TileErrors is
+# opt-in (tilecraft.install_excepthook(), or TILECRAFT_CLEAN_ERRORS=1); raised errors carry
+# none of tilecraft's frames either way.
+if _knobs.clean_errors():
+    install_excepthook()

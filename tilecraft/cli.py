@@ -6,6 +6,9 @@
 
 prints the cost model's ranked configurations of a @tilecraft.jit factory for one problem
 (--shape gives the factory's leading positional arguments; true / false become booleans).
+
+A misuse (a bad option, a factory that cannot be loaded or called with the arguments given)
+is one line, `tilecraft: error: ...`, and exit status 2.
 """
 from __future__ import annotations
 
@@ -15,6 +18,15 @@ import importlib.util
 import os
 import sys
 from collections import Counter
+
+
+class UsageError(Exception):
+    """A mistake in the command line: printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(f"{message} (see {self.prog} --help)")
 
 
 def _value(text: str):
@@ -37,7 +49,7 @@ def _assignments(items, many: bool) -> dict:
     out = {}
     for item in items or ():
         if "=" not in item:
-            raise SystemExit(f"tilecraft: expected NAME=VALUE{'S' if many else ''}, got {item!r}")
+            raise UsageError(f"expected NAME=VALUE{'S' if many else ''}, got {item!r}")
         name, text = item.split("=", 1)
         out[name.strip()] = _values(text) if many else _value(text)
     return out
@@ -46,25 +58,52 @@ def _assignments(items, many: bool) -> dict:
 def load_factory(spec: str):
     """`pkg.module:name` or `path/to/file.py:name` -> the object named."""
     if ":" not in spec:
-        raise SystemExit(f"tilecraft: expected <module_or_path>:<factory>, got {spec!r}")
+        raise UsageError(f"expected <module_or_path>:<factory>, got {spec!r}")
     where, name = spec.rsplit(":", 1)
     if where.endswith(".py") or os.sep in where or os.path.exists(where):
         path = os.path.abspath(where)
         if not os.path.exists(path):
-            raise SystemExit(f"tilecraft: no such file {where}")
+            raise UsageError(f"no such file {where}")
         module_name = os.path.splitext(os.path.basename(path))[0]
         sys.path.insert(0, os.path.dirname(path))
         spec_ = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(spec_)
         sys.modules.setdefault(module_name, module)
-        spec_.loader.exec_module(module)
+        try:
+            spec_.loader.exec_module(module)
+        except Exception as e:   # the user's module: its own error, in one line
+            raise UsageError(f"{where} fails to load: {type(e).__name__}: {e}") from None
     else:
         sys.path.insert(0, os.getcwd())
-        module = importlib.import_module(where)
+        try:
+            module = importlib.import_module(where)
+        except Exception as e:
+            raise UsageError(f"cannot import {where}: {type(e).__name__}: {e}") from None
     try:
         return getattr(module, name)
     except AttributeError:
-        raise SystemExit(f"tilecraft: {where} has no {name!r}") from None
+        raise UsageError(f"{where} has no {name!r}") from None
+
+
+def _check_call(factory, shape: tuple, fixed: dict, space: dict | None, spec: str):
+    """The factory takes --shape's arguments, --set's and --space's names, or a UsageError
+    saying which does not fit."""
+    import inspect
+    if not callable(factory):
+        raise UsageError(f"{spec} is not a kernel factory (a @tilecraft.jit function)")
+    try:
+        signature = inspect.signature(getattr(factory, "__wrapped__", factory))
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*shape, **fixed)
+    except TypeError as e:
+        raise UsageError(f"{spec}: {e} (--shape gives the leading arguments, --set the "
+                         "others)") from None
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
+    unknown = [n for n in (space or {}) if n not in signature.parameters and not takes_any]
+    if unknown:
+        raise UsageError(f"{spec} has no parameter {unknown[0]!r} (--space)")
 
 
 def _plot(ranked, target, path: str) -> str:
@@ -76,8 +115,7 @@ def _plot(ranked, target, path: str) -> str:
         return "matplotlib is not installed; no plot written"
     from .carver import get_target
     t = get_target(target)
-    peak = max(t.tensor_flops.values()) if ranked and ranked[0].cost.tensor_flops else \
-        t.cuda_rate()
+    peak = _roof(ranked[0].cost, t) if ranked else t.cuda_rate()
     ai = [c.cost.arithmetic_intensity for c in ranked]
     perf = [c.cost.flops / c.cost.time for c in ranked]
     lo, hi = max(min(ai) / 4, 1e-2), max(ai) * 4
@@ -95,6 +133,16 @@ def _plot(ranked, target, path: str) -> str:
     return f"roofline plot written to {path}"
 
 
+def _roof(cost, t) -> float:
+    """The compute roof of the kernel's own work: its gemms' dtype on the tensor cores (an
+    fp16 GEMM against the fp16 rate, not the fp8 one), else the CUDA cores."""
+    for launch in cost.counts:
+        for node in launch.nodes:
+            if node.tensor_flops:
+                return t.tensor_rate(node.dtype or "float16") or t.tensor_rate("float16")
+    return t.cuda_rate()
+
+
 def cmd_recommend(args) -> int:
     from .carver import get_target
     from .carver.recommend import enumerate_candidates, format_table, rank
@@ -102,10 +150,13 @@ def cmd_recommend(args) -> int:
     shape = tuple(_values(args.shape)) if args.shape else ()
     fixed = _assignments(args.set, many=False)
     space = _assignments(args.space, many=True) or None
+    if args.top < 1:
+        raise UsageError(f"--top takes a positive count, got {args.top}")
+    _check_call(factory, shape, fixed, space, args.factory)
     try:
         target = get_target(args.target)
     except ValueError as e:
-        raise SystemExit(f"tilecraft: {e}") from None
+        raise UsageError(str(e)) from None
     if space is not None:
         from .carver.recommend import default_space
         space = {**default_space(factory, shape, {**fixed, **space}), **space}
@@ -132,8 +183,9 @@ def cmd_recommend(args) -> int:
 
 
 def main(argv=None) -> int:
-    from . import __version__
-    parser = argparse.ArgumentParser(prog="tilecraft", description="tilecraft tools")
+    from . import __version__, install_excepthook
+    install_excepthook()      # a command prints a TileError as a message, not a traceback
+    parser = _Parser(prog="tilecraft", description="tilecraft tools")
     parser.add_argument("--version", action="version", version=f"tilecraft {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     rec = sub.add_parser("recommend", help="rank a kernel factory's tile configurations "
@@ -149,10 +201,12 @@ def main(argv=None) -> int:
     rec.add_argument("--set", action="append", metavar="NAME=VALUE",
                      help="a fixed keyword argument (repeatable)")
     rec.add_argument("--plot", metavar="PNG", help="write a roofline plot (needs matplotlib)")
-    args = parser.parse_args(argv)
-    if args.command == "recommend":
+    try:
+        args = parser.parse_args(argv)
         return cmd_recommend(args)
-    return 2
+    except UsageError as e:
+        print(f"tilecraft: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -46,4 +46,4 @@ def __getattr__(name: str):
         return _SETTINGS[name]()
     raise AttributeError(f"tilecraft.env has no {name!r}; its TileLang names are "
                          f"{', '.join(sorted(_SETTINGS))} and disable_cache, enable_cache, "
-                         "is_cache_enabled (tilecraft's own settings: README, Settings)")
+                         "is_cache_enabled (tilecraft's own settings: docs/settings.md)")

@@ -3,6 +3,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
 
@@ -53,3 +55,50 @@ def test_version_and_python_dash_m():
     assert out.returncode == 0 and out.stdout.strip() == f"tilecraft {tilecraft.__version__}"
     out = run()
     assert out.returncode == 2 and "required: command" in out.stderr
+
+
+GEMM = "examples/gemm.py:matmul"
+MISUSES = [
+    [], ["--bogus"], ["recommend"], ["recommend", "examples/gemm.py"],
+    ["recommend", "no_such_file.py:f"], ["recommend", "no_such_module_anywhere:f"],
+    ["recommend", "examples/gemm.py:nothing", "--shape", "64,64,64"],
+    ["recommend", "examples/gemm.py:T", "--shape", "64,64,64"],       # not a factory
+    ["recommend", GEMM], ["recommend", GEMM, "--shape", "64,64"],
+    ["recommend", GEMM, "--shape", "64,64,64", "--target", "tpu"],
+    ["recommend", GEMM, "--shape", "64,64,64", "--top", "0"],
+    ["recommend", GEMM, "--shape", "64,64,64", "--top", "many"],
+    ["recommend", GEMM, "--shape", "64,64,64", "--space", "block_M"],
+    ["recommend", GEMM, "--shape", "64,64,64", "--space", "blockM=64,128"],
+    ["recommend", GEMM, "--shape", "64,64,64", "--set", "dtpye=float16"],
+]
+
+
+@pytest.mark.parametrize("argv", MISUSES, ids=[" ".join(a) or "nothing" for a in MISUSES])
+def test_a_misuse_is_one_line_and_exit_2(argv, capsys, monkeypatch):
+    from tilecraft import cli
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tilecraft: error: ") and err.count("\n") == 1, err
+
+
+def test_a_module_that_fails_to_load_is_one_line(tmp_path, capsys, monkeypatch):
+    from tilecraft import cli
+    broken = tmp_path / "broken_kernels.py"
+    broken.write_text("def matmul(:\n")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert cli.main(["recommend", f"{broken}:matmul", "--shape", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "fails to load: SyntaxError" in err and err.count("\n") == 1, err
+
+
+def test_the_roof_is_that_of_the_kernels_dtype():
+    """An fp16 GEMM's roofline roof is the fp16 tensor rate, not the card's fastest (fp8)."""
+    from types import SimpleNamespace
+    from tilecraft import cli
+    from tilecraft.carver import get_target
+    t = get_target("h100")
+    node = SimpleNamespace(tensor_flops=1.0, dtype="float16")
+    cost = SimpleNamespace(counts=[SimpleNamespace(nodes=[node])])
+    assert cli._roof(cost, t) == t.tensor_rate("float16") < t.tensor_rate("float8_e4m3")

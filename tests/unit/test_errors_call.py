@@ -298,13 +298,18 @@ kernel = matmul(64, 64, 64)
 '''
 
 
-def run_script(tmp_path, text, debug=False):
+def run_script(tmp_path, text, debug=False, clean=True):
+    """The script run in a fresh process; clean: with TILECRAFT_CLEAN_ERRORS=1 (the opt-in
+    hook that prints an uncaught TileError as a message alone)."""
     path = tmp_path / "user_script.py"
     path.write_text(text)
     env = dict(os.environ)
     env.pop("TILECRAFT_DEBUG", None)
+    env.pop("TILECRAFT_CLEAN_ERRORS", None)
     if debug:
         env["TILECRAFT_DEBUG"] = "1"
+    if clean:
+        env["TILECRAFT_CLEAN_ERRORS"] = "1"
     proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=env,
                           cwd=str(tmp_path), timeout=120)
     return path, proc
@@ -324,6 +329,17 @@ def test_script_error_is_printed_without_traceback(tmp_path):
     assert lines[3] == f"{line_no} | {source}", err
     assert lines[4] == "   | " + " " * 16 + "^" * len("T.gemm(A_s, B_s, C_l)"), err
     assert PACKAGE_DIR not in err
+
+
+def test_without_the_hook_the_traceback_holds_user_frames_only(tmp_path):
+    path, proc = run_script(tmp_path, SCRIPT, clean=False)
+    assert proc.returncode != 0
+    err = proc.stderr
+    assert "Traceback" in err and str(path) in err, err
+    # of tilecraft's frames only the re-raise remains (errors.raise_clean and its caller)
+    assert err.count(PACKAGE_DIR) <= 2, err
+    message = err[err.index("error: T.gemm: C (C_l) has shape (32, 32)"):]
+    assert f"  --> {path}:" in message, err
 
 
 def test_script_error_with_debug_shows_traceback(tmp_path):

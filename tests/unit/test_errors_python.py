@@ -357,3 +357,19 @@ def test_single_element_fragment_indexed_from_the_end():
                 f[-1] = 3.0  # <- here
                 T.copy(f, B[0:1])
     expect(program, "buffer f: index -1 is out of range for dimension 0 of extent 1", "f[-1]")
+
+
+def test_importing_leaves_the_exception_hook_alone():
+    """The clean printing of uncaught TileErrors is opt-in: importing tilecraft does not
+    change the process's sys.excepthook; TILECRAFT_CLEAN_ERRORS=1 installs it."""
+    import os
+    import subprocess
+    import sys
+    probe = ("import sys; hook = sys.excepthook; import tilecraft; "
+             "print(sys.excepthook is hook)")
+    env = {k: v for k, v in os.environ.items() if k != "TILECRAFT_CLEAN_ERRORS"}
+    plain = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                           env=env, check=True).stdout.strip()
+    opted = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                           env={**env, "TILECRAFT_CLEAN_ERRORS": "1"}, check=True).stdout.strip()
+    assert (plain, opted) == ("True", "False")
