@@ -27,3 +27,9 @@ _machine.install(_device)  # carver.arch's device queries (the core never import
 # none of tilecraft's frames either way.
 if _knobs.clean_errors():
     install_excepthook()
+if _knobs.log_level():
+    try:
+        set_log_level(_knobs.log_level())
+    except TileError:
+        raise ValueError(f"TILECRAFT_LOG_LEVEL={_knobs.log_level()!r} is not a logging level: "
+                         "give DEBUG, INFO, WARNING, ERROR or CRITICAL") from None

@@ -55,3 +55,9 @@ def compiler() -> str:
 def nvrtc_library() -> str | None:
     """TILECRAFT_NVRTC=path: the NVRTC library to load instead of searching for one."""
     return os.environ.get("TILECRAFT_NVRTC") or None
+
+
+def log_level() -> str | None:
+    """TILECRAFT_LOG_LEVEL=DEBUG|INFO|WARNING|ERROR: the level of tilecraft's loggers at import
+    (tilecraft.set_log_level changes it later)."""
+    return os.environ.get("TILECRAFT_LOG_LEVEL", "").strip() or None

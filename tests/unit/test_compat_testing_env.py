@@ -142,3 +142,32 @@ def test_set_log_level():
             tilecraft.set_log_level("LOUD")
     finally:
         logging.getLogger("tilecraft").setLevel(before)
+
+
+def test_the_log_level_comes_from_the_environment():
+    import os
+    import subprocess
+    import sys
+    probe = "import logging, tilecraft; print(logging.getLogger('tilecraft').level)"
+    env = {**os.environ, "TILECRAFT_LOG_LEVEL": "INFO"}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
+    assert out.returncode == 0 and out.stdout.strip() == "20", out.stderr
+    env["TILECRAFT_LOG_LEVEL"] = "LOUD"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
+    assert out.returncode != 0 and "TILECRAFT_LOG_LEVEL='LOUD' is not a logging level" in out.stderr
+
+
+def test_progress_without_tqdm_is_a_text_line(monkeypatch, capsys):
+    import sys
+    from tilecraft.autotuner.results import Progress
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)
+    with Progress(20, "compile matmul", enabled=True) as bar:
+        for _ in range(20):
+            bar.update()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "compile matmul: 2/20" and lines[-1] == "compile matmul: 20/20"
+    assert len(lines) == 10
+    with Progress(20, "quiet", enabled=False) as bar:
+        bar.update()
+    assert capsys.readouterr().err == ""

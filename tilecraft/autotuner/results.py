@@ -1,6 +1,6 @@
 """What a tuning run found, and how it is shown: one Trial per candidate configuration, the
 AutotuneResult with the best one, the final table, one log line per skipped candidate, and a
-progress bar when tqdm is installed (an optional dependency; without it there is no bar)."""
+progress bar when tqdm is installed (an optional dependency; without it a text line)."""
 from __future__ import annotations
 
 import logging
@@ -162,8 +162,33 @@ def format_results(result: AutotuneResult) -> str:
     return "\n".join(lines + [fmt(r) for r in rows])
 
 
+class _TextBar:
+    """The progress line without tqdm: `desc: done/total` on stderr, rewritten in place on a
+    terminal, and a line at each tenth of the way (and the end) otherwise."""
+
+    def __init__(self, total: int, desc: str):
+        self.total, self.desc, self.done = total, desc, 0
+        self.live = sys.stderr.isatty()
+        self.shown = -1
+
+    def update(self, n: int) -> None:
+        self.done += n
+        tenth = self.done * 10 // self.total
+        if self.live:
+            sys.stderr.write(f"\r{self.desc}: {self.done}/{self.total}")
+            sys.stderr.flush()
+        elif tenth != self.shown and (tenth > 0 or self.done == self.total):
+            self.shown = tenth
+            print(f"{self.desc}: {self.done}/{self.total}", file=sys.stderr)
+
+    def close(self) -> None:
+        if self.live:
+            sys.stderr.write("\n")
+
+
 class Progress:
-    """A tqdm bar when tqdm is importable and output is wanted; otherwise nothing."""
+    """A tqdm bar when tqdm is importable, else a text line (_TextBar), when output is
+    wanted; otherwise nothing."""
 
     def __init__(self, total: int, desc: str, enabled: bool):
         self.bar = None
@@ -171,6 +196,7 @@ class Progress:
             try:
                 from tqdm.auto import tqdm
             except ImportError:
+                self.bar = _TextBar(total, desc)
                 return
             self.bar = tqdm(total=total, desc=desc, file=sys.stderr, leave=False)
 
