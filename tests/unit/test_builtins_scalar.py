@@ -237,3 +237,22 @@ def test_clamp_of_numbers_folds_and_float64_tests_stay_double_in_cuda():
 
 def test_min_max_of_python_numbers_fold():
     assert T.max(1, 2) == 2 and T.min(3, -1.5, 2) == -1.5 and T.max(2.5, 1) == 2.5
+
+
+@pytest.mark.parametrize("target", ["interp", "emulator"])
+def test_shifts_and_the_capitalized_serial(target):
+    """T.shift_left / T.shift_right are << and >> (arithmetic on signed values); T.Serial is
+    T.serial (TileLang writes both)."""
+    @T.prim_func
+    def main(X: T.Tensor((64,), "int32"), Y: T.Tensor((64,), "int32")):
+        with T.Kernel(1, threads=64) as bx:
+            for i in T.Parallel(64):
+                Y[i] = T.shift_left(1, X[i] % 8) + T.shift_right(X[i], 2)
+            for k in T.Serial(2):
+                Y[k] = Y[k] + k
+    x = np.random.default_rng(7).integers(-100, 100, 64).astype(np.int32)
+    y = np.full(64, -1, np.int32)
+    tilecraft.compile(main, target=target)(x, y)
+    want = (1 << (x % 8)) + (x >> 2)
+    want[:2] += np.arange(2, dtype=np.int32)
+    np.testing.assert_array_equal(y, want)

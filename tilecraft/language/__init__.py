@@ -5,6 +5,7 @@ from ..ir.tileop import GemmWarpPolicy
 from .proxy import (Tensor, Buffer_ as Buffer, symbolic, dynamic, prim_func, macro,
                     SharedBuffer, FragmentBuffer, LocalBuffer)
 from .loops import Kernel, Parallel, Pipelined, parallel, serial, unroll, vectorized
+from .loops import serial as Serial  # noqa: N812  (TileLang's capitalized alias)
 from .allocate import (alloc_shared, alloc_fragment, alloc_local, alloc_var, alloc_global,
                        alloc_buffer)
 from .tileops import (copy, gemm, reduce_max, reduce_min, reduce_sum, reduce_abssum,
@@ -14,7 +15,8 @@ from .math import (exp, exp2, exp10, log, log2, log10, log1p, sqrt, rsqrt, sin, 
                    sigmoid, erf, floor, ceil, round, trunc, isnan, isinf, isfinite, abs, pow,
                    fmod, max, min, clamp, ceildiv,
                    cdiv, floordiv, floormod, truncdiv, infinity, max_value, min_value, cast, Cast,
-                   if_then_else, call_extern, address_of, print, evaluate)
+                   if_then_else, call_extern, address_of, print, evaluate, shift_left,
+                   shift_right)
 from .math import reinterpret
 from .annotate import annotate_layout, use_swizzle
 from .layouts import Layout, Fragment

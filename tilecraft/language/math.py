@@ -118,6 +118,16 @@ def floormod(a, b):
     return a % b
 
 
+def shift_left(a, b):
+    """a << b on integers (TVM's spelling of the operator)."""
+    return ex.binary("<<", _numeric("T.shift_left", a), _numeric("T.shift_left", b))
+
+
+def shift_right(a, b):
+    """a >> b on integers: arithmetic for signed types, logical for unsigned ones."""
+    return ex.binary(">>", _numeric("T.shift_right", a), _numeric("T.shift_right", b))
+
+
 def truncdiv(a, b):
     _device("T.truncdiv")
     return ex.binary("/", a, b)
