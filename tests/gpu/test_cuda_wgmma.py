@@ -134,3 +134,23 @@ def test_fp8_wgmma(a_dtype, b_dtype, shape, tiles):
     # fp8 tensor cores add products with fewer mantissa bits than float32; a wrong layout or
     # descriptor is off by O(1)
     assert rel_error(c, ref) < 5e-3
+
+
+@pytest.mark.parametrize("b_layout", ["nk", "kn"])
+def test_wgmma_over_sub_tiles_split_along_k(b_layout):
+    """Q[:, :D] and Q[:, D:] of one shared tile (and KV likewise) on wgmma, both gemms into one
+    accumulator (the sub-tile descriptors: tests/unit/test_wgmma_subtiles.py)."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "unit" / "test_wgmma_subtiles.py"
+    spec = importlib.util.spec_from_file_location("wgmma_subtiles", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    kernel = tilecraft.compile(module.split_k(b_layout))
+    assert kernel.get_kernel_source().count("wgmma_m64n") >= 2
+    M, N, D, DT = module.M, module.N, module.D, module.DT
+    q = torch.randn(M, D + DT, device="cuda").half()
+    kv = torch.randn(N, D + DT, device="cuda").half()
+    p = poisoned(M, N, dtype=torch.float32)
+    kernel(q, kv, kv.t().contiguous(), p)
+    assert rel_error(p, q.double() @ kv.double().t()) < 1e-3

@@ -6,7 +6,10 @@ swizzled shared tile, A shared or in registers, whole warpgroups, m64nNk16 instr
 tile the block) is lowered to wgmma; everything else, and every gemm on older GPUs, to
 mma.sync. The choice is recorded on the op (`instruction=` in the dumped IR). The pass config
 tl.disable_wgmma keeps a kernel on mma.sync; T.gemm's instruction can also be pinned by hand in
-a transformed IR (a pinned "wgmma" that does not fit is an error naming the reason).
+a transformed IR (a pinned "wgmma" that does not fit is an error naming the reason). Gemms
+that accumulate into one fragment leave it in one register layout: where the instructions
+chosen for them would not (wgmma's and mma.sync's layouts differ with the warp split), all
+of them run on mma.sync.
 
 Copies on sm_90a (recorded as `instruction=` among the copy's annotations):
 - shared -> global copies that TMA can do (tileops/tma.py) become TMA stores ("tma"): one
@@ -28,14 +31,18 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
+from .... import layout as lay
 from ....errors import TileError
 from ....ir.buffer import FRAGMENT, GLOBAL, is_shared
 from ....ir.tileop import Atomic, Copy, Gemm
-from ....ir.visitor import Mutator, map_kernels
+from ....ir.visitor import Mutator, map_kernels, walk
 from ....target import parse_arch
 from ....pass_config import PassConfigKey
 from ..tileops.tma import tma_add_unfit_reason, tma_plan
-from ..tileops.wgmma import wgmma_unfit_reason
+from ..tileops.gemm import warp_partition
+from ..tileops.wgmma import wgmma_partition, wgmma_unfit_reason
 from ....ir.annotations import INSTRUCTION, TMA_UNFIT
 
 WGMMA_ARCHS = ("sm_90a",)
@@ -133,6 +140,52 @@ class _Choose(Mutator):
         return dataclasses.replace(op, instruction=choice)
 
 
+def _accumulator_table(op: Gemm, threads: int):
+    """(thread, register) of each accumulator element as op's instruction leaves it."""
+    m, n, _ = op.dims()
+    if op.instruction == "wgmma":
+        gm, gn = wgmma_partition(op, m, n, threads)
+        fragment = lay.wgmma_c_fragment(m, n, gm, gn)
+    else:
+        wm, wn = warp_partition(op, m, n, threads)
+        fragment = lay.gemm_c_fragment(m, n, wm, wn)
+    return fragment.table()
+
+
+def _one_instruction_per_accumulator(body, pinned: set, threads: int):
+    """Gemms accumulating into one fragment must leave it in one register layout. Where some
+    of them run on wgmma and others on mma.sync (an operand wgmma cannot address, say) and the
+    two leave the accumulator in different layouts, all of them use mma.sync; a gemm pinned by
+    hand to wgmma among them is an error naming the other."""
+    by_acc: dict = {}
+    for node in walk(body):
+        if isinstance(node, Gemm):
+            by_acc.setdefault(id(node.C.buffer), []).append(node)
+    mixed = set()
+    for acc, ops in by_acc.items():
+        if len({op.instruction for op in ops}) > 1:
+            tables = [_accumulator_table(op, threads) for op in ops]
+            if any(t.shape != tables[0].shape or not np.array_equal(t, tables[0])
+                   for t in tables[1:]):
+                mixed.add(acc)
+    if not mixed:
+        return body
+    for acc in mixed:
+        for op in by_acc[acc]:
+            if id(op) in pinned and op.instruction == "wgmma":
+                other = next(o for o in by_acc[acc] if o.instruction != "wgmma")
+                raise TileError(f"T.gemm is pinned to wgmma, but the gemm at line "
+                                f"{other.span.line if other.span else '?'} accumulating into "
+                                f"{op.C.buffer.name} too runs on mma.sync, whose accumulator "
+                                "layout differs", op.span)
+
+    class _ToMma(Mutator):
+        def visit_Gemm(self, op: Gemm):
+            return dataclasses.replace(op, instruction="mma") \
+                if id(op.C.buffer) in mixed else op
+    return _ToMma().visit(body)
+
+
 def infer_instructions(func, arch: str | None = None, configs: dict | None = None):
     configs = configs or {}
     arch = arch or "sm_80"
@@ -143,5 +196,9 @@ def infer_instructions(func, arch: str | None = None, configs: dict | None = Non
 
     def choose(k):
         chooser = _Choose(arch, k.num_threads, wgmma, tma_store, stmatrix=hopper)
-        return dataclasses.replace(k, body=chooser.visit(k.body))
+        pinned = {id(n) for n in walk(k.body) if isinstance(n, Gemm) and n.instruction}
+        body = chooser.visit(k.body)
+        # the pinned ones keep their identity through the chooser (it returns them as given)
+        return dataclasses.replace(k, body=_one_instruction_per_accumulator(body, pinned,
+                                                                           k.num_threads))
     return map_kernels(func, choose)

@@ -75,6 +75,24 @@ def _partitions(threads: int):
     return [(gm, groups // gm) for gm in range(1, groups + 1) if groups % gm == 0]
 
 
+def _sub_tile_problem(op: Gemm, which: str, region) -> str | None:
+    """Why a shared operand region is not one wgmma's descriptors can address, or None. The
+    descriptors address the buffer's own swizzled tile: a region may start later along K by
+    whole k steps (as every instruction after the first does) but must cover the M or N
+    extent from its start (q[:, :D] and q[:, D:] of one tile are both fine)."""
+    starts = [constant_value(s) for s in region.starts[-2:]]
+    if starts == [0, 0]:
+        return None
+    k_axis = 1 if operand_is_k_major(op, which) else 0
+    rows, cols = _stored_tile(region)
+    extents = [constant_value(e) for e in region.extents[-2:]]
+    if starts[1 - k_axis] != 0 or extents[1 - k_axis] != (rows, cols)[1 - k_axis]:
+        return "along its M / N extent"
+    if starts[k_axis] is None or starts[k_axis] % k_step(op):
+        return f"starting along K at {region.starts[-2:][k_axis]}, not a multiple of {k_step(op)}"
+    return None
+
+
 def wgmma_partition(op: Gemm, m: int, n: int, threads: int):
     """(groups_m, groups_n) for a gemm lowered to wgmma, or None when no split of the block's
     warpgroups fits: whole m64 instructions, N per instruction a multiple of 8 up to 256, A in
@@ -122,8 +140,9 @@ def wgmma_unfit_reason(op: Gemm, dims, threads: int) -> str | None:
     for which, r in (("A", op.A), ("B", op.B)):
         if not is_shared(r.buffer.scope):
             continue
-        if any(constant_value(s) != 0 for s in r.starts[-2:]):
-            return f"{which} ({r.buffer.name}) is a sub-tile of its shared buffer"
+        problem = _sub_tile_problem(op, which, r)
+        if problem:
+            return f"{which} ({r.buffer.name}) is a sub-tile of its shared buffer {problem}"
         if _slab_elements(r) is None:
             return f"{which} ({r.buffer.name}) admits no swizzled layout"
     if wgmma_partition(op, m, n, threads) is None:
