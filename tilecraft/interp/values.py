@@ -39,8 +39,10 @@ def widen(values: np.ndarray) -> np.ndarray:
 
 def to_dtype(value, d: dt.DType):
     """Round / wrap a computed value into IR dtype d."""
+    arr = np.asarray(value)
+    if arr.dtype == d.numpy or (d.is_int and arr.dtype.kind in "iub"):
+        return arr.astype(d.numpy)     # a copy; integers wrap, with no warning to silence
     with np.errstate(all="ignore"):
-        arr = np.asarray(value)
         if d.is_bool:
             return arr.astype(np.bool_) if arr.dtype != np.bool_ else arr
         if d.is_int and arr.dtype.kind == "f":
@@ -104,6 +106,7 @@ class Evaluator:
 
     def __init__(self, machine):
         self.m = machine
+        self._consts: dict = {}
 
     def eval(self, e, mask=None):
         method = getattr(self, "eval_" + type(e).__name__)
@@ -116,7 +119,11 @@ class Evaluator:
             raise TileError(f"variable {e.name} has no value here", e.span) from None
 
     def eval_Const(self, e: Const, mask):
-        return to_dtype(e.value, e.dtype)[()]
+        # constants are evaluated again for every element and block: once per node suffices
+        known = self._consts.get(id(e))
+        if known is None or known[0] is not e:
+            known = self._consts[id(e)] = (e, to_dtype(e.value, e.dtype)[()])
+        return known[1]
 
     def eval_Binary(self, e: Binary, mask):
         if e.op in ("and", "or"):

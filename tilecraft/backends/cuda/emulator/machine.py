@@ -379,7 +379,10 @@ class Emulator:
             if not isinstance(s, Kernel):
                 raise TileError(f"the emulator runs kernel launches only, not "
                                 f"{type(s).__name__} outside a kernel", s.span)
-            self.run_kernel(s)
+            # C arithmetic wraps and rounds without a word: numpy's warnings for the same
+            # (overflow, invalid casts) are silenced once here, not per expression
+            with np.errstate(all="ignore"):
+                self.run_kernel(s)
         return self.reports
 
     def run_kernel(self, k: Kernel):
