@@ -168,6 +168,52 @@ class IndexLoop(LoopFrame):
         return body
 
 
+class PersistentLoop(LoopFrame):
+    """`for bx, by in T.Persistent([m, n], wave, index, group_size)`: a block of a grid of
+    `wave` blocks visits tiles index, index + wave, index + 2 * wave, ... of the domain, in
+    one serial loop over the waves with each iteration's coordinates computed from its tile
+    number, and a tile past the domain skipped. A 2-D domain is walked in groups of
+    group_size columns (down all m rows, then the next group: neighbouring blocks share
+    operand tiles in L2); other domains in row-major order."""
+
+    def __init__(self, domain, wave, index, group_size, span):
+        self.domain = [simplify(_index_value(d, "T.Persistent domain", span)) for d in domain]
+        self.wave = simplify(_index_value(wave, "T.Persistent wave size", span))
+        self.index = simplify(_index_value(index, "T.Persistent index", span))
+        self.group = group_size if len(self.domain) == 2 else 1
+        total = self.domain[0] if self.group == 1 else self.domain[0] * (
+            (self.domain[1] + (self.group - 1)) // self.group * self.group)
+        for d in self.domain[1:] if self.group == 1 else ():
+            total = total * d
+        self.total = simplify(total)
+        super().__init__("serial", [(0, (self.total + (self.wave - 1)) // self.wave)], None,
+                         span)
+
+    def bind(self, names: list[str]):
+        if len(names) != len(self.domain):
+            raise TileError(f"T.Persistent walks a {len(self.domain)}-D domain but the loop "
+                            f"binds {len(names)} name(s)", self.span)
+        wave = Var(f"{names[0]}_wave", dt.int32, self.span)
+        self.vars = (wave,)
+        tile = simplify(wave * self.wave + self.index)
+        if self.group > 1:
+            m, g = self.domain[0], self.group
+            coords = [(tile // g) % m, tile % g + (tile // g) // m * g]
+            self.inside = coords[1] < self.domain[1]
+        else:
+            coords, rest = [], tile
+            for d in reversed(self.domain):
+                coords.insert(0, rest % d)
+                rest = rest // d
+            self.inside = tile < self.total
+        coords = [simplify(c) for c in coords]
+        return coords[0] if len(coords) == 1 else tuple(coords)
+
+    def build(self, body):
+        from ..ir.stmt import IfThenElse
+        return super().build(IfThenElse(self.inside, body, None, self.span))
+
+
 def _public(kind: str) -> str:
     return {"parallel": "Parallel", "pipelined": "Pipelined"}.get(kind, kind)
 

@@ -6,6 +6,7 @@ from .proxy import (Tensor, Buffer_ as Buffer, symbolic, dynamic, prim_func, mac
                     SharedBuffer, FragmentBuffer, LocalBuffer)
 from .loops import Kernel, Parallel, Pipelined, parallel, serial, unroll, vectorized
 from .loops import serial as Serial  # noqa: N812  (TileLang's capitalized alias)
+from .loops import Persistent
 from .allocate import (alloc_shared, alloc_fragment, alloc_local, alloc_var, alloc_global,
                        alloc_buffer)
 from .tileops import (copy, gemm, reduce_max, reduce_min, reduce_sum, reduce_abssum,

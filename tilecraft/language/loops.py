@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from ..errors import TileError, current_span
 from ..frontend import builder as bld
-from ..frontend.frames import (KernelFrame, LoopFrame, loop_range, not_a_loop, serial_loop,
-                               simple_loop)
+from ..frontend.frames import (KernelFrame, LoopFrame, PersistentLoop, loop_range, not_a_loop,
+                               serial_loop, simple_loop)
 from ..ir.expr import Const, Expr
 from ..ir.annotations import NUM_STAGES
 
@@ -93,3 +93,19 @@ def unroll(start, stop=None, step=None, explicit=False, unroll_factor=None):
 def vectorized(start, stop=None):
     """A per-thread loop the compiler turns into vector instructions."""
     return simple_loop("vectorized", start, stop, None)
+
+
+def Persistent(domain, wave_size, index, group_size=8):
+    """A persistent kernel's tile loop: `for bx, by in T.Persistent([m, n], wave_size, block_id)`
+    in a T.Kernel of wave_size blocks visits the domain's tiles block_id, block_id +
+    wave_size, ...; a 2-D domain in groups of group_size columns (frames.PersistentLoop)."""
+    bld.active("T.Persistent")
+    if not isinstance(domain, (list, tuple)) or not domain:
+        raise TileError(f"T.Persistent takes a list of tile counts as its domain, got "
+                        f"{domain!r}", current_span())
+    if not isinstance(group_size, int) or isinstance(group_size, bool) or group_size < 1:
+        raise TileError(f"T.Persistent group_size must be a positive int, got {group_size!r}",
+                        current_span())
+    for value in (*domain, wave_size):
+        not_a_loop("T.Persistent", value)
+    return PersistentLoop(list(domain), wave_size, index, group_size, current_span())

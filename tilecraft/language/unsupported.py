@@ -39,7 +39,7 @@ _TILELANG = {
     "wgmma_gemm": "an explicit wgmma gemm", "tcgen05_gemm": "a Blackwell tcgen05 gemm",
     "gemm_sr": "a gemm with B in registers (paper-era)",
     # loops
-    "Persistent": "a persistent-kernel tile loop", "grid": "a TVMScript loop nest",
+    "grid": "a TVMScript loop nest",
 "loop_break": "a loop break",
     # layout and scheduling annotations
     "annotate_l2_hit_ratio": "an L2 persisting-access hint",
