@@ -52,6 +52,7 @@ class JITKernel:
         self._calls = call_cache.CallCache()
         # the kernel as a torch operator, for torch.compile (torch_op.py)
         self._torch_op = self._is_compiling = None
+        self._op_tried = False
         if "torch" in sys.modules:
             self._attach_torch_op()
         report(self, reporting or Reporting(), configs, time.perf_counter() - started)
@@ -60,7 +61,7 @@ class JITKernel:
     def __call__(self, *args):
         if self._is_compiling is not None and self._is_compiling():
             return self._torch_op(*args)     # traced by torch.compile: one graph node
-        if self._torch_op is None and "torch" in sys.modules:
+        if self._torch_op is None and not self._op_tried and "torch" in sys.modules:
             self._attach_torch_op()
         return self.call_eager(args)
 
@@ -74,6 +75,7 @@ class JITKernel:
 
     def _attach_torch_op(self):
         from . import torch_op
+        self._op_tried = True      # once: a torch without torch.library gets no operator
         self._torch_op = torch_op.register(self)
         if self._torch_op is not None:
             self._is_compiling = sys.modules["torch"].compiler.is_dynamo_compiling

@@ -86,12 +86,18 @@ def _example_funcs(arch):
 def test_examples_compile(arch):
     named = _example_funcs(arch)
     assert len({n.split(".")[0] for n, _ in named}) == 11
-    failures = []
-    for name, func in named:
+
+    def build(item):    # nvcc runs as a process of its own: several at once use every core
+        name, func = item
         try:
-            kernel = tilecraft.compile(func, target=arch)
+            return name, tilecraft.compile(func, target=arch), None
         except tilecraft.TileError as e:
-            failures.append(f"{name}: {str(e).splitlines()[0]}")
+            return name, None, f"{name}: {str(e).splitlines()[0]}"
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        built = list(pool.map(build, named))
+    failures = [error for _, _, error in built if error]
+    for name, kernel, _ in built:
+        if kernel is None:
             continue
         assert kernel.n_regs > 0, name
         if kernel.wgmma_serialized:
