@@ -66,6 +66,12 @@ def written_parameters(func) -> set:
     return out
 
 
+def writes_an_argument(kernel) -> bool:
+    """Whether the kernel writes a tensor the caller passes (not only its out_idx outputs)."""
+    return bool(written_parameters(kernel.func) &
+                {id(kernel.params[i]) for i in kernel.inputs})
+
+
 def _scalar_type(p: Var) -> str:
     if p.dtype.name == "bool":
         return "bool"
@@ -148,8 +154,7 @@ def register(kernel, with_backward=False):
         _library.impl(name, run, key)
     torch.library.register_fake(qualified, lambda *args: _fake_outputs(kernel, args),
                                 lib=_library)
-    if not with_backward and \
-            not written_parameters(kernel.func) & {id(kernel.params[i]) for i in kernel.inputs}:
+    if not with_backward and not writes_an_argument(kernel):
         # (torch takes autograd formulas for functional operators only; an in-place kernel
         # gets torch's own warning when a gradient flows through it)
         torch.library.register_autograd(qualified, _no_backward(kernel), lib=_library)
@@ -207,7 +212,7 @@ def differentiable(forward, backward, save=None):
             raise TypeError(f"tilecraft.differentiable: save names {unknown}, not tensor "
                             f"parameters of {forward.func.name} ({', '.join(names)})")
         picked = [names.index(n) for n in save]
-    if written_parameters(forward.func) & {id(forward.params[i]) for i in forward.inputs}:
+    if writes_an_argument(forward):
         raise TypeError(f"tilecraft.differentiable: {forward.func.name} writes one of its "
                         "arguments in place; a differentiable forward returns new tensors "
                         "(out_idx) only")

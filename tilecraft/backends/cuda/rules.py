@@ -4,22 +4,13 @@ shared operands, which reductions synchronize the block, the alignment of TMA ti
 gemm's instruction and warp split, and the registers of warp-specialized consumers."""
 from __future__ import annotations
 
-from ... import layout as lay
 from ...passes.instruction_rules import InstructionRules
 from .tileops.gemm import warp_partition
 from .tileops.reduce import reduce_plan
 from .tileops.tma import TMA_SMEM_ALIGN
 from .schedule.infer_instructions import WGMMA_ARCHS
 from .schedule.warp_specialize import consumer_registers
-from .tileops.wgmma import WARPGROUP, wgmma_partition, wgmma_unfit_reason
-
-
-def _gemm_accumulator(op, m: int, n: int, threads: int):
-    if op.instruction == "wgmma":
-        gm, gn = wgmma_partition(op, m, n, threads)
-        return 4 * gm, gn, lay.wgmma_c_fragment(m, n, gm, gn)
-    wm, wn = warp_partition(op, m, n, threads)
-    return wm, wn, lay.gemm_c_fragment(m, n, wm, wn)
+from .tileops.wgmma import WARPGROUP, accumulator_layout, wgmma_partition, wgmma_unfit_reason
 
 
 def _pads_gemm_operands(op) -> bool:
@@ -49,7 +40,7 @@ def _gemm_planner(threads: int, arch: str):
     return of
 
 
-CUDA_RULES = InstructionRules(gemm_accumulator=_gemm_accumulator,
+CUDA_RULES = InstructionRules(gemm_accumulator=accumulator_layout,
                               pads_gemm_operands=_pads_gemm_operands,
                               reduce_synchronizes=_reduce_synchronizes,
                               warpgroup_threads=WARPGROUP, bulk_copy_align=TMA_SMEM_ALIGN,

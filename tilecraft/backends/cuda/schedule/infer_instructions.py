@@ -33,7 +33,6 @@ import dataclasses
 
 import numpy as np
 
-from .... import layout as lay
 from ....errors import TileError
 from ....ir.buffer import FRAGMENT, GLOBAL, is_shared
 from ....ir.tileop import Atomic, Copy, Gemm
@@ -41,8 +40,7 @@ from ....ir.visitor import Mutator, map_kernels, walk
 from ....target import parse_arch
 from ....pass_config import PassConfigKey
 from ..tileops.tma import tma_add_unfit_reason, tma_plan
-from ..tileops.gemm import warp_partition
-from ..tileops.wgmma import wgmma_partition, wgmma_unfit_reason
+from ..tileops.wgmma import accumulator_layout, wgmma_unfit_reason
 from ....ir.annotations import INSTRUCTION, TMA_UNFIT
 
 WGMMA_ARCHS = ("sm_90a",)
@@ -143,13 +141,7 @@ class _Choose(Mutator):
 def _accumulator_table(op: Gemm, threads: int):
     """(thread, register) of each accumulator element as op's instruction leaves it."""
     m, n, _ = op.dims()
-    if op.instruction == "wgmma":
-        gm, gn = wgmma_partition(op, m, n, threads)
-        fragment = lay.wgmma_c_fragment(m, n, gm, gn)
-    else:
-        wm, wn = warp_partition(op, m, n, threads)
-        fragment = lay.gemm_c_fragment(m, n, wm, wn)
-    return fragment.table()
+    return accumulator_layout(op, m, n, threads)[2].table()
 
 
 def _one_instruction_per_accumulator(body, pinned: set, threads: int):

@@ -116,8 +116,6 @@ def _stages(loop: For, chosen: list, layouts) -> int:
 def _prefetch(loop: For, twins: dict, layouts):
     """The loop with its qualifying copies issued ahead (None when none qualifies); twins
     gets {id(new buffer): the fragment whose layout it takes}."""
-    if loop.annotations.get(NUM_STAGES, 2) < 2:
-        return None
     body = list(stmts_of(loop.body))
     inner_vars = {id(n.var) for n in walk(loop.body) if isinstance(n, For)}
     chosen = [i for i in range(len(body)) if _qualifies(loop, body, i, inner_vars)]

@@ -30,7 +30,9 @@ from ....ir.buffer import FRAGMENT, LOCAL, Buffer, is_shared
 from ....ir.expr import BufferLoad, Call, address_of, const, select
 from ....ir.stmt import Allocate, BufferStore, For, call_stmt, seq
 from ....ir.tileop import Gemm, GemmWarpPolicy
+from ....layout.mma import gemm_c_fragment, wgmma_c_fragment
 from ....layout.swizzle import atom_row_bytes, swizzle_mode_for
+from .gemm import warp_partition
 from .lowering import packed_pair
 from ..intrinsics import (MAKE_SMEM_DESC, WGMMA, WGMMA_COMMIT_GROUP, WGMMA_FENCE,
                           WGMMA_FENCE_REGISTERS, WGMMA_FP8, WGMMA_RS, WGMMA_WAIT_GROUP)
@@ -115,6 +117,16 @@ def wgmma_partition(op: Gemm, m: int, n: int, threads: int):
     if op.policy == GemmWarpPolicy.FullCol:
         return max(fits, key=lambda p: p[1])
     return max(fits, key=lambda p: p[0])  # one wide instruction per warpgroup is the fastest
+
+
+def accumulator_layout(op: Gemm, m: int, n: int, threads: int):
+    """(warps along M, warps along N, accumulator Fragment) of an m x n gemm as its
+    instruction (op.instruction) leaves the accumulator in registers over `threads`."""
+    if op.instruction == "wgmma":
+        gm, gn = wgmma_partition(op, m, n, threads)
+        return 4 * gm, gn, wgmma_c_fragment(m, n, gm, gn)
+    wm, wn = warp_partition(op, m, n, threads)
+    return wm, wn, gemm_c_fragment(m, n, wm, wn)
 
 
 def wgmma_unfit_reason(op: Gemm, dims, threads: int) -> str | None:
