@@ -87,6 +87,20 @@ def test_register_split():
     assert consumer_registers(128) is None  # 256 threads: every thread may have 255 already
     assert consumer_registers(256) == 232
     assert consumer_registers(384) == 152
+    # 640 threads are launched with 96 registers each (61440, not the file's 65536): the
+    # consumers may take only what that holds, or setmaxnreg.inc never returns
+    assert consumer_registers(512) == 104
+
+
+@pytest.mark.parametrize("consumers", [256, 384, 512, 640, 768, 896])
+def test_register_split_fits_what_the_block_was_launched_with(consumers):
+    from tilecraft.backends.cuda.schedule.warp_specialize import (
+        PRODUCER_REGISTERS, PRODUCER_THREAD_COUNT, launch_registers)
+    total = consumers + PRODUCER_THREAD_COUNT
+    regs = consumer_registers(consumers)
+    assert regs % 8 == 0 and regs >= launch_registers(total)
+    assert regs * consumers + PRODUCER_REGISTERS * PRODUCER_THREAD_COUNT <= \
+        launch_registers(total) * total
 
 
 def _copies(func):

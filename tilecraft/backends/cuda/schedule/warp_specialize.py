@@ -130,12 +130,23 @@ def _reads_block_state(loop: For, copies: list) -> bool:
                for e in exprs for n in walk(e))
 
 
+def launch_registers(threads: int) -> int:
+    """Registers a thread of a block of `threads` gets at launch, where the block takes the
+    whole register file (__launch_bounds__(threads, 1)): its share, in steps of 8."""
+    return min(255, REGISTER_FILE // threads) // 8 * 8
+
+
 def consumer_registers(threads: int) -> int | None:
     """setmaxnreg for the consumers when the block's register file is what limits them (3+
-    warpgroups): what the producer gives back, spread over the consumer threads."""
-    if threads + PRODUCER_THREAD_COUNT < 384:
+    warpgroups): what the producer gives back, spread over the consumer threads. setmaxnreg
+    moves registers only within what the block was launched with, in whole steps of 8 a
+    thread (640 threads get 96 each, 61440 of the 65536): asking for more than that holds
+    makes setmaxnreg.inc wait forever."""
+    total = threads + PRODUCER_THREAD_COUNT
+    if total < 384:
         return None
-    share = (REGISTER_FILE - PRODUCER_THREAD_COUNT * PRODUCER_REGISTERS) // threads
+    pool = launch_registers(total) * total
+    share = (pool - PRODUCER_THREAD_COUNT * PRODUCER_REGISTERS) // threads
     return min(240, share // 8 * 8)
 
 
