@@ -10,7 +10,8 @@ with W an fp16 [N, K] tensor: what the weight costs unquantized), and torch "unp
 A @ W.T" (the dequant in torch, then cuBLAS). Every timer starts from a cold L2. A config is
 block_M x block_N x block_K x num_stages x threads of `dequant_gemm`, with the prefix rs for
 its weight_in_registers form; --configs gives one or more for an M
-(`16:16x128x128x3x128`, `256:rs64x128x128x3x128`), the defaults below otherwise.
+(`16:16x128x128x3x128`, `256:rs64x128x128x3x128`), the defaults below otherwise. --variant
+KEY=1 also times every config compiled with that pass config, in the same rounds.
 
 Results: bench/dequant_gemm.md.
 """
@@ -18,7 +19,7 @@ import argparse
 from statistics import median
 
 from common import (ERROR_AND_REGISTERS, OUT, add_arm_options, clean_timer, in_rounds,
-                    show_results, warm_gpu)
+                    show_results, variant_arms, warm_gpu)
 from dequant_gemm import dequant_gemm
 import tilecraft
 
@@ -27,7 +28,7 @@ SHAPES = "16x8192x8192,64x8192x8192,256x8192x8192"
 # block_M x block_N x block_K x num_stages x threads, per M; the first is the bench's default.
 CONFIGS = {16: ["rs16x64x256x3x128", "16x64x256x3x128"],
            64: ["rs64x64x256x3x128", "64x64x256x3x128"],
-           256: ["128x64x256x2x256", "rs128x128x128x3x256", "128x128x128x3x256"]}
+           256: ["128x128x128x2x256", "128x128x128x3x256", "128x64x256x2x256"]}
 
 
 def parse(configs_text):
@@ -38,12 +39,12 @@ def parse(configs_text):
     return out
 
 
-def build(M, N, K, cfg, target=None):
+def build(M, N, K, cfg, target=None, pass_configs=None):
     bm, bn, bk, stages, threads = (int(x) for x in cfg.removeprefix("rs").split("x"))
     func = dequant_gemm.__wrapped__(M, N, K, GROUP, block_M=bm, block_N=bn, block_K=bk,
                                     num_stages=stages, threads=threads,
                                     weight_in_registers=cfg.startswith("rs"))
-    return tilecraft.compile(func, out_idx=[-1], target=target)
+    return tilecraft.compile(func, out_idx=[-1], target=target, pass_configs=pass_configs)
 
 
 def torch_dequant(B_packed, Scale, K):
@@ -65,6 +66,7 @@ def main():
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     given = parse(args.configs)
     configs = {M: given.get(M, CONFIGS.get(M, ["64x128x64x3x128"])) for M, _, _ in shapes}
+    arms = variant_arms({}, args.variant)
     if args.compile_only:
         for M, N, K in shapes:
             for cfg in configs[M]:
@@ -87,9 +89,11 @@ def main():
         ref = A.float() @ W.float().T
         cases = []
         for cfg in configs[M]:
-            kernel = build(M, N, K, cfg)
-            C = kernel(A, B_packed, Scale)
-            cases.append((cfg, kernel, float((C.float() - ref).norm() / ref.norm())))
+            for label, pass_configs in arms:
+                kernel = build(M, N, K, cfg, pass_configs=pass_configs)
+                C = kernel(A, B_packed, Scale)
+                named = f"{cfg} {label}" if label else cfg
+                cases.append((named, kernel, float((C.float() - ref).norm() / ref.norm())))
         timers = [clean_timer(lambda: A @ W.T),
                   clean_timer(lambda: A @ torch_dequant(B_packed, Scale, K).T)]
         timers += [clean_timer(lambda k=k: k(A, B_packed, Scale)) for _, k, _ in cases]

@@ -44,6 +44,8 @@ class _Keys(type):
 _NAMES = {
     # tilecraft's own
     "TL_DISABLE_WGMMA_ROTATION": "tl.disable_wgmma_rotation",
+    "TL_DISABLE_OPERAND_AHEAD": "tl.disable_operand_ahead",
+    "TL_DISABLE_SHARED_LOAD_BATCHING": "tl.disable_shared_load_batching",
     "TL_DISABLE_UNIFORM_MASKS": "tl.disable_uniform_masks",
     "TL_DISABLE_EPILOGUE_STAGING": "tl.disable_epilogue_staging",
     "TL_ENABLE_PERSISTENT_TILES": "tl.enable_persistent_tiles",

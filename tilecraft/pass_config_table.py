@@ -82,6 +82,14 @@ HONOURED = {
     "tl.disable_wgmma_rotation": (False, boolean, "attention-like consumer loops keep each "
                                   "wgmma batch's softmax between its waits instead of "
                                   "overlapping it with the next batch (rotate_wgmma_loop)"),
+    "tl.disable_operand_ahead": (False, boolean, "a consumer loop that computes a gemm's "
+                                 "shared operand (a dequantized weight tile) computes it in "
+                                 "the same iteration as the gemm instead of one ahead, "
+                                 "overlapped with the previous batch (operand_ahead)"),
+    "tl.disable_shared_load_batching": (False, boolean, "an unrolled loop that writes a "
+                                        "shared tile from other shared tiles keeps each "
+                                        "step's loads next to its store instead of issuing "
+                                        "them all first (batch_shared_loads)"),
     "tl.disable_uniform_masks": (False, boolean, "element-wise selects are evaluated per "
                                  "element even where a whole tile agrees "
                                  "(tileops/uniform_select)"),

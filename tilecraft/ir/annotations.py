@@ -25,7 +25,7 @@ __all__ = ["PERSISTENT_TILES", "FRAGMENT_LOOP", "ROTATED", "WARPGROUP_FRAGMENTS"
            "EPILOGUE_STAGING", "LAYOUTS", "SMEM_OFFSETS", "SMEM_BYTES", "SMEM_ARENA",
            "PRODUCER_THREADS", "TMA_TILES", "CLUSTER_DIMS", "PERSISTENT_BLOCKS",
            "WARPGROUP_THREAD", "USE_SWIZZLE", "TENSOR_MAPS", "NUM_STAGES", "PIPELINE_ORDER",
-           "PIPELINE_STAGE", "PIPELINE_GUARD", "SOFTWARE_PIPELINED", "WARP_SPECIALIZED", "INSTRUCTION",
+           "PIPELINE_STAGE", "PIPELINE_GUARD", "SOFTWARE_PIPELINED", "WARP_SPECIALIZED", "OPERAND_AHEAD", "INSTRUCTION",
            "TMA_UNFIT", "ASYNC_COPY", "SCHEDULED", "TMA_BARRIER", "TMA_MULTICAST", "TILE_RANK",
            "BLOCK_BARRIER", "WARPGROUP_INDEX", "FUNC_PASS_CONFIGS", "FUNC_COMPILE_FLAGS",
            "sync_stmt", "is_sync", "is_warpgroup_branch"]
@@ -84,6 +84,9 @@ PIPELINE_GUARD = "pipeline_guard"
 SOFTWARE_PIPELINED = "pipelined"
 # warp_specialize: a consumer loop fed by the producer's mbarrier ring, valued with its depth.
 WARP_SPECIALIZED = "warp_specialized"
+# operand_ahead: a consumer loop that computes its gemm's shared operand for the next
+# iteration after issuing the gemm; overlap_wgmma moves the batch's wait below that work.
+OPERAND_AHEAD = "operand_ahead"
 
 # Tile-op annotations.
 # infer_instructions: the instruction a copy is lowered with ("tma", "stmatrix").

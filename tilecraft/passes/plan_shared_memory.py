@@ -142,6 +142,13 @@ def _plan_kernel(k: Kernel, limit, offsets: dict, rules, reuse: bool = True) -> 
     return top
 
 
+def arena_bytes(k: Kernel, rules) -> int:
+    """The bytes kernel k's tiles take in the arena as planned from their shapes and live
+    ranges, before layouts exist (no swizzle padding or alignment): what a pass that adds a
+    tile checks against the limit before committing to it."""
+    return _plan_kernel(k, None, {}, rules)
+
+
 def _bulk_copied(body) -> set:
     """ids of the shared tiles TMA reads or writes (warp_specialize's loads, infer_instructions'
     stores and adds): the bulk-copy engine addresses shared memory at 128-byte boundaries."""

@@ -28,6 +28,8 @@ from ...passes.split_loop_tiles import split_loop_tiles
 from ...passes.fold_loop_extents import fold_loop_extents
 from ...passes.insert_barriers import insert_barriers
 from .schedule.pipeline_loops import pipeline_loops
+from .schedule.operand_ahead import operand_ahead
+from .schedule.widen_tma_rows import widen_tma_rows
 from .schedule.prefetch_fragments import prefetch_fragments
 from .lower_tile_ops import lower_tile_ops
 from .transforms.merge_wgmma_batches import merge_wgmma_batches
@@ -36,6 +38,7 @@ from ...passes.plan_shared_memory import plan_shared_memory
 from .transforms.pingpong_warpgroups import pingpong_warpgroups
 from .transforms.rotate_mma_loop import rotate_mma_loop
 from .transforms.prefetch_loop_scalars import prefetch_loop_scalars
+from .transforms.batch_shared_loads import batch_shared_loads
 from .transforms.rotate_wgmma_loop import rotate_wgmma_loop
 from .transforms.seesaw_warpgroups import seesaw_warpgroups
 from .schedule.stage_epilogue import stage_epilogue
@@ -62,14 +65,15 @@ def _tile_prefix(target, configs, smem_limit, hopper: bool) -> list:
              ("split_loop_tiles", split_loop_tiles),
              ("choose_rasterization", lambda f: choose_rasterization(f, target, configs))]
     if hopper:
-        steps.append(("stage_epilogue",
-                      lambda f: stage_epilogue(f, target, configs, smem_limit)))
+        steps += [("stage_epilogue", lambda f: stage_epilogue(f, target, configs, smem_limit)),
+                  ("widen_tma_rows", lambda f: widen_tma_rows(f, target, configs))]
     steps += [("infer_instructions", lambda f: infer_instructions(f, arch, configs)),
               ("infer_pipeline", infer_pipeline)]
     if hopper:
         steps += [("warp_specialize", lambda f: warp_specialize(f, target, configs)),
                   ("alternate_k_direction", lambda f: alternate_k_direction(f, configs)),
-                  ("seesaw_warpgroups", lambda f: seesaw_warpgroups(f, arch, configs))]
+                  ("seesaw_warpgroups", lambda f: seesaw_warpgroups(f, arch, configs)),
+                  ("operand_ahead", lambda f: operand_ahead(f, configs, smem_limit))]
     steps += [("pipeline_loops", pipeline_loops),
               ("infer_layouts", lambda f: infer_layouts(f, CUDA_RULES)),
               ("prefetch_fragments", prefetch_fragments),
@@ -86,6 +90,7 @@ def sm80(target="sm_80", configs: dict | None = None, smem_limit: int | None = N
     return _tile_prefix(target, configs, smem_limit, hopper=False) + [
         ("rotate_mma_loop", lambda f: rotate_mma_loop(f, configs)),
         ("prefetch_loop_scalars", prefetch_loop_scalars),
+        ("batch_shared_loads", lambda f: batch_shared_loads(f, configs)),
         ("finalize_barriers", finalize_barriers)]
 
 
@@ -98,6 +103,7 @@ def sm90a(target="sm_90a", configs: dict | None = None, smem_limit: int | None =
         ("pingpong_warpgroups", lambda f: pingpong_warpgroups(f, configs)),
         ("rotate_mma_loop", lambda f: rotate_mma_loop(f, configs)),
         ("prefetch_loop_scalars", prefetch_loop_scalars),
+        ("batch_shared_loads", lambda f: batch_shared_loads(f, configs)),
         ("finalize_barriers", finalize_barriers)]
 
 

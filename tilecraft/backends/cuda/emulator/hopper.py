@@ -360,6 +360,14 @@ class Hopper:
             first = int(shared_address(m, dst, np.array([lane]))[0])
             end = m.mem.offsets[id(dst.buffer)] + \
                 int(np.prod([int(s) for s in dst.buffer.shape])) * (dst.buffer.dtype.bits // 8)
+            if starts[-1] * arr.dtype.itemsize % 16:
+                # The GPU stops such a load with an illegal-instruction error: a box starts
+                # on a 16-byte boundary of its tensor's rows.
+                m.reports.add("misaligned", f"{dst.buffer.name}: the TMA load at "
+                              f"{site.where()} starts at column {starts[-1]} of "
+                              f"{tmap.buffer.name}, {starts[-1] * arr.dtype.itemsize} bytes "
+                              "into a row, not a multiple of 16", dst.buffer.name,
+                              (int(lane),), (site,))
             if first % 128:
                 m.reports.add("misaligned", f"{dst.buffer.name}: the TMA load at "
                               f"{site.where()} writes shared byte {first}, not 128-byte "

@@ -19,6 +19,9 @@ softmax), write a shared operand tile themselves, issue more than one batch, or 
 registers (those registers are rewritten every iteration while the previous batch may still read
 them) are left as they are. The register
 fence stays after the final wait: it is what keeps the compiler from moving reads of C above it.
+
+A loop operand_ahead rotated (it computes the next iteration's shared operand right after
+issuing the batch) keeps its batch's wait, but below that work instead of above it.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ import dataclasses
 from ....ir.expr import BufferLoad, Call, const
 from ....ir.stmt import Evaluate, For, IfThenElse, SeqStmt, called, seq, stmts_of
 from ....ir.visitor import Mutator, map_kernels, substitute, walk
-from ....ir.annotations import PRODUCER_THREADS, WARP_SPECIALIZED
+from ....ir.annotations import OPERAND_AHEAD, PRODUCER_THREADS, WARP_SPECIALIZED
 from ..intrinsics import (MBARRIER_ARRIVE_WARP, MBARRIER_ARRIVE_WARP_CLUSTER, WGMMA_COMMIT_GROUP,
                           WGMMA_FENCE_REGISTERS, WGMMA_ISSUES, WGMMA_WAIT_GROUP, is_call_to)
 
@@ -109,6 +112,23 @@ def _overlapped(loop: For):
     return dataclasses.replace(loop, body=seq(new_body)), tail
 
 
+def _waited_after_next_operand(loop: For):
+    """A loop operand_ahead rotated: its batch's wait (and register fence) moved below the
+    `if` that computes the next iteration's operand tile, so that work runs while the batch is
+    in flight. The `if` must not name the accumulator the fence names (it never does as
+    operand_ahead builds it; checked so that a later change cannot make this unsafe)."""
+    body = list(stmts_of(loop.body))
+    at = next((i for i, s in enumerate(body) if called(s) == WAIT_ALL), None)
+    if at is None or at + 2 >= len(body) or not isinstance(body[at + 2], IfThenElse):
+        return None
+    fence = _call(body[at + 1], WGMMA_FENCE_REGISTERS)
+    acc = addressed_buffer(fence) if fence is not None else None
+    if acc is None or any(getattr(n, "buffer", None) is acc for n in walk(body[at + 2])):
+        return None
+    new_body = body[:at] + [body[at + 2], body[at], body[at + 1]] + body[at + 3:]
+    return [dataclasses.replace(loop, body=seq(new_body))]
+
+
 class ConsumerLoops(Mutator):
     """Replaces each warp-specialized consumer loop of a kernel by the statements rewrite(loop)
     returns (None: the loop stays)."""
@@ -137,6 +157,8 @@ def rewrite_consumer_loops(func, rewrite):
 
 def overlap_wgmma(func):
     def rewrite(loop):
+        if loop.annotations.get(OPERAND_AHEAD):
+            return _waited_after_next_operand(loop)
         done = _overlapped(loop)
         return None if done is None else [done[0]] + list(done[1])
     return rewrite_consumer_loops(func, rewrite)

@@ -28,9 +28,9 @@ from ....ir.buffer import GLOBAL, LOCAL, Buffer
 from ....ir.expr import (Binary, BufferLoad, Call, Cast, Const, Select, Unary, Var, binary, compare,
                          const)
 from ....ir.linear import constant_value, structural_key
-from ....ir.stmt import (Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt,
-                         seq)
+from ....ir.stmt import Allocate, BufferStore, For, IfThenElse, Kernel, seq
 from ....ir.visitor import Mutator, map_kernels, substitute, walk
+from .every_iteration import visit_body
 from ..tileops.tma import TensorMapVar
 
 _PURE = (Binary, Unary, Select, Cast, Const, Var, BufferLoad)
@@ -70,50 +70,14 @@ class _Finder:
         return (any(v is self.n for v in used)
                 and not any(id(v) in self.inner for v in used))
 
-    def expr(self, e):
+    def take(self, e) -> bool:
         if self.movable(e):
             self.found.setdefault(structural_key(e), e)
-            return
-        if isinstance(e, Select):
-            self.expr(e.cond)            # the branches run only as the condition says
-        elif isinstance(e, Binary) and e.op in ("and", "or"):
-            self.expr(e.a)               # the right operand runs only as the left says
-        else:
-            for child in _children(e):
-                self.expr(child)
+            return True
+        return False
 
     def stmt(self, s):
-        if isinstance(s, SeqStmt):
-            for x in s.stmts:
-                self.stmt(x)
-        elif isinstance(s, For):
-            n = constant_value(s.extent)
-            if n is not None and n > 0:  # a loop that surely runs: its body runs too
-                self.stmt(s.body)
-        elif isinstance(s, IfThenElse):
-            self.expr(s.cond)
-        elif isinstance(s, BufferStore):
-            for i in s.indices:
-                self.expr(i)
-            self.expr(s.value)
-        elif isinstance(s, Evaluate):
-            self.expr(s.value)
-
-
-def _children(e):
-    if isinstance(e, Binary):
-        return (e.a, e.b)
-    if isinstance(e, Unary):
-        return (e.a,)
-    if isinstance(e, Cast):
-        return (e.value,)
-    if isinstance(e, Select):
-        return (e.cond, e.a, e.b)
-    if isinstance(e, BufferLoad):
-        return e.indices
-    if isinstance(e, Call):
-        return e.args
-    return ()
+        visit_body(s, self.take)
 
 
 class _Replace(Mutator):
