@@ -27,18 +27,21 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(unsigned char* __
   // golden_corpus.py:140
   tc::syncthreads();
   // golden_corpus.py:141
-  unsigned char p_run[4];
   half_t w_run[8];
+  // golden_corpus.py:140
+  unsigned char p_run_ahead[32];
+  #pragma unroll
+  for (int q_ahead = 0; q_ahead < 8; ++q_ahead) {
+    // golden_corpus.py:141
+    tc::st_regs_32((&p_run_ahead[q_ahead * 4]), tc::ld_shared_32((&p[q_ahead * 512 + tx * 8 / 128 * 64 + (tx * 8 % 128 / 2 / 16 ^ tx * 8 / 128 / 2) * 16 + tx * 8 % 128 / 2 % 16])));
+  }
   // golden_corpus.py:140
   #pragma unroll
   for (int q = 0; q < 8; ++q) {
-    // golden_corpus.py:141
-    tc::st_regs_32((&p_run[0]), tc::ld_shared_32((&p[q * 512 + tx * 8 / 128 * 64 + (tx * 8 % 128 / 2 / 16 ^ tx * 8 / 128 / 2) * 16 + tx * 8 % 128 / 2 % 16])));
-    // golden_corpus.py:140
     #pragma unroll
     for (int r_pair = 0; r_pair < 4; ++r_pair) {
       // golden_corpus.py:141
-      tc::st_pair(&w_run[r_pair * 2], tc::int_fields_to_half2(((tc::byte_twice(p_run, r_pair)) & 0x00f0000fu), 0x54006400u, 0x54806408u));
+      tc::st_pair(&w_run[r_pair * 2], tc::int_fields_to_half2(((tc::byte_twice(p_run_ahead, q * 4 + r_pair)) & 0x00f0000fu), 0x54006400u, 0x54806408u));
     }
     tc::st_shared_128((&w[tx * 8 % 128 / 64 * 4096 + q * 512 + tx * 8 / 128 * 64 + (tx * 8 % 128 % 64 / 8 ^ tx * 8 / 128) * 8]), tc::ld_regs_128((&w_run[0])));
   }

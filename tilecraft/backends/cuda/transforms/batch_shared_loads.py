@@ -33,7 +33,7 @@ from ....arith.bounds import simplify
 from ....ir.buffer import LOCAL, Buffer, is_shared
 from ....ir.expr import Binary, BufferLoad, Call, Cast, Const, Select, Unary, Var, const
 from ....ir.linear import constant_value, structural_key
-from ....ir.stmt import Allocate, BufferStore, Evaluate, For, seq
+from ....ir.stmt import Allocate, BufferStore, Evaluate, For, SeqStmt, seq
 from ....ir.visitor import Mutator, map_kernels, substitute, walk
 from .every_iteration import visit_body
 from ....pass_config import PassConfigKey
@@ -177,6 +177,12 @@ class _Loops(Mutator):
     def __init__(self, kernel_body):
         self.body = kernel_body
         self.count = 0
+        self.retired = set()   # ids of register arrays replaced by their grown twins
+
+    def visit_SeqStmt(self, s: SeqStmt):
+        out = [self.visit(x) for x in s.stmts]
+        return seq([x for x in out if not (isinstance(x, Allocate) and
+                                           id(x.buffer) in self.retired)], s.span)
 
     def visit_For(self, s: For):
         s = self.generic_visit(s)
@@ -208,6 +214,7 @@ class _Loops(Mutator):
             bigger = Buffer(f"{regs.name}_ahead", (trips * _elements(regs),), regs.dtype,
                             LOCAL, regs.span)
             grown[id(regs)] = bigger
+            self.retired.add(id(regs))
             allocs.append(Allocate(bigger, s.span))
             fill.append(substitute(_Rewrite(step, {}, grown, set()).visit(stmt),
                                    {id(s.var): q}))
@@ -230,8 +237,8 @@ class _Loops(Mutator):
 
     def _named_outside(self, regs: Buffer, loop: For) -> bool:
         inside = {id(n) for n in walk(loop)}
-        return any(isinstance(n, BufferLoad) and n.buffer is regs and id(n) not in inside
-                   for n in walk(self.body))
+        return any(isinstance(n, (BufferLoad, BufferStore)) and n.buffer is regs and
+                   id(n) not in inside for n in walk(self.body))
 
 
 def _elements(b: Buffer) -> int:
