@@ -84,6 +84,12 @@ _ARITH = {
 }
 
 
+# Integer operations whose int64 result wraps to the narrower type as C's would, and the
+# divisions, which need a check for zero unless the divisor is a nonzero constant.
+_WRAPPING = {op: _ARITH[op] for op in ("+", "-", "*", "min", "max", "&", "|", "^", "<<", ">>")}
+_BY_CONSTANT = {"/": lambda a, b: _truncdiv(a, b), "//": np.floor_divide, "%": np.mod}
+
+
 def _round_half_away(x):
     return np.sign(x) * np.floor(np.abs(x) + 0.5)
 
@@ -107,9 +113,13 @@ class Evaluator:
     def __init__(self, machine):
         self.m = machine
         self._consts: dict = {}
+        self._methods: dict = {}   # node class -> its bound eval_ method
 
     def eval(self, e, mask=None):
-        method = getattr(self, "eval_" + type(e).__name__)
+        try:
+            method = self._methods[type(e)]
+        except KeyError:
+            method = self._methods[type(e)] = getattr(self, "eval_" + type(e).__name__)
         return method(e, mask)
 
     def eval_Var(self, e: Var, mask):
@@ -129,6 +139,18 @@ class Evaluator:
         if e.op in ("and", "or"):
             return self._short_circuit(e, mask)
         a, b = self.eval(e.a, mask), self.eval(e.b, mask)
+        fast = _WRAPPING.get(e.op)
+        if fast is None and isinstance(e.b, Const) and e.b.value != 0:
+            fast = _BY_CONSTANT.get(e.op)    # no lane divides by zero: nothing to check
+        if fast is not None and e.dtype.is_int and e.dtype.name != "uint64":
+            # Index arithmetic, most of what kernels evaluate: int64 as below, with no error
+            # state to set (integer ufuncs on arrays neither raise nor warn) and no copy of
+            # operands that are int64 already.
+            a, b = np.asarray(a), np.asarray(b)
+            if a.dtype.kind in "iub" and b.dtype.kind in "iub" and \
+                    np.uint64 not in (a.dtype, b.dtype):
+                return to_dtype(fast(a.astype(np.int64, copy=False),
+                                     b.astype(np.int64, copy=False)), e.dtype)
         with np.errstate(all="ignore"):
             if e.op in ("<", "<=", ">", ">=", "==", "!=", "and", "or"):
                 return _ARITH[e.op](a, b)
