@@ -87,7 +87,7 @@ _ARITH = {
 # Integer operations whose int64 result wraps to the narrower type as C's would, and the
 # divisions, which need a check for zero unless the divisor is a nonzero constant.
 _WRAPPING = {op: _ARITH[op] for op in ("+", "-", "*", "min", "max", "&", "|", "^", "<<", ">>")}
-_BY_CONSTANT = {"/": lambda a, b: _truncdiv(a, b), "//": np.floor_divide, "%": np.mod}
+_INT_DIVISIONS = {"/": _truncdiv, "//": np.floor_divide, "%": np.mod}
 
 
 def _round_half_away(x):
@@ -141,7 +141,7 @@ class Evaluator:
         a, b = self.eval(e.a, mask), self.eval(e.b, mask)
         fast = _WRAPPING.get(e.op)
         if fast is None and isinstance(e.b, Const) and e.b.value != 0:
-            fast = _BY_CONSTANT.get(e.op)    # no lane divides by zero: nothing to check
+            fast = _INT_DIVISIONS.get(e.op)  # no lane divides by zero: nothing to check
         if fast is not None and e.dtype.is_int and e.dtype.name != "uint64":
             # Index arithmetic, most of what kernels evaluate: int64 as below, with no error
             # state to set (integer ufuncs on arrays neither raise nor warn) and no copy of
@@ -160,7 +160,7 @@ class Evaluator:
                 if np.any(np.asarray(b == 0) & (True if mask is None else mask)):
                     raise TileError("integer division by zero", e.span)
                 b = np.where(b == 0, 1, b)
-                r = {"/": _truncdiv, "//": np.floor_divide, "%": np.mod}[e.op](a, b)
+                r = _INT_DIVISIONS[e.op](a, b)
             elif e.op == "/":
                 r = np.true_divide(a, b)
             elif e.op == "//":

@@ -123,6 +123,15 @@ def collect(node, predicate) -> list:
     return [n for n in walk(node) if predicate(n)]
 
 
+def named_outside(body, buffer, *parts) -> bool:
+    """Whether a node of body outside the subtrees `parts` names buffer (its allocation
+    aside): whether a pass that rewrites those parts must leave the buffer as it is."""
+    from .stmt import Allocate
+    inside = {id(n) for part in parts for n in walk(part)}
+    return any(getattr(n, "buffer", None) is buffer and id(n) not in inside and
+               not isinstance(n, Allocate) for n in walk(body))
+
+
 def buffers_used(node) -> list:
     """Buffers referenced anywhere under node, in first-use order."""
     seen, out = set(), []

@@ -80,7 +80,10 @@ def is_async_copy(s) -> bool:
     return gather_targets(s) is not None
 
 
-def _summarize(index: int, s) -> _Info:
+def reads_and_writes(s) -> tuple[dict, dict]:
+    """({id: buffer} read, {id: buffer} written) by a tile-level statement: its loads and
+    stores, and what its tile ops read and write (index expressions and conditions
+    included)."""
     reads, writes = {}, {}
     for n in walk(s):
         if isinstance(n, BufferLoad):
@@ -90,6 +93,11 @@ def _summarize(index: int, s) -> _Info:
         elif isinstance(n, TileOp):
             reads.update((id(b), b) for b in n.reads())
             writes.update((id(b), b) for b in n.writes())
+    return reads, writes
+
+
+def _summarize(index: int, s) -> _Info:
+    reads, writes = reads_and_writes(s)
     return _Info(index, s, reads, writes, is_async_copy(s))
 
 

@@ -38,13 +38,14 @@ from __future__ import annotations
 import dataclasses
 
 from ....ir.buffer import Buffer, is_shared
-from ....ir.expr import BufferLoad, const
-from ....ir.stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, SeqStmt, seq, stmts_of
-from ....ir.tileop import Gemm, TileOp
-from ....ir.visitor import Mutator, map_kernels, substitute, walk
+from ....ir.expr import const
+from ....ir.stmt import Allocate, For, IfThenElse, SeqStmt, called, seq, stmts_of
+from ....ir.tileop import Gemm
+from ....ir.visitor import Mutator, map_kernels, named_outside, substitute, walk
 from ....ir.annotations import (OPERAND_AHEAD, PRODUCER_THREADS, SCHEDULED, WARP_SPECIALIZED,
                                 sync_stmt)
 from ....pass_config import PassConfigKey
+from ....passes.infer_pipeline import reads_and_writes
 from ....passes.plan_shared_memory import arena_bytes
 from ..intrinsics import (MBARRIER_ARRIVE_WARP, MBARRIER_ARRIVE_WARP_CLUSTER,
                           MBARRIER_WAIT_PARITY, is_call_to)
@@ -57,31 +58,12 @@ VERSIONS = 2
 ALIGNMENT_SLACK = 1024
 
 
-def _barrier_call(s, *entries) -> bool:
-    return isinstance(s, Evaluate) and hasattr(s.value, "name") and \
-        is_call_to(s.value.name, *entries)
-
-
 def _is_wait(s) -> bool:
-    return _barrier_call(s, MBARRIER_WAIT_PARITY)
+    return is_call_to(called(s), MBARRIER_WAIT_PARITY)
 
 
 def _is_release(s) -> bool:
-    return _barrier_call(s, MBARRIER_ARRIVE_WARP, MBARRIER_ARRIVE_WARP_CLUSTER)
-
-
-def _touched(s) -> tuple[dict, dict]:
-    """({id: buffer} read, {id: buffer} written) by a tile-level statement."""
-    reads, writes = {}, {}
-    for n in walk(s):
-        if isinstance(n, TileOp):
-            reads.update((id(b), b) for b in n.reads())
-            writes.update((id(b), b) for b in n.writes())
-        elif isinstance(n, BufferLoad):
-            reads[id(n.buffer)] = n.buffer
-        elif isinstance(n, BufferStore):
-            writes[id(n.buffer)] = n.buffer
-    return reads, writes
+    return is_call_to(called(s), MBARRIER_ARRIVE_WARP, MBARRIER_ARRIVE_WARP_CLUSTER)
 
 
 @dataclasses.dataclass
@@ -109,9 +91,10 @@ def _plan(loop: For) -> _Plan | None:
         return None
     between = body[p + 1:g]
     releases = [s for s in between if _is_release(s)]
-    if between != releases + [s for s in between if _is_wait(s)] or not releases:
+    waits = [s for s in between if _is_wait(s)]
+    if between != releases + waits or not releases:
         return None
-    p_reads, p_writes = _touched(P)
+    p_reads, p_writes = reads_and_writes(P)
     shared_written = [b for b in p_writes.values() if is_shared(b.scope)]
     if len(shared_written) != 1:
         return None
@@ -119,13 +102,12 @@ def _plan(loop: For) -> _Plan | None:
     if W.static_shape() is None or id(W) in p_reads or \
             W not in (G.A.buffer, G.B.buffer) or G.C.buffer is W:
         return None
-    g_reads, g_writes = _touched(G)
+    g_reads, g_writes = reads_and_writes(G)
     if p_reads.keys() & g_writes.keys():
         return None
     if (p_reads.keys() | p_writes.keys()) & (g_reads.keys() | g_writes.keys()) != {id(W)}:
         return None
-    return _Plan(W, body[:p + 1] + releases, [s for s in between if _is_wait(s)], G,
-                 body[g + 1:])
+    return _Plan(W, body[:p + 1] + releases, waits, G, body[g + 1:])
 
 
 def _rotated(loop: For, plan: _Plan, versions: dict) -> list:
@@ -164,13 +146,6 @@ class _Rotate(Mutator):
         return seq(out, s.span)
 
 
-def _named_elsewhere(body, tile: Buffer, plan: _Plan) -> bool:
-    """Whether a statement besides W's allocation, P and G names W."""
-    mine = {id(n) for s in plan.compute for n in walk(s)} | {id(n) for n in walk(plan.gemm)}
-    return any(getattr(n, "buffer", None) is tile and id(n) not in mine and
-               not isinstance(n, Allocate) for n in walk(body))
-
-
 def _rewrite_kernel(k, limit: int | None):
     if not k.attrs.get(PRODUCER_THREADS):
         return k
@@ -178,7 +153,8 @@ def _rewrite_kernel(k, limit: int | None):
     for n in walk(k.body):
         if isinstance(n, For) and n.annotations.get(WARP_SPECIALIZED):
             plan = _plan(n)
-            if plan is not None and not _named_elsewhere(k.body, plan.tile, plan):
+            if plan is not None and \
+                    not named_outside(k.body, plan.tile, *plan.compute, plan.gemm):
                 plans[id(n)] = plan
     if not plans:
         return k

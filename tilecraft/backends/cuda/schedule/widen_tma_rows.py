@@ -31,7 +31,7 @@ from ....arith.bounds import simplify
 from ....ir.linear import linear_form
 from ....ir.stmt import Allocate, BufferStore, For
 from ....ir.tileop import Copy, TileOp
-from ....ir.visitor import Mutator, map_kernels, walk
+from ....ir.visitor import Mutator, map_kernels, named_outside, walk
 from ....ir.annotations import NUM_STAGES
 from ....pass_config import PassConfigKey
 from ....target import arch_of
@@ -76,9 +76,7 @@ def _widened(copy: Copy, loop: For, body) -> _Widening | None:
     if row >= TMA_ROW_BYTES or TMA_ROW_BYTES % row or _writers(body, tile) != 1:
         return None
     # Every use in the loop, where the shift (a function of its counter) is defined.
-    inside = {id(n) for n in walk(loop.body)}
-    if any(getattr(n, "buffer", None) is tile and id(n) not in inside and
-           not isinstance(n, Allocate) for n in walk(body)):
+    if named_outside(body, tile, loop.body):
         return None
     cols = TMA_ROW_BYTES // tile.dtype.bytes
     start = simplify(src.ranges[-1][0])    # (k * 128) // 32 is k * 4

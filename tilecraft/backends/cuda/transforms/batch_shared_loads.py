@@ -28,14 +28,16 @@ tl.disable_shared_load_batching.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from ....arith.bounds import simplify
 from ....ir.buffer import LOCAL, Buffer, is_shared
 from ....ir.expr import Binary, BufferLoad, Call, Cast, Const, Select, Unary, Var, const
 from ....ir.linear import constant_value, structural_key
 from ....ir.stmt import Allocate, BufferStore, Evaluate, For, SeqStmt, seq
-from ....ir.visitor import Mutator, map_kernels, substitute, walk
+from ....ir.visitor import Mutator, map_kernels, named_outside, substitute, walk
 from .every_iteration import visit_body
+from .overlap_wgmma import addressed_load
 from ....pass_config import PassConfigKey
 
 REGISTER_BUDGET = 256   # bytes a thread may hold in the arrays of one loop
@@ -45,14 +47,6 @@ _PURE = (Binary, Unary, Select, Cast, Const, Var, BufferLoad)
 
 def _is(call, prefix: str) -> bool:
     return isinstance(call, Call) and call.name.startswith(prefix)
-
-
-def _addressed(call: Call):
-    """The BufferLoad a call's first argument takes the address of, or None."""
-    arg = call.args[0] if call.args else None
-    if _is(arg, "address_of") and isinstance(arg.args[0], BufferLoad):
-        return arg.args[0]
-    return None
 
 
 def _stores_to_shared(body) -> bool:
@@ -115,12 +109,12 @@ class _Loop:
         """A top-level `st_regs(&R[i], ld_shared(&S[j]))` filling R before R is read."""
         if not (isinstance(s, Evaluate) and _is(s.value, "tc::st_regs_")):
             return False
-        target, value = _addressed(s.value), s.value.args[1]
+        target, value = addressed_load(s.value), s.value.args[1]
         if target is None or target.buffer.scope != LOCAL or len(target.buffer.shape) != 1 or \
                 id(target.buffer) in seen or \
-                not _is(value, "tc::ld_shared_") or _addressed(value) is None:
+                not _is(value, "tc::ld_shared_") or addressed_load(value) is None:
             return False
-        source = _addressed(value)
+        source = addressed_load(value)
         if not (self.readable(source) and self.index_fixed(target.indices)):
             return False
         self.vectors.append((s, target.buffer, value))
@@ -192,7 +186,7 @@ class _Loops(Mutator):
             return s
         found = _Loop(s, trips)
         found.find()
-        vectors = [v for v in found.vectors if not self._named_outside(v[1], s)]
+        vectors = [v for v in found.vectors if not named_outside(self.body, v[1], s)]
         if not vectors and not found.scalars:
             return s
         # A load whose index does not follow the counter is the same in every iteration:
@@ -206,7 +200,7 @@ class _Loops(Mutator):
             return s
         self.count += 1
         q = Var(f"{s.var.name}_ahead", s.var.dtype)
-        step = q - s.start if constant_value(s.start) != 0 else q
+        step = _position(q, s.start)
         allocs, once, fill, scalars, grown = [], [], [], {}, {}
         for stmt, regs, value in vectors:
             # One dimension, iteration after iteration: a register array's byte is found in
@@ -231,21 +225,18 @@ class _Loops(Mutator):
                                         s.span))
         preload = [For(q, s.start, s.extent, "unroll", seq(fill, s.span), {}, s.span)] \
             if fill else []
-        at = s.var - s.start if constant_value(s.start) != 0 else s.var
-        body = _Rewrite(at, scalars, grown, {id(v[0]) for v in vectors}).visit(s.body)
+        body = _Rewrite(_position(s.var, s.start), scalars, grown, {id(v[0]) for v in vectors}).visit(s.body)
         return seq(allocs + once + preload + [dataclasses.replace(s, body=body)], s.span)
 
-    def _named_outside(self, regs: Buffer, loop: For) -> bool:
-        inside = {id(n) for n in walk(loop)}
-        return any(isinstance(n, (BufferLoad, BufferStore)) and n.buffer is regs and
-                   id(n) not in inside for n in walk(self.body))
 
 
 def _elements(b: Buffer) -> int:
-    count = 1
-    for d in b.shape:
-        count *= int(d)
-    return count
+    return math.prod(b.static_shape())
+
+
+def _position(var: Var, start):
+    """The iteration's position, counted from 0, of a loop with counter var from start."""
+    return var - start if constant_value(start) != 0 else var
 
 
 def batch_shared_loads(func, configs: dict | None = None):

@@ -45,12 +45,18 @@ def _call(s, *entries) -> Call | None:
     return None
 
 
-def addressed_buffer(call: Call):
-    """The buffer of a call's first argument `address_of(buf[i])`."""
-    arg = call.args[0]
+def addressed_load(call: Call) -> BufferLoad | None:
+    """The element `buf[i]` of a call's first argument `address_of(buf[i])`, or None."""
+    arg = call.args[0] if call.args else None
     if isinstance(arg, Call) and arg.name == "address_of" and isinstance(arg.args[0], BufferLoad):
-        return arg.args[0].buffer
+        return arg.args[0]
     return None
+
+
+def addressed_buffer(call: Call):
+    """The buffer of a call's first argument `address_of(buf[i])`, or None."""
+    load = addressed_load(call)
+    return None if load is None else load.buffer
 
 
 def _only_wgmma_touches(body, acc) -> bool:
