@@ -82,7 +82,8 @@ def is_warp_specialized(kernel) -> bool:
                                    (320, 192, 200)])
 def test_warp_specialized_tma_pipeline_any_trip_count(stages, shape):
     kernel = run_gemm(*shape, bm=128, bn=128, bk=64, threads=256, num_stages=stages)
-    assert is_warp_specialized(kernel)
+    # One k-step (K <= 64) has nothing to overlap and keeps the block to its own threads.
+    assert is_warp_specialized(kernel) == (shape[2] > 64)
 
 
 @pytest.mark.parametrize("eviction", ["evict_first", "evict_last"])

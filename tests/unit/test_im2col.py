@@ -117,3 +117,58 @@ def test_an_eviction_policy_it_cannot_apply_is_said(monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "CHANGES", dict(eviction_policy="evict_first"))
     with pytest.warns(UserWarning, match="eviction_policy='evict_first' is not applied"):
         _program()
+
+
+IM2COL_TMA = [  # (N, C, H, W, F, K), (stride, padding, dilation), config
+    ((2, 32, 7, 9, 32, 3), (1, 1, 1), dict(block_M=64, block_N=32, block_K=32, num_stages=2)),
+    ((1, 32, 11, 10, 16, 3), (2, 2, 2), dict(block_M=64, block_N=64, block_K=32)),
+    ((3, 64, 5, 5, 32, 1), (1, 0, 1), dict(block_M=64, block_N=32, block_K=64)),  # 3 images
+]
+
+
+@pytest.mark.parametrize("shape, conv, config", IM2COL_TMA,
+                         ids=[str(i) for i in range(len(IM2COL_TMA))])
+def test_tma_im2col_loads_the_tile_on_sm90a(example, shape, conv, config):
+    """Where C is a multiple of block_K the producer loads the tile in TMA's im2col mode (no
+    gather left), and the sm_90a emulator, which walks the filter positions as the hardware
+    does, gives the convolution at ragged shapes, across images and past the last one."""
+    conv2d = example("conv2d")
+    (N, C, H, W, F, K), (S, P, D) = shape, conv
+    func = conv2d.convolution.get_tir(N, C, H, W, F, K, K, S, P, D, **config)
+    text = tilecraft.compile(func, target="sm_90a").get_kernel_source()
+    assert "tc::tma_load_im2col_4d((&data_shared[" in text
+    assert "tc::cp_async_cg_16((&data_shared[" not in text and "data[" not in text
+    rng = np.random.default_rng(C + H)
+    data = rng.uniform(-1, 1, (N, H, W, C)).astype(np.float16)
+    weight = rng.uniform(-1, 1, (K, K, C, F)).astype(np.float16)
+    kernel = tilecraft.compile(func, out_idx=[-1], target="emulator:sm_90a")
+    got = kernel(data, weight.reshape(K * K * C, F)).astype(np.float32)
+    assert kernel.reports == []
+    want = conv2d.ref_program(data, weight, S, P, D).reshape(got.shape)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-3
+
+
+def test_tma_im2col_needs_a_filter_tap_per_tile(example):
+    """A tile whose channels straddle two filter taps (C not a multiple of block_K) keeps the
+    16-byte gather: one im2col load reads one tap."""
+    conv2d = example("conv2d")
+    func = conv2d.convolution.get_tir(2, 48, 7, 7, 32, 3, 3, 1, 1, 1, block_K=32)
+    text = tilecraft.compile(func, target="sm_90a").get_kernel_source()
+    assert "tma_load_im2col" not in text and "tc::cp_async_cg_16((&data_shared[" in text
+
+
+def test_im2col_tensor_maps_are_checked():
+    from tilecraft.backends.cuda.runtime.tensor_map import check_im2col
+    from tilecraft.errors import TileError
+    shape, strides = (64, 9, 7, 2), (128, 128 * 9, 128 * 63)   # C, W, H, N of float16
+    spec = check_im2col(1024, "float16", shape, strides, 64, 128, (-1, -1), (-1, -1), "128B",
+                        (1, 2, 2, 1))
+    assert spec.box_bytes == 64 * 128 * 2 and spec.tiled.element_strides == (1, 2, 2, 1)
+    for args, message in [((64, 128, (-200, -1), (-1, -1)), "signed 8-bit"),
+                          ((64, 512, (-1, -1), (-1, -1)), "pixels per column"),
+                          ((128, 128, (-1, -1), (-1, -1)), "span of the 128B swizzle"),
+                          ((64, 128, (-1,), (-1, -1)), "lower has 1 entries")]:
+        with pytest.raises(TileError, match=message):
+            check_im2col(1024, "float16", shape, strides, *args, "128B")
+    with pytest.raises(TileError, match="rank 3 to 5"):
+        check_im2col(1024, "float16", (64, 9), (128,), 64, 128, (), (), "128B")

@@ -51,10 +51,19 @@ def test_tensor_maps_are_kernel_parameters_with_the_tile_boxes():
     assert text.count("tc::tma_load_2d(") == 5
 
 
+def test_a_loop_of_one_iteration_keeps_the_block_to_its_threads():
+    """K = block_K: nothing to overlap, so no producer warpgroup (its registers would cost
+    blocks per SM) and one version of the tiles besides the one being filled."""
+    text = source(gemm(K=64, stages=4))
+    assert "__launch_bounds__(256" in text and "tma_load" not in text
+    assert "tc::cp_async_cg_16" in text and "tc::cp_async_wait<0>" in text
+    assert "tc::is_producer_thread" in source(gemm(K=128, stages=4))   # two: overlapped
+
+
 def test_the_launcher_encodes_maps_from_the_tensor_arguments():
     program = CudaProgram(gemm(), "sm_90a")
     assert ("tensormap",) in program.param_kinds
-    assert ("tensormap", (0, (128, 64), "128B")) in program.positions
+    assert ("tensormap", (0, (128, 64), "128B", None)) in program.positions
     assert program.launches[0][2] == 384
 
 

@@ -25,7 +25,8 @@ __all__ = ["PERSISTENT_TILES", "FRAGMENT_LOOP", "ROTATED", "WARPGROUP_FRAGMENTS"
            "EPILOGUE_STAGING", "LAYOUTS", "SMEM_OFFSETS", "SMEM_BYTES", "SMEM_ARENA",
            "PRODUCER_THREADS", "TMA_TILES", "CLUSTER_DIMS", "PERSISTENT_BLOCKS",
            "WARPGROUP_THREAD", "USE_SWIZZLE", "TENSOR_MAPS", "NUM_STAGES", "PIPELINE_ORDER",
-           "PIPELINE_STAGE", "PIPELINE_GUARD", "SOFTWARE_PIPELINED", "WARP_SPECIALIZED", "OPERAND_AHEAD", "INSTRUCTION",
+           "PIPELINE_STAGE", "PIPELINE_GUARD", "SOFTWARE_PIPELINED", "WARP_SPECIALIZED", "OPERAND_AHEAD",
+           "IM2COL", "IM2COL_ROW", "IM2COL_COL", "INSTRUCTION",
            "TMA_UNFIT", "ASYNC_COPY", "SCHEDULED", "TMA_BARRIER", "TMA_MULTICAST", "TILE_RANK",
            "BLOCK_BARRIER", "WARPGROUP_INDEX", "FUNC_PASS_CONFIGS", "FUNC_COMPILE_FLAGS",
            "sync_stmt", "is_sync", "is_warpgroup_branch"]
@@ -84,6 +85,13 @@ PIPELINE_GUARD = "pipeline_guard"
 SOFTWARE_PIPELINED = "pipelined"
 # warp_specialize: a consumer loop fed by the producer's mbarrier ring, valued with its depth.
 WARP_SPECIALIZED = "warp_specialized"
+# T.c2d_im2col: the T.Parallel nest that fills a tile of an image's im2col matrix, valued with
+# (kernel, stride, dilation, pad); IM2COL_ROW / IM2COL_COL: the matrix row and column of the
+# tile's first element (expressions, rewritten with the loop by every pass). warp_specialize
+# loads such a tile with TMA's im2col mode.
+IM2COL = "im2col"
+IM2COL_ROW = "im2col_row"
+IM2COL_COL = "im2col_col"
 # operand_ahead: a consumer loop that computes its gemm's shared operand for the next
 # iteration after issuing the gemm; overlap_wgmma moves the batch's wait below that work.
 OPERAND_AHEAD = "operand_ahead"

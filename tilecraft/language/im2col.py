@@ -17,6 +17,9 @@ The tile is built as the guarded gather a user would write in T.Parallel
 (`col[i, j] = T.if_then_else(valid, img[...], 0)`), so it is everything that form is: inside
 T.Pipelined, 16-byte asynchronous copies zero-filled in the padding wherever C keeps runs of
 eight channels aligned, pipelined like a T.copy; on the interpreter and the emulator, that nest.
+The nest also says what it is (the IM2COL annotations), so on sm_90a, where C is a multiple of
+block_K, the warp-specialized producer loads it with TMA's im2col mode instead
+(backends/cuda/tileops/tma_im2col.py).
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from ..errors import TileError, current_span, warn_at
 from ..frontend import builder as bld
 from ..ir.buffer import GLOBAL, Buffer, is_shared
 from ..ir.expr import BufferLoad, Var, const, convert, logical, select
+from ..ir.annotations import IM2COL, IM2COL_COL, IM2COL_ROW
 from ..ir.linear import constant_value
 from ..ir.stmt import BufferStore, For
 
@@ -89,7 +93,10 @@ def c2d_im2col(img, col, nhw_step, c_step, kernel, stride, dilation, pad,
     pixel = BufferLoad(img, (m // (OH * OW), h, w, k % C), span)
     store = BufferStore(col, (i, j), select(valid, pixel, const(0, img.dtype)), span)
     inner = For(j, const(0), convert(block_K), "parallel", store, {}, span)
-    b.emit(For(i, const(0), convert(block_M), "parallel", inner, {}, span))
+    # What the nest is, for a backend that has an instruction for it (TMA's im2col mode).
+    notes = {IM2COL: (K, S, D, P), IM2COL_ROW: convert(nhw_step * block_M),
+             IM2COL_COL: convert(c_step * block_K)}
+    b.emit(For(i, const(0), convert(block_M), "parallel", inner, notes, span))
 
 
 im2col = c2d_im2col

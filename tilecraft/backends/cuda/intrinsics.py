@@ -174,6 +174,8 @@ ATOMIC_ADD_V2 = Intrinsic("tc::atomic_add_v2", 3, SM80, "atomic add of two adjac
 TMA_LOAD = Intrinsic("tc::tma_load_{rank}d", lambda rank: 3 + int(rank), SM90A,
                      "bulk tensor load of a box into shared memory, completing on an mbarrier",
                      hinted=True, sample="tc::tma_load_2d")
+TMA_LOAD_IM2COL = Intrinsic("tc::tma_load_im2col_4d", 9, SM90A,
+                            "bulk tensor load of an NHWC image's im2col tile (im2col mode)")
 TMA_STORE = Intrinsic("tc::tma_store_{rank}d", lambda rank: 2 + int(rank), SM90A,
                       "bulk tensor store of a shared box", hinted=True, sample="tc::tma_store_2d")
 TMA_STORE_ADD = Intrinsic("tc::tma_store_add_{rank}d", lambda rank: 2 + int(rank), SM90A,
@@ -250,6 +252,7 @@ TABLE = tuple(v for v in list(globals().values()) if isinstance(v, Intrinsic))
 # Families that start alike, for the passes that look for any of them.
 MBARRIER_CALLS = (MBARRIER_INIT, MBARRIER_WAIT_PARITY, MBARRIER_ARRIVE_WARP,
                   MBARRIER_ARRIVE_EXPECT_TX, MBARRIER_ARRIVE_WARP_CLUSTER)
+TMA_LOADS = (TMA_LOAD, TMA_LOAD_MULTICAST, TMA_LOAD_IM2COL)
 TMA_STORES = (TMA_STORE, TMA_STORE_ADD, TMA_STORE_COMMIT, TMA_STORE_WAIT)
 WGMMA_ISSUES = (WGMMA, WGMMA_RS, WGMMA_FP8)
 

@@ -28,12 +28,13 @@ from .tileops.wgmma import WARPGROUP
 from ...pass_config import PassConfigKey
 from .tileops.lowering import AccessRewriter, ThreadContext
 from .tileops.parallel import lower_parallel
+from .tileops.tma_im2col import lower_tma_im2col
 from ...passes.infer_layouts import infer_layouts
 from ...passes.parallel_nests import on_warpgroup_fragments
 from ...passes.plan_shared_memory import footprint
 from ...ir.annotations import (LAYOUTS, OPERAND_AHEAD, SMEM_ARENA, SMEM_BYTES, SMEM_OFFSETS, SOFTWARE_PIPELINED,
                                TENSOR_MAPS, USE_SWIZZLE, WARPGROUP_FRAGMENTS, WARPGROUP_THREAD,
-                               WARP_SPECIALIZED, is_warpgroup_branch)
+                               WARP_SPECIALIZED, is_warpgroup_branch, TMA_BARRIER)
 from .rules import CUDA_RULES
 
 
@@ -129,6 +130,8 @@ class _KernelLowering:
                 self.divergent = False
         if isinstance(s, For):
             if s.kind == "parallel":
+                if TMA_BARRIER in s.annotations:   # T.c2d_im2col's nest in a TMA producer
+                    return lower_tma_im2col(s, self.ctx)
                 return lower_parallel(s, self.context(s))
             n = constant_value(s.extent)
             lo = constant_value(s.start)

@@ -116,11 +116,12 @@ _WGMMA = re.compile(r"^wgmma_m64n(\d+)k(16|32)_f32_(f16|bf16|e4m3_e4m3|e4m3_e5m2
 _DTYPES = {"f16": "float16", "bf16": "bfloat16", "e4m3": "float8_e4m3", "e5m2": "float8_e5m2"}
 
 
-def tma_box(m, tmap, rank: int, what: str):
-    """(the global array, the box, the swizzle mode) of a TMA copy through tensor map tmap."""
+def tma_box(m, tmap, rank: int, what: str, tensor_rank: int | None = None):
+    """(the global array, the box, the swizzle mode) of a TMA copy through tensor map tmap:
+    a box of `rank` dimensions over a tensor of `tensor_rank` (the same but in im2col mode)."""
     arr = m.mem.global_array(tmap.buffer)
     box = tuple(int(b) for b in tmap.box)
-    if len(box) != rank or arr.ndim != rank:
+    if len(box) != rank or arr.ndim != (tensor_rank or rank):
         raise TileError(f"{what}_{rank}d with the tensor map of {tmap.buffer.name} "
                         f"(box {box}, tensor rank {arr.ndim})", m.span)
     mode = TMA_MODES[tmap.swizzle]
@@ -340,46 +341,6 @@ class Hopper:
                               (site,))
             addr = np.where(inside, addr, lo)
         return addr, inside, es, name
-
-    # --- TMA ----------------------------------------------------------------------------
-    def tma_load(self, rank: int, dst: Pointer, tmap, mbar: Pointer, coords):
-        m = self.m
-        arr, box, mode = tma_box(m, tmap, rank, "tma_load")
-        site = Site("tma load", dst.buffer.name, m.span)
-        for lane in m.lanes:
-            starts = [int(np.broadcast_to(np.asarray(c), (m.T,))[lane]) for c in
-                      reversed(coords)]
-            index, valid = [], np.ones(box, bool)
-            for d, (s, b) in enumerate(zip(starts, box)):
-                i = s + np.arange(b)
-                ok = (i >= 0) & (i < arr.shape[d])
-                index.append(np.clip(i, 0, max(arr.shape[d] - 1, 0)))
-                valid &= ok.reshape([-1 if e == d else 1 for e in range(rank)])
-            data = np.where(valid, arr[np.ix_(*index)], np.zeros((), arr.dtype))
-            raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
-            first = int(shared_address(m, dst, np.array([lane]))[0])
-            end = m.mem.offsets[id(dst.buffer)] + \
-                int(np.prod([int(s) for s in dst.buffer.shape])) * (dst.buffer.dtype.bits // 8)
-            if starts[-1] * arr.dtype.itemsize % 16:
-                # The GPU stops such a load with an illegal-instruction error: a box starts
-                # on a 16-byte boundary of its tensor's rows.
-                m.reports.add("misaligned", f"{dst.buffer.name}: the TMA load at "
-                              f"{site.where()} starts at column {starts[-1]} of "
-                              f"{tmap.buffer.name}, {starts[-1] * arr.dtype.itemsize} bytes "
-                              "into a row, not a multiple of 16", dst.buffer.name,
-                              (int(lane),), (site,))
-            if first % 128:
-                m.reports.add("misaligned", f"{dst.buffer.name}: the TMA load at "
-                              f"{site.where()} writes shared byte {first}, not 128-byte "
-                              "aligned", dst.buffer.name, (int(lane),), (site,))
-            if first < m.mem.offsets[id(dst.buffer)] or first + raw.size > end:
-                m.reports.add("out-of-bounds", f"{dst.buffer.name}: the TMA load at "
-                              f"{site.where()} writes {raw.size} bytes at shared byte "
-                              f"{first}, outside the buffer", dst.buffer.name, (int(lane),),
-                              (site,))
-                continue
-            phys = swizzle(first + np.arange(raw.size), mode)
-            m.barriers.tma_write(int(lane), mbar, phys, raw, site)
 
 
 __all__ = ["Hopper", "make_smem_desc", "decode", "swizzle", "canonical_offsets"]

@@ -19,6 +19,7 @@ from ....layout.mma import mma_a_fragment, mma_b_fragment, mma_c_fragment
 from ..tileops.cache_hints import HINT_SUFFIX, unhinted
 from .bulk_stores import stmatrix_x4
 from .hopper import make_smem_desc
+from .tma_loads import tma_load, tma_load_im2col
 from .index_checks import checked_index
 from .memory import Bits, Pointer, as_bytes
 from .shuffles import shfl_group, shfl_xor, syncwarp, warp_reduce, whole_warps
@@ -30,7 +31,8 @@ from ..intrinsics import (ATOMIC, ATOMIC_ADD_V2, ATOMIC_ADD_X2, BARRIER_ALL, CHE
                           MBARRIER_ARRIVE_WARP, MBARRIER_INIT, MBARRIER_WAIT_PARITY, MMA,
                           NAMED_BARRIER_ARRIVE, NAMED_BARRIER_SYNC, NAMESPACE, PACK_BF162,
                           PACK_HALF2, PREFETCH_L2, SETMAXNREG_DEC, SETMAXNREG_INC, SHFL_GROUP,
-                          SHFL_XOR, STMATRIX_X4, SYNCTHREADS, SYNCWARP, TMA_LOAD, TMA_STORE,
+                          SHFL_XOR, STMATRIX_X4, SYNCTHREADS, SYNCWARP, TMA_LOAD, TMA_LOAD_IM2COL,
+                          TMA_STORE,
                           TMA_STORE_ADD, TMA_STORE_COMMIT, TMA_STORE_WAIT, WARP_REDUCE, WARPGROUP,
                           WGMMA_COMMIT_GROUP, WGMMA_FENCE, WGMMA_FENCE_REGISTERS, WGMMA_ISSUES,
                           WGMMA_WAIT_GROUP, is_call_to, lookup)
@@ -231,7 +233,9 @@ def _sm90(name: str, args: list):
     if entry in (TMA_LOAD, TMA_STORE, TMA_STORE_ADD):
         rank = int(entry.pattern.fullmatch(NAMESPACE + name)["rank"])
     if entry is TMA_LOAD:
-        return lambda m: m.hopper.tma_load(rank, args[0], args[1], args[2], args[3:])
+        return lambda m: tma_load(m, rank, args[0], args[1], args[2], args[3:])
+    if entry is TMA_LOAD_IM2COL:
+        return lambda m: tma_load_im2col(m, args[0], args[1], args[2], args[3:])
     if entry in (TMA_STORE, TMA_STORE_ADD):
         adds = entry is TMA_STORE_ADD
         return lambda m: m.bulk_stores.store(rank, args[0], args[1], args[2:], adds=adds)

@@ -35,8 +35,8 @@ from .hopper import WARPGROUP, Hopper
 from .memory import BlockMemory, Pointer
 from ....ir.annotations import (PERSISTENT_BLOCKS, PRODUCER_THREADS, SMEM_BYTES, USE_SWIZZLE,
                                 WARPGROUP_THREAD)
-from ..intrinsics import (NAMED_BARRIER_SYNC, NAMESPACE, SYNCWARP, TMA_LOAD,
-                          TMA_LOAD_MULTICAST, TMA_STORES, WGMMA_ISSUES, is_call_to)
+from ..intrinsics import (NAMED_BARRIER_SYNC, NAMESPACE, SYNCWARP, TMA_LOADS,
+                          TMA_STORES, WGMMA_ISSUES, is_call_to)
 
 
 class ThreadEvaluator(Evaluator):
@@ -335,7 +335,7 @@ class KernelPlan:
 
     def __init__(self, k: Kernel):
         names = {n.name for n in walk(k.body) if isinstance(n, Call)}
-        self.tma = any(is_call_to(n, TMA_LOAD, TMA_LOAD_MULTICAST, *TMA_STORES) for n in names)
+        self.tma = any(is_call_to(n, *TMA_LOADS, *TMA_STORES) for n in names)
         self.wgmma = any(is_call_to(n, *WGMMA_ISSUES) for n in names)
         self.tma_store = any(is_call_to(n, *TMA_STORES) for n in names)
         # Barriers of part of the block that order only the threads meeting there: a warp's

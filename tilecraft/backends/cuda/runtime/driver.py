@@ -12,8 +12,8 @@ that names the call and carries the driver's own name and description of the err
 
 Names are the exported symbols: where cuda.h maps a name to a versioned symbol (for example
 cuCtxPopCurrent -> cuCtxPopCurrent_v2) the prototype must use the versioned one. The calls here
-have unversioned symbols. Tensor-map encoding (cuTensorMapEncodeTiled, for TMA) is in the same
-table; its wrapper is tensor_map.py. Entry points in `_OPTIONAL` (newer than some drivers in
+have unversioned symbols. Tensor-map encoding (cuTensorMapEncodeTiled and ...Im2col, for TMA)
+is in the same table; its wrapper is tensor_map.py. Entry points in `_OPTIONAL` (newer than some drivers in
 use) are left off `functions()` when the library lacks them, instead of failing the whole load.
 """
 from __future__ import annotations
@@ -83,8 +83,16 @@ _PROTOTYPES = {
     "cuTensorMapEncodeTiled": (c_void_p, c_int, c_uint, c_void_p, POINTER(c_uint64),
                                POINTER(c_uint64), POINTER(c_uint), POINTER(c_uint), c_int, c_int,
                                c_int, c_int),
+    # cuTensorMapEncodeIm2col(map*, dataType, rank, globalAddress, globalDim, globalStrides,
+    #  const int* pixelBoxLowerCorner, const int* pixelBoxUpperCorner, cuuint32_t
+    #  channelsPerPixel, cuuint32_t pixelsPerColumn, elementStrides, interleave, swizzle,
+    #  l2Promotion, oobFill).
+    "cuTensorMapEncodeIm2col": (c_void_p, c_int, c_uint, c_void_p, POINTER(c_uint64),
+                                POINTER(c_uint64), POINTER(c_int), POINTER(c_int), c_uint,
+                                c_uint, POINTER(c_uint), c_int, c_int, c_int, c_int),
 }
-_OPTIONAL = frozenset({"cuTensorMapEncodeTiled"})  # CUDA 12.0 and newer drivers only
+# CUDA 12.0 and newer drivers only
+_OPTIONAL = frozenset({"cuTensorMapEncodeTiled", "cuTensorMapEncodeIm2col"})
 
 
 class CudaDriverError(TileError):

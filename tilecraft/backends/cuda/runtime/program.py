@@ -79,7 +79,8 @@ def _positions(func, signature) -> list:
         if kind == "size":
             out.append((kind, dims[id(obj)]))
         elif kind == "tensormap":  # encoded at each call from the tensor it describes
-            out.append((kind, (index[id(obj.buffer)], tuple(obj.box), obj.swizzle)))
+            out.append((kind, (index[id(obj.buffer)], tuple(obj.box), obj.swizzle,
+                               obj.im2col)))
         else:
             out.append(("tensor" if kind == "workspace" else kind, index[id(obj)]))
     return out
@@ -198,15 +199,17 @@ class CudaProgram:
                                              dynamic_smem=smem)
                          for name, _, threads, smem in self.launches]
 
-    def _tensor_map(self, tensor, box, swizzle) -> bytes:
-        """The TMA tensor map of a tensor argument, encoded once per (address, shape)."""
-        key = (tensor.data_ptr(), tuple(tensor.shape), box, swizzle)
+    def _tensor_map(self, tensor, box, swizzle, im2col=None) -> bytes:
+        """The TMA tensor map of a tensor argument, encoded once per (address, shape); with
+        im2col (lower, upper, stride), a map in im2col mode whose box is (pixels, channels)."""
+        key = (tensor.data_ptr(), tuple(tensor.shape), box, swizzle, im2col)
         found = self._maps.get(key)
         if found is None:
-            from .tensor_map import encode_tensor
+            from .tensor_map import encode_tensor, encode_tensor_im2col
             if len(self._maps) >= 64:
                 self._maps.clear()
-            found = self._maps[key] = encode_tensor(tensor, box, swizzle)
+            found = self._maps[key] = encode_tensor(tensor, box, swizzle) if im2col is None \
+                else encode_tensor_im2col(tensor, *box, swizzle, *im2col)
         return found
 
     def run(self, values: list, shapes: list, stream=None, device: int | None = None):
@@ -232,7 +235,7 @@ class CudaProgram:
                 args.append(int(shapes[pos[0]][pos[1]]))
             elif kind == "tensormap":
                 try:
-                    args.append(self._tensor_map(values[pos[0]], pos[1], pos[2]))
+                    args.append(self._tensor_map(values[pos[0]], *pos[1:]))
                 except TileError as e:
                     # Say which argument, and the way out: the copies of a kernel compiled
                     # with TMA move whole boxes from 16-byte aligned addresses.

@@ -195,6 +195,16 @@ def encode(spec: TiledMap) -> bytes:
     if encode_tiled_fn is None:
         raise TileError("this CUDA driver has no cuTensorMapEncodeTiled (TMA needs a CUDA 12 "
                         "driver or newer)")
+    box = (ctypes.c_uint * spec.rank)(*spec.box_dims)
+    return _encoded(f"cuTensorMapEncodeTiled({spec})", lambda out, dims, strides, estrides:
+                    encode_tiled_fn(out, spec.data_type, spec.rank, spec.global_address, dims,
+                                    strides, box, estrides, INTERLEAVE_NONE, spec.swizzle,
+                                    L2_PROMOTION_128B, spec.oob_fill), spec)
+
+
+def _encoded(what: str, call, spec: TiledMap) -> bytes:
+    """The 128 bytes a driver encoder writes, called as call(map address, global dims, global
+    strides, element strides) with the tensor's arrays of `spec`."""
     driver.ensure_context()
     rank = spec.rank
     storage = (ctypes.c_uint8 * (TENSOR_MAP_BYTES + TENSOR_MAP_ALIGNMENT))()
@@ -202,12 +212,8 @@ def encode(spec: TiledMap) -> bytes:
     out = base + (-base) % TENSOR_MAP_ALIGNMENT  # the driver wants the map 64-byte aligned
     dims = (ctypes.c_uint64 * rank)(*spec.global_dims)
     strides = (ctypes.c_uint64 * max(rank - 1, 1))(*spec.global_strides)
-    box = (ctypes.c_uint * rank)(*spec.box_dims)
     estrides = (ctypes.c_uint * rank)(*spec.element_strides)
-    code = encode_tiled_fn(out, spec.data_type, rank, spec.global_address, dims, strides, box,
-                           estrides, INTERLEAVE_NONE, spec.swizzle, L2_PROMOTION_128B,
-                           spec.oob_fill)
-    driver.check(code, f"cuTensorMapEncodeTiled({spec})")
+    driver.check(call(out, dims, strides, estrides), what)
     return ctypes.string_at(out, TENSOR_MAP_BYTES)
 
 
@@ -235,3 +241,75 @@ def encode_tensor(tensor, box_shape, swizzle="none", oob_fill_zero=True) -> byte
     return encode_tiled(tensor.data_ptr(), tensor.dtype, shape[::-1],
                         tuple(s * esize for s in strides[::-1][1:]), box[::-1], swizzle,
                         oob_fill_zero=oob_fill_zero)
+
+
+# im2col mode: the bounding box's corners are signed integers of this many bits by tensor rank.
+_CORNER_BITS = {3: 16, 4: 8, 5: 5}
+MAX_PIXELS = 256
+
+
+@dataclass(frozen=True)
+class Im2colMap:
+    """Validated arguments of cuTensorMapEncodeIm2col (sequences innermost dimension first:
+    channels, then the spatial dimensions W (H (D)), then images)."""
+    tiled: TiledMap          # the tensor, element type, swizzle and traversal strides
+    lower: tuple             # the bounding box's corners, one per spatial dimension
+    upper: tuple
+    channels: int            # channels per pixel: the box's inner extent
+    pixels: int              # pixels per column: the box's rows
+
+    @property
+    def box_bytes(self) -> int:
+        return self.channels * self.pixels * self.tiled.element_bytes
+
+
+def check_im2col(global_address, dtype, global_shape, global_strides_bytes, channels, pixels,
+                 lower, upper, swizzle="none", element_strides=None) -> Im2colMap:
+    """Validate the arguments of `encode_im2col` against the driver's documented rules (the
+    tensor's own as for a tiled map, with a box of `channels` x 1 ... to check them)."""
+    rank = len(_ints("global_shape", global_shape))
+    if rank not in _CORNER_BITS:
+        raise TileError(f"tensor map: im2col mode takes tensors of rank 3 to 5, not {rank}")
+    tiled = check_tiled(global_address, dtype, global_shape, global_strides_bytes,
+                        (channels,) + (1,) * (rank - 1), swizzle, element_strides)
+    lo, hi = _ints("lower", lower, rank - 2), _ints("upper", upper, rank - 2)
+    bits = _CORNER_BITS[rank]
+    for name, corner in (("lower", lo), ("upper", hi)):
+        if any(not -2**(bits - 1) <= c < 2**(bits - 1) for c in corner):
+            raise TileError(f"tensor map: im2col {name} corner {corner} out of the signed "
+                            f"{bits}-bit range of a rank-{rank} map")
+    if not 1 <= pixels <= MAX_PIXELS:
+        raise TileError(f"tensor map: {pixels} pixels per column; im2col loads 1 to "
+                        f"{MAX_PIXELS}")
+    return Im2colMap(tiled, lo, hi, channels, pixels)
+
+
+def encode_im2col_map(spec: Im2colMap) -> bytes:
+    """cuTensorMapEncodeIm2col on validated arguments: the 128-byte CUtensorMap."""
+    fn = getattr(driver.functions(), "cuTensorMapEncodeIm2col", None)
+    if fn is None:
+        raise TileError("this CUDA driver has no cuTensorMapEncodeIm2col (TMA needs a CUDA 12 "
+                        "driver or newer)")
+    t = spec.tiled
+    lower = (ctypes.c_int * len(spec.lower))(*spec.lower)
+    upper = (ctypes.c_int * len(spec.upper))(*spec.upper)
+    return _encoded(f"cuTensorMapEncodeIm2col({spec})", lambda out, dims, strides, estrides:
+                    fn(out, t.data_type, t.rank, t.global_address, dims, strides, lower, upper,
+                       spec.channels, spec.pixels, estrides, INTERLEAVE_NONE, t.swizzle,
+                       L2_PROMOTION_128B, t.oob_fill), t)
+
+
+def encode_tensor_im2col(tensor, pixels: int, channels: int, swizzle: str, lower: int,
+                         upper: int, stride: int) -> bytes:
+    """The im2col-mode tensor map of a torch NHWC image (tileops/tma_im2col.py): boxes of
+    `pixels` x `channels`, filter positions from `lower` to `upper` past the last pixel along
+    H and W, stepped by `stride`."""
+    shape, strides = tuple(tensor.shape), tuple(tensor.stride())
+    if len(shape) != 4 or strides[-1] != 1:
+        raise TileError(f"tensor map: an im2col map takes an NHWC image with contiguous "
+                        f"channels, got shape {shape}, strides {strides}")
+    esize = tensor.element_size()
+    return encode_im2col_map(check_im2col(
+        tensor.data_ptr(), tensor.dtype, shape[::-1],
+        tuple(s * esize for s in strides[::-1][1:]), channels, pixels, (lower, lower),
+        (upper, upper), swizzle, (1, stride, stride, 1)))

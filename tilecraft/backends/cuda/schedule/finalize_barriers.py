@@ -35,7 +35,7 @@ from ....ir.visitor import Mutator, map_kernels, walk
 from ....ir.annotations import PRODUCER_THREADS, is_sync
 from ..intrinsics import (FENCE_PROXY_ASYNC_SHARED, LD_SHARED, LDMATRIX, LDMATRIX_TRANS,
                           MAKE_SMEM_DESC, MBARRIER_ARRIVE_WARP, MBARRIER_ARRIVE_WARP_CLUSTER, MBARRIER_CALLS,
-                          NAMED_BARRIER_SYNC, TMA_LOAD, TMA_LOAD_MULTICAST, TMA_STORE_WAIT,
+                          NAMED_BARRIER_SYNC, TMA_LOADS, TMA_STORE_WAIT,
                           TMA_STORES, WGMMA_ISSUES, NAMESPACE, is_call_to)
 
 CONSUMER_BARRIER = 1
@@ -66,7 +66,7 @@ def _stores_from_stages(kernel: Kernel) -> bool:
     """Whether a TMA store reads a tile that TMA loads fill (a stage of a pipelined loop)."""
     loaded, stored = set(), set()
     for n in walk(kernel):
-        if isinstance(n, Call) and is_call_to(n.name, TMA_LOAD, TMA_LOAD_MULTICAST):
+        if isinstance(n, Call) and is_call_to(n.name, *TMA_LOADS):
             loaded |= _shared_addresses(n)
         elif isinstance(n, Call) and is_call_to(n.name, *TMA_STORES):
             stored |= _shared_addresses(n)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from ....ir.linear import constant_value
 from ....ir.buffer import GLOBAL, is_shared
-from ....ir.stmt import Allocate, For, Kernel, stmts_of
+from ....ir.stmt import Allocate, BufferStore, For, Kernel, stmts_of
 from ....ir.tileop import Copy, Gemm
-from ....ir.annotations import EPILOGUE_STAGING
+from ....ir.annotations import EPILOGUE_STAGING, IM2COL
 from ....ir.visitor import walk
 from ....pass_config import PassConfigKey, persistent_blocks
 from ....target import model_of
@@ -21,12 +21,15 @@ def pipelined_loops(kernel: Kernel) -> list:
 
 
 def ring_tiles(loop: For) -> dict:
-    """{id: tile} of the shared tiles the pipelined loop copies into (its ring)."""
-    return {id(n.dst.buffer): n.dst.buffer for n in walk(loop.body)
-            if isinstance(n, Copy) and is_shared(n.dst.buffer.scope)}
+    """{id: tile} of the shared tiles the pipelined loop copies into (its ring): T.copy
+    destinations and the tiles T.c2d_im2col fills."""
+    tiles = [n.dst.buffer for n in walk(loop.body) if isinstance(n, Copy)]
+    tiles += [s.buffer for n in walk(loop.body) if isinstance(n, For) and IM2COL in n.annotations
+              for s in walk(n) if isinstance(s, BufferStore)]
+    return {id(b): b for b in tiles if is_shared(b.scope)}
 
 
-def _attention_like(kernel: Kernel) -> bool:
+def attention_like(kernel: Kernel) -> bool:
     """One pipelined loop holding two or more gemms (attention and its kin)."""
     loops = pipelined_loops(kernel)
     return len(loops) == 1 and sum(isinstance(n, Gemm) for n in walk(loops[0].body)) >= 2
@@ -81,6 +84,9 @@ def persistent_for(kernel: Kernel, configs: dict | None, target=None) -> int | N
     attention faster on the H100, causal and not (bench/mha_fwd.md). A GEMM measured level to
     slower while its 4-stage epilogue went from registers, and faster than without persistence
     once that epilogue is staged in column bands (stage_epilogue; bench/gemm.md).
+    A GEMM of one consumer warpgroup is not made persistent: its blocks are small enough for
+    two or three on an SM, whose warpgroups issue wgmma in turn, and a persistent launch of one
+    block per SM measured 1.3-1.7x slower (a 128 x 64 convolution tile: bench/conv2d.md).
     A grid of one wave (MLA decode at batch 64: 128 blocks) has no next tile to load early, and
     its loop over tiles only costs: MLA ran faster without it, and faster still with the
     producer preload in its place (producer_preload_for; bench/mla_decode.md)."""
@@ -90,7 +96,8 @@ def persistent_for(kernel: Kernel, configs: dict | None, target=None) -> int | N
             configs.get(PassConfigKey.TL_DISABLE_WARP_SPECIALIZED) or \
             configs.get(PassConfigKey.TL_DISABLE_TMA_LOWER):
         return persistent_blocks(configs)
-    if (_attention_like(kernel) or _gemm_like(kernel)) and not one_wave(kernel, target):
+    if (attention_like(kernel) or (_gemm_like(kernel) and kernel.num_threads >= 256)) and \
+            not one_wave(kernel, target):
         return 0
     return None
 
@@ -103,4 +110,4 @@ def producer_preload_for(kernel: Kernel, configs: dict | None, target) -> bool:
     if PassConfigKey.TL_ENABLE_PRODUCER_PRELOAD in configs:
         return bool(configs[PassConfigKey.TL_ENABLE_PRODUCER_PRELOAD])
     return PassConfigKey.TL_ENABLE_PERSISTENT_TILES not in configs and \
-        _attention_like(kernel) and one_wave(kernel, target)
+        attention_like(kernel) and one_wave(kernel, target)

@@ -39,6 +39,7 @@ from ....ir.tileop import Copy, CumSum, Gemm
 from ....passes.infer_pipeline import is_async_copy
 from ....passes.parallel_nests import gather_targets
 from ....ir.visitor import Mutator, map_kernels, substitute, walk
+from ....ir.linear import constant_value
 from ....ir.annotations import (ASYNC_COPY, NUM_STAGES, PIPELINE_GUARD, PIPELINE_ORDER,
                                 PIPELINE_STAGE, SCHEDULED,
                                 SOFTWARE_PIPELINED, TILE_RANK, sync_stmt)
@@ -133,6 +134,12 @@ class _Pipeliner:
                 body = [IfThenElse(guard, seq(body, loop.span), None, loop.span)]
             return dataclasses.replace(loop, kind="serial", body=seq(body, loop.span))
         depth = max(num, last + 1)
+        trips = constant_value(loop.extent)
+        if trips is not None:
+            # Loads issued ahead past the last iteration never happen: with depth trips + 1 the
+            # prologue already issues every one, and further versions are shared memory that
+            # only costs blocks per SM (a 1x1 convolution over 64 channels runs its loop once).
+            depth = max(2, min(depth, trips + 1))
         # the shared tiles each copy or gather run ahead fills
         fills = {i: (body[i].dst.buffer,) if isinstance(body[i], Copy) else
                  gather_targets(body[i]) for i in ahead}

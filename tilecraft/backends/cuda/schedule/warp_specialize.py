@@ -66,6 +66,7 @@ from ....ir.buffer import GLOBAL, LOCAL_VAR, Buffer
 from ....ir.expr import BufferLoad, Call, Var, address_of, const, minmax
 from ....ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, For, IfThenElse, Kernel,
                        call_stmt, seq, stmts_of)
+from ....ir.linear import constant_value
 from ....ir.thread_varying import ThreadVarying
 from ....ir.tileop import Copy
 from ....ir.visitor import buffers_used, map_kernels, walk
@@ -73,10 +74,12 @@ from ....pass_config import PassConfigKey
 from ..tileops.cluster import cluster_plan
 from ..tileops.prefetch import next_tile_prefetch
 from ..tileops.tma import tma_plan
+from ..tileops.tma_im2col import im2col_plan
 from ....target import arch_of
-from .persistence import persistent_for, producer_preload_for
+from .persistence import attention_like, persistent_for, producer_preload_for
 from .pipeline_loops import Reallocate, Versioned, check_unversioned, schedule_of
-from ....ir.annotations import (CLUSTER_DIMS, CONSUMER_REGISTER_COUNT, NUM_STAGES,
+from ....ir.annotations import (CLUSTER_DIMS, CONSUMER_REGISTER_COUNT, IM2COL_COL, IM2COL_ROW,
+                                NUM_STAGES,
                                 PERSISTENT_BLOCKS, PIPELINE_GUARD, PIPELINE_ORDER,
                                 PRODUCER_REGISTER_COUNT, PRODUCER_THREADS, REGISTER_REALLOC,
                                 SCHEDULED, TILE_RANK, TMA_BARRIER, TMA_MULTICAST, TMA_TILES,
@@ -95,11 +98,18 @@ def _cond(name: str, *args):
     return Call(name, tuple(args), dt.dtype("bool"))
 
 
-def _plan_loop(loop: For) -> dict | None:
+def _plan_loop(loop: For, keep_one_iteration: bool = False) -> dict | None:
     """{index of a statement run ahead: its TMA plan} when every statement ahead is a copy TMA
     can do (the loop qualifies for warp specialization), else None."""
     if loop.kind != "pipelined" or loop.annotations.get(NUM_STAGES, 0) < 2 or \
             PIPELINE_ORDER not in loop.annotations:
+        return None
+    trips = constant_value(loop.extent)
+    if trips is not None and trips < 2 and not keep_one_iteration:
+        # One iteration of a GEMM's loop has nothing to overlap: a producer warpgroup would
+        # only take the registers of blocks the SM could otherwise hold (a 1x1 convolution
+        # over 64 channels runs one k-step). Kept where the producer does more: the next
+        # tile's loads of a persistent kernel, multicast to a cluster, attention's preloads.
         return None
     if PIPELINE_GUARD in loop.annotations:
         # Tiles the guard skips: the producer's ring would have to pass them too; such a loop
@@ -108,13 +118,34 @@ def _plan_loop(loop: For) -> dict | None:
     body = list(stmts_of(loop.body))
     _, stages = schedule_of(loop)
     last = max(stages)
-    ahead = {i: tma_plan(body[i]) if isinstance(body[i], Copy) else None
-             for i, st in enumerate(stages) if st < last}
+    ahead = {i: _load_plan(body[i]) for i, st in enumerate(stages) if st < last}
     if not ahead or any(plan is None for plan in ahead.values()):
         return None
     if _reads_block_state(loop, [body[i] for i in ahead]):
         return None
     return ahead
+
+
+def _load_plan(stmt):
+    """The TMA plan of a statement run ahead: a tile copy's boxes, or the im2col loads of
+    T.c2d_im2col's nest; None when TMA cannot do it."""
+    if isinstance(stmt, Copy):
+        return tma_plan(stmt)
+    return im2col_plan(stmt)
+
+
+def _loaded_tile(stmt) -> Buffer:
+    """The shared tile a statement run ahead fills."""
+    if isinstance(stmt, Copy):
+        return stmt.dst.buffer
+    return next(n.buffer for n in walk(stmt) if isinstance(n, BufferStore))
+
+
+def _load_coordinates(stmt) -> list:
+    """The expressions that say where a statement run ahead loads from."""
+    if isinstance(stmt, Copy):
+        return [x for start, extent in stmt.src.ranges for x in (start, extent)]
+    return [stmt.annotations[IM2COL_ROW], stmt.annotations[IM2COL_COL]]
 
 
 def _reads_block_state(loop: For, copies: list) -> bool:
@@ -125,7 +156,7 @@ def _reads_block_state(loop: For, copies: list) -> bool:
     they are written; such a loop keeps the cp.async pipeline, in which every thread runs that
     code first."""
     exprs = [loop.start, loop.extent]
-    exprs += [x for c in copies for start, extent in c.src.ranges for x in (start, extent)]
+    exprs += [x for c in copies for x in _load_coordinates(c)]
     return any(isinstance(n, BufferLoad) and n.buffer.scope != GLOBAL
                for e in exprs for n in walk(e))
 
@@ -164,12 +195,13 @@ class _Specializer:
 
     def run(self):
         stmts = list(stmts_of(self.kernel.body))
-        plans = {i: p for i, p in ((i, _plan_loop(s) if isinstance(s, For) else None)
+        keep = self.persistent is not None or self.multicast or attention_like(self.kernel)
+        plans = {i: p for i, p in ((i, _plan_loop(s, keep) if isinstance(s, For) else None)
                                    for i, s in enumerate(stmts)) if p}
         nested = [n for n in walk(self.kernel.body) if isinstance(n, For) and
                   n.kind == "pipelined" and not any(n is stmts[i] for i in plans)]
         if len(plans) != 1 or len(self.kernel.threads) != 1 or \
-                any(_plan_loop(n) for n in nested):
+                any(_plan_loop(n, keep) for n in nested):
             return self.kernel
         (at, ahead), = plans.items()
         allocs = [s for s in stmts[:at] if isinstance(s, Allocate)]
@@ -265,7 +297,7 @@ class _Specializer:
         depth = max(num, max(stages) + 1)
         versions = {}
         for i in ahead:
-            b = body[i].dst.buffer
+            b = _loaded_tile(body[i])
             versions.setdefault(id(b), Buffer(b.name, (depth,) + tuple(b.shape), b.dtype,
                                               b.scope, b.span))
         issue = sorted(range(len(body)), key=lambda i: order[i])
@@ -309,13 +341,13 @@ class _Specializer:
                 copy = Versioned(versions, stage).visit(body[i])
                 total += ahead[i].bytes
                 notes = {TMA_BARRIER: BufferLoad(full, (slot(g),)), SCHEDULED: True,
-                         TILE_RANK: len(body[i].dst.buffer.shape)}
+                         TILE_RANK: len(_loaded_tile(body[i]).shape)}
                 if self.cluster and i in self.cluster.shared:
                     notes[TMA_MULTICAST] = self.cluster.size
                 copies.append(dataclasses.replace(copy, annotations={**copy.annotations,
                                                                      **notes}))
             fetch = (next_tile_prefetch(self.kernel, loop, body[i]) for i in group.copies
-                     if self.prefetch and not self.cluster)
+                     if self.prefetch and not self.cluster and isinstance(body[i], Copy))
             produce += [call_stmt(MBARRIER_WAIT_PARITY.name, address_of(empty, slot(g)),
                                   parity ^ 1),
                         call_stmt(MBARRIER_ARRIVE_EXPECT_TX.name, address_of(full, slot(g)),
@@ -364,7 +396,7 @@ def _barrier_groups(body: list, issue: list, ahead: dict, rest: list) -> list:
     for i in issue:
         if i not in ahead:
             continue
-        b = body[i].dst.buffer
+        b = _loaded_tile(body[i])
         uses = [at for at, j in enumerate(rest)
                 if any(getattr(n, "buffer", None) is b for n in walk(body[j]))]
         first, last = (uses[0], uses[-1]) if uses else (0, len(rest) - 1)

@@ -63,7 +63,9 @@ def cluster_plan(kernel, loop, ahead: dict) -> ClusterPlan | None:
         if n is None or n < CLUSTER_SIZE or n % CLUSTER_SIZE or \
                 not _same_in_pair(loop.extent, var, n) or not _same_in_pair(loop.start, var, n):
             continue
-        shared = {i for i in ahead if all(_same_in_pair(e, var, n) for e in body[i].src.starts)}
+        # (T.c2d_im2col's TMA loads are not multicast: only tile copies are shared.)
+        shared = {i for i in ahead if hasattr(body[i], "src") and
+                  all(_same_in_pair(e, var, n) for e in body[i].src.starts)}
         total = sum(ahead[i].bytes for i in shared)
         if shared and (best is None or total > best.bytes):
             best = ClusterPlan(axis, CLUSTER_SIZE, shared, total)

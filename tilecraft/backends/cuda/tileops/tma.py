@@ -52,10 +52,13 @@ TMA_SMEM_ALIGN = 128   # bytes: the shared-memory address of every bulk tensor c
 @dataclass(eq=False, repr=False)
 class TensorMapVar(Var):
     """A kernel parameter holding the TMA tensor map of `buffer` with box `box` (outermost
-    dimension first) and swizzle `swizzle` ("none", "32B", "64B", "128B")."""
+    dimension first) and swizzle `swizzle` ("none", "32B", "64B", "128B"); with `im2col`
+    (the bounding box's lower and upper corner, the traversal stride), a map in im2col mode
+    over an NHWC image whose box is (pixels, channels) (tileops/tma_im2col.py)."""
     buffer: Buffer | None = None
     box: tuple = ()
     swizzle: str = "none"
+    im2col: tuple | None = None
     span: object = field(default=None, compare=False)
 
 
@@ -110,15 +113,10 @@ def tma_plan(copy) -> TmaPlan | None:
     outer = [d for d, e in enumerate(extents[:-1]) if e != 1]
     if (rows == 1 and outer) or (rows > 1 and (len(outer) != 1 or extents[outer[0]] != rows)):
         return None
-    mode = swizzle_mode_for(rows, cols, src.buffer.dtype.bits) if rank == 2 else None
-    if mode is None:
-        # One box: its shared address must be 128-byte aligned (plan_shared_memory aligns
-        # the tile), and so must every version of it in a ring.
-        if cols * esize % 16 or rows * cols * esize % TMA_SMEM_ALIGN:
-            return None
-        slab, swizzle = cols, "none"
-    else:
-        slab, swizzle = atom_row_bytes(mode) // esize, mode
+    slabs = column_slabs(rows, cols, src.buffer.dtype.bits, rank == 2)
+    if slabs is None:
+        return None
+    slab, swizzle = slabs
     box = [1] * len(shape)
     box[-1] = slab
     if outer:
@@ -129,17 +127,35 @@ def tma_plan(copy) -> TmaPlan | None:
                    rank)
 
 
+def column_slabs(rows: int, cols: int, bits: int, swizzled: bool = True) -> tuple | None:
+    """(columns a box loads, swizzle mode) of a rows x cols shared tile filled by TMA boxes,
+    or None: a tile stored with a W-byte swizzle is W-byte column slabs, each one box; an
+    unswizzled one (or a one-row tile, `swizzled` False) is one box, whose shared address must
+    be 128-byte aligned (plan_shared_memory aligns the tile), and so must every version of it
+    in a ring."""
+    esize = bits // 8
+    mode = swizzle_mode_for(rows, cols, bits) if swizzled else None
+    if mode is not None:
+        return atom_row_bytes(mode) // esize, mode
+    if cols * esize % 16 or rows * cols * esize % TMA_SMEM_ALIGN:
+        return None
+    return cols, "none"
+
+
 def _static_extents(region):
     extents = region.static_extents()
     return None if extents is None else list(extents)
 
 
-def tensor_map(ctx, buffer: Buffer, plan: TmaPlan) -> TensorMapVar:
-    key = (id(buffer), plan.box, plan.swizzle)
+def tensor_map(ctx, buffer: Buffer, plan, im2col: tuple | None = None) -> TensorMapVar:
+    """The kernel's tensor map of `buffer` for a TmaPlan's boxes, or with `im2col` for an
+    Im2colPlan's loads (box: pixels x channels)."""
+    box = plan.box if im2col is None else (plan.rows, plan.slab)
+    key = (id(buffer), box, plan.swizzle, im2col)
     found = ctx.tensor_maps.get(key)
     if found is None:
-        found = TensorMapVar(f"{buffer.name}_tma", dt.handle, buffer=buffer, box=plan.box,
-                             swizzle=plan.swizzle)
+        found = TensorMapVar(f"{buffer.name}_tma", dt.handle, buffer=buffer, box=box,
+                             swizzle=plan.swizzle, im2col=im2col)
         ctx.tensor_maps[key] = found
     return found
 

@@ -23,6 +23,13 @@
 //       and swizzle are those encoded in the map). Out-of-range elements are zero-filled
 //       (and still counted). Pair with tc::mbarrier_arrive_expect_tx(mbar, box bytes) in the
 //       same phase, then tc::mbarrier_wait_parity(mbar, phase).
+// In im2col mode (the map encoded by cuTensorMapEncodeIm2col over an NHWC image):
+//   tma_load_im2col_4d(smem_dst, map, mbar, c, w, h, n, off_w, off_h)
+//       cp.async.bulk.tensor.4d ... .im2col: the map's pixels-per-column pixels of
+//       channels-per-pixel channels each, from channel c: the first pixel's filter base is
+//       (n, h, w), the next ones step along W, then H, then N by the map's traversal strides
+//       within its bounding box, and each reads the pixel at its base + (off_h, off_w) (the
+//       filter tap); pixels outside the image are zero-filled. Completes as tma_load_Nd.
 // Stores (shared -> global; smem written by ordinary stores needs
 // tc::fence_proxy_async_shared() in every writing thread and a barrier first):
 //   tma_store_2d(map, smem_src, c0, c1)
@@ -103,6 +110,19 @@ TC_DEVICE void tma_load_5d(uint32_t smem_dst, const void* map, uint32_t mbar, in
       " [%0], [%1, {%3, %4, %5, %6, %7}], [%2];\n"
       ::"r"(smem_dst), "l"(map), "r"(mbar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
       : "memory");
+}
+TC_DEVICE void tma_load_im2col_4d(uint32_t smem_dst, const void* map, uint32_t mbar, int c,
+                                  int w, int h, int n, int off_w, int off_h) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5, %6}], [%2], {%7, %8};\n"
+      ::"r"(smem_dst), "l"(map), "r"(mbar), "r"(c), "r"(w), "r"(h), "r"(n),
+        "h"((unsigned short)off_w), "h"((unsigned short)off_h)
+      : "memory");
+}
+TC_DEVICE void tma_load_im2col_4d(void* smem_dst, const void* map, uint64_t* mbar, int c,
+                                  int w, int h, int n, int off_w, int off_h) {
+  tma_load_im2col_4d(smem_addr(smem_dst), map, smem_addr(mbar), c, w, h, n, off_w, off_h);
 }
 TC_DEVICE void tma_load_4d(void* smem_dst, const void* map, uint64_t* mbar, int c0, int c1,
                            int c2, int c3) {
