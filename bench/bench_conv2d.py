@@ -1,15 +1,16 @@
-"""2-D convolution (examples/conv2d.py: implicit GEMM on NHWC, the im2col tile gathered by a
-T.Parallel loop) beside cuDNN, in one process on one GPU, at the paper's eight shapes (table
-16, batch 128, float16).
+"""2-D convolution (examples/conv2d.py: implicit GEMM on NHWC, the im2col tile filled by
+T.c2d_im2col) beside cuDNN, in one process on one GPU, at the paper's eight shapes (table 16,
+batch 128, float16).
 
-    python3 bench/bench_conv2d.py [--shapes 0,1,...] [--configs bmxbnxbkxsxt,...]
-                                  [--rounds 3] [--tag ...] [--out dir]
+    python3 bench/bench_conv2d.py [--shapes 0,1,...] [--configs default,bmxbnxbkxsxt,...]
+                                  [--variant KEY=1] [--rounds 3] [--tag ...] [--out dir]
 
 Peers, timed in the same rounds: torch.nn.functional.conv2d (cuDNN, benchmark mode on) on
 channels_last views of the same NHWC memory, and on NCHW copies; where TileLang is installed,
-the same example source compiled by TileLang at the first config (vs TileLang). ratio: median over rounds of
-cuDNN's time / ours; every timer starts from a cold L2. A config is block_M x block_N x block_K
-x num_stages x threads of `convolution`; the first is the example's default.
+the same example source compiled by TileLang at the first config (vs TileLang). ratio: median
+over rounds of cuDNN's time / ours; every timer starts from a cold L2. A config is block_M x
+block_N x block_K x num_stages x threads of `convolution`, or "default": the example's own
+choice for the shape. --variant also times each config compiled with those pass configs.
 
 Results: bench/conv2d.md.
 """
@@ -17,7 +18,8 @@ import argparse
 from statistics import median
 
 from common import (OUT, add_arm_options, build_under_tilelang, clean_timer,
-                    example_under_tilelang, in_rounds, show_results, warm_gpu)
+                    example_under_tilelang, in_rounds, show_results, variant_arms,
+                    warm_gpu)
 import conv2d
 import tilecraft
 
@@ -26,7 +28,16 @@ SHAPES = [(128, 2048, 7, 7, 512, 1, 1, 0), (128, 512, 7, 7, 2048, 1, 1, 0),
           (128, 512, 14, 14, 512, 3, 2, 1), (128, 512, 7, 7, 512, 3, 1, 1),
           (128, 256, 14, 14, 256, 3, 1, 1), (128, 1024, 14, 14, 256, 1, 1, 0),
           (128, 512, 28, 28, 128, 1, 1, 0), (128, 64, 56, 56, 64, 1, 1, 0)]
-CONFIGS = "128x64x64x3x128,64x64x32x2x128,64x128x64x3x128,128x128x64x3x256"
+CONFIGS = "default,128x256x64x3x256,128x64x64x3x128"
+
+
+def tile(text: str) -> dict:
+    """The example's tile arguments for a config "MxNxKxSTAGESxTHREADS"; none for "default"
+    (the example's own choice for the shape)."""
+    if text == "default":
+        return {}
+    return dict(zip(("block_M", "block_N", "block_K", "num_stages", "threads"),
+                    (int(v) for v in text.split("x"))))
 
 
 def main():
@@ -54,19 +65,18 @@ def main():
         ref = torch.nn.functional.conv2d(x_cl.float(), w_cl.float(), stride=stride,
                                          padding=pad).permute(0, 2, 3, 1)
         cases = []
-        for text in args.configs.split(","):
-            bm, bn, bk, stages, threads = (int(v) for v in text.split("x"))
+        for text, (label, configs) in ((t, arm) for t in args.configs.split(",")
+                                       for arm in variant_arms({}, args.variant)):
             kernel = tilecraft.compile(conv2d.convolution.__wrapped__(
-                N, C, H, W, F, K, K, stride, pad, 1, block_M=bm, block_N=bn, block_K=bk,
-                num_stages=stages, threads=threads), out_idx=[-1])
+                N, C, H, W, F, K, K, stride, pad, 1, **tile(text)), out_idx=[-1],
+                pass_configs=configs)
             flat_w = weight.reshape(K * K * C, F)
             out = kernel(data, flat_w)
             err = float((out.float().reshape(ref.shape) - ref).norm() / ref.norm())
-            cases.append((text, kernel, flat_w, err))
-        bm, bn, bk, stages, threads = (int(v) for v in args.configs.split(",")[0].split("x"))
+            cases.append((f"{text} {label}".strip(), kernel, flat_w, err))
         their_kernel = build_under_tilelang(
-            theirs, "convolution", N, C, H, W, F, K, K, stride, pad, 1, block_M=bm,
-            block_N=bn, block_K=bk, num_stages=stages, threads=threads)
+            theirs, "convolution", N, C, H, W, F, K, K, stride, pad, 1,
+            **tile(args.configs.split(",")[0]))
         if their_kernel is None:
             theirs = None
         else:

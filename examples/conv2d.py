@@ -24,14 +24,15 @@ def out_size(size, kernel, stride, padding, dilation):
 
 @tilecraft.jit(out_idx=[-1])
 def convolution(N, C, H, W, F, KH, KW, stride=1, padding=0, dilation=1, block_M=128,
-                block_N=64, block_K=64, num_stages=3, threads=128, dtype="float16",
+                block_N=None, block_K=64, num_stages=4, threads=None, dtype="float16",
                 accum_dtype="float32", use_im2col=None):
     """use_im2col: fill the im2col tile with T.c2d_im2col (square kernels; the default there)
-    rather than the T.Parallel gather it stands for (the same code). The default tile, 128 x 64
-    with 64-channel steps, three stages and one warpgroup, leaves room for two blocks on a
-    multiprocessor and twice as many blocks as 128 x 128 for the shapes whose output has
-    few pixels (bench/conv2d.md)."""
+    rather than the T.Parallel gather it stands for. The default tile is 128 x 128 with
+    64-channel steps, four stages and two warpgroups (bench/conv2d.md); 128 x 64 with one
+    warpgroup where there are at most 64 filters (a wider tile would compute zeros)."""
     use_im2col = KH == KW if use_im2col is None else use_im2col
+    block_N = block_N or (128 if F > 64 else 64)
+    threads = threads or (256 if block_N >= 128 else 128)
     assert not use_im2col or KH == KW, "T.c2d_im2col takes square kernels"
     OH = out_size(H, KH, stride, padding, dilation)
     OW = out_size(W, KW, stride, padding, dilation)
