@@ -122,7 +122,7 @@ def test_an_eviction_policy_it_cannot_apply_is_said(monkeypatch):
 IM2COL_TMA = [  # (N, C, H, W, F, K), (stride, padding, dilation), config
     ((2, 32, 7, 9, 32, 3), (1, 1, 1), dict(block_M=64, block_N=32, block_K=32, num_stages=2)),
     ((1, 32, 11, 10, 16, 3), (2, 2, 2), dict(block_M=64, block_N=64, block_K=32)),
-    ((3, 64, 5, 5, 32, 1), (1, 0, 1), dict(block_M=64, block_N=32, block_K=64)),  # 3 images
+    ((3, 128, 5, 5, 32, 1), (1, 0, 1), dict(block_M=64, block_N=32, block_K=64)),  # 3 images
 ]
 
 
