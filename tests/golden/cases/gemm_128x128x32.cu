@@ -19,7 +19,7 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(half_t* __restric
   // gemm.py:26
   half_t* A_shared = reinterpret_cast<half_t*>(tc_smem + 0);
   // gemm.py:27
-  half_t* B_shared = reinterpret_cast<half_t*>(tc_smem + 24576);
+  half_t* B_shared = reinterpret_cast<half_t*>(tc_smem + 16384);
   // gemm.py:28
   float C_local[128];
   // gemm.py:32
@@ -42,24 +42,9 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(half_t* __restric
   }
   // gemm.py:33
   tc::cp_async_commit();
-  if (false) {
-    // gemm.py:34
-    tc::syncthreads();
-    #pragma unroll
-    for (int l_3 = 0; l_3 < 4; ++l_3) {
-      tc::cp_async_cg_16((&A_shared[l_3 * 1024 + tx / 4 * 32 + (tx % 4 ^ tx / 4 % 8 / 2) * 8 + 4096]), (&A[((by * 128 + l_3 * 32 + tx / 4)) * 32 + tx % 4 * 8 + 32]), 1 * 32 + tx % 4 * 8 < 32);
-    }
-    // gemm.py:35
-    #pragma unroll
-    for (int l_4 = 0; l_4 < 4; ++l_4) {
-      tc::cp_async_cg_16((&B_shared[tx % 16 * 8 / 64 * 2048 + l_4 * 512 + tx / 16 * 64 + (tx % 16 * 8 % 64 / 8 ^ tx / 16) * 8 + 4096]), (&B[((l_4 * 8 + tx / 16 + 32)) * 128 + bx * 128 + tx % 16 * 8]), 1 * 32 + (l_4 * 8 + tx / 16) < 32);
-    }
-  }
-  // gemm.py:33
-  tc::cp_async_commit();
   unsigned int C_local_a[32];
   unsigned int C_local_b[32];
-  tc::cp_async_wait<1>();
+  tc::cp_async_wait<0>();
   tc::syncthreads();
   // gemm.py:36
   #pragma unroll
@@ -77,7 +62,7 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(half_t* __restric
     for (int kk = 0; kk < 2; ++kk) {
       // gemm.py:33
       if (kk == 1) {
-        tc::cp_async_wait<1>();
+        tc::cp_async_wait<0>();
         tc::syncthreads();
       }
       if (kk < 1) {
@@ -106,16 +91,16 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(half_t* __restric
       }
       // gemm.py:33
       if (kk == 0) {
-        if (k + 2 < 1) {
+        if (k + 1 < 1) {
           // gemm.py:34
           #pragma unroll
-          for (int l_5 = 0; l_5 < 4; ++l_5) {
-            tc::cp_async_cg_16((&A_shared[k * 4096 + l_5 * 1024 + tx / 4 * 32 + (tx % 4 ^ tx / 4 % 8 / 2) * 8 + 8192]), (&A[((by * 128 + l_5 * 32 + tx / 4)) * 32 + k * 32 + tx % 4 * 8 + 64]), (k + 2) * 32 + tx % 4 * 8 < 32);
+          for (int l_3 = 0; l_3 < 4; ++l_3) {
+            tc::cp_async_cg_16((&A_shared[k * 4096 + l_3 * 1024 + tx / 4 * 32 + (tx % 4 ^ tx / 4 % 8 / 2) * 8 + 4096]), (&A[((by * 128 + l_3 * 32 + tx / 4)) * 32 + k * 32 + tx % 4 * 8 + 32]), (k + 1) * 32 + tx % 4 * 8 < 32);
           }
           // gemm.py:35
           #pragma unroll
-          for (int l_6 = 0; l_6 < 4; ++l_6) {
-            tc::cp_async_cg_16((&B_shared[k * 4096 + tx % 16 * 8 / 64 * 2048 + l_6 * 512 + tx / 16 * 64 + (tx % 16 * 8 % 64 / 8 ^ tx / 16) * 8 + 8192]), (&B[((k * 32 + l_6 * 8 + tx / 16 + 64)) * 128 + bx * 128 + tx % 16 * 8]), (k + 2) * 32 + (l_6 * 8 + tx / 16) < 32);
+          for (int l_4 = 0; l_4 < 4; ++l_4) {
+            tc::cp_async_cg_16((&B_shared[k * 4096 + tx % 16 * 8 / 64 * 2048 + l_4 * 512 + tx / 16 * 64 + (tx % 16 * 8 % 64 / 8 ^ tx / 16) * 8 + 4096]), (&B[((k * 32 + l_4 * 8 + tx / 16 + 32)) * 128 + bx * 128 + tx % 16 * 8]), (k + 1) * 32 + (l_4 * 8 + tx / 16) < 32);
           }
         }
         // gemm.py:33
@@ -135,7 +120,7 @@ extern "C" __global__ void __launch_bounds__(128) main_kernel0(half_t* __restric
   tc::cp_async_wait_all();
   // gemm.py:37
   #pragma unroll
-  for (int l_7 = 0; l_7 < 64; ++l_7) {
-    tc::st_global_32((&C[((by * 128 + tx / 32 % 2 * 64 + l_7 * 2 / 32 * 16 + tx % 32 / 4 + l_7 * 2 % 4 / 2 * 8)) * 128 + bx * 128 + tx / 64 * 64 + l_7 * 2 / 4 % 8 * 8 + tx % 32 % 4 * 2]), tc::pack_half2(C_local[l_7 * 2], C_local[l_7 * 2 + 1]));
+  for (int l_5 = 0; l_5 < 64; ++l_5) {
+    tc::st_global_32((&C[((by * 128 + tx / 32 % 2 * 64 + l_5 * 2 / 32 * 16 + tx % 32 / 4 + l_5 * 2 % 4 / 2 * 8)) * 128 + bx * 128 + tx / 64 * 64 + l_5 * 2 / 4 % 8 * 8 + tx % 32 % 4 * 2]), tc::pack_half2(C_local[l_5 * 2], C_local[l_5 * 2 + 1]));
   }
 }
