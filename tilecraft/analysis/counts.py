@@ -101,6 +101,9 @@ class LaunchCounts:
     # shared-memory bytes that loads fill with zeros because the tile reaches past the tensor
     # (a 64-row tile over 16 rows): no DRAM traffic, but not free either (see the ranking)
     zero_fill_bytes: float = 0.0
+    # iterations, over the grid, of loops that load from global memory in two stages: one
+    # stage loading while the other is computed (the cost model says when that is too few)
+    two_stage_loads: int = 0
 
 
 def static_int(e, what: str) -> int:
@@ -291,7 +294,7 @@ def tile_counts(kernel: Kernel, ftg: FTG, gemm_plan) -> TileCounts:
     swz = _swizzle_of(kernel)
     env, grid = block_env(kernel, swz)
     lc = LaunchCounts(grid, env.n, kernel.num_threads)
-    loads, inflight, direct, serial = [], {}, 0.0, {}
+    loads, inflight, direct, serial, two_stage = [], {}, 0.0, {}, {}
     for node in ftg.nodes:
         c = charge(node, gemm_plan)
         it, first = _trip_counts(env, node.loops)
@@ -313,6 +316,8 @@ def tile_counts(kernel: Kernel, ftg: FTG, gemm_plan) -> TileCounts:
         key = id(inner) if inner is not None else None
         if inner is not None and stages <= 1:
             serial[key] = max(serial.get(key, 0), total)  # one wait per iteration
+        elif inner is not None and stages == 2:
+            two_stage[key] = max(two_stage.get(key, 0), total)
         inflight[key] = inflight.get(key, 0) + c.gmem_load * max(1, stages - 1)
         if c.buffer is None:  # element accesses in a T.Parallel nest: no reuse assumed
             c.hbm_load = float(c.gmem_load * total)
@@ -326,6 +331,7 @@ def tile_counts(kernel: Kernel, ftg: FTG, gemm_plan) -> TileCounts:
     lc.loop_phases = sum(c.executions for c, node in zip(lc.nodes, ftg.nodes) if node.loops)
     lc.inflight_per_block = max(inflight.values(), default=0)
     lc.exposed_loads = sum(serial.values())
+    lc.two_stage_loads = sum(two_stage.values())
     lc.swizzle = (swz.panel_size, swz.order) if swz is not None else None
     return TileCounts(lc, loads, direct)
 
@@ -337,7 +343,7 @@ def with_hbm_reads(tc: TileCounts, wave_blocks: int, l2_bytes: int) -> LaunchCou
     lc = LaunchCounts(src.grid, src.num_blocks, src.threads, [], 0.0, src.hbm_write,
                       src.l2_bytes, src.smem_bytes, src.tensor_flops, src.cuda_ops, src.sfu_ops,
                       src.inflight_per_block, src.pipelined, src.loop_phases, src.swizzle,
-                      src.exposed_loads, src.zero_fill_bytes)
+                      src.exposed_loads, src.zero_fill_bytes, src.two_stage_loads)
     by_node = {id(load.count): load for load in tc.loads}
     wave = np.arange(lc.num_blocks, dtype=np.int64) // max(1, wave_blocks)
     per_buffer: dict = {}

@@ -26,7 +26,11 @@ Refinements, each a single stated rule:
   than few thick ones at equal traffic and FLOPs. A loop that loads from global memory
   without a software pipeline (num_stages <= 1) adds one L2 latency per iteration, likewise
   spread over the SMs and the blocks they hold (one-stage GEMM configs measured far slower
-  than the roofline alone says: bench/carver_search.md).
+  than the roofline alone says: bench/carver_search.md). A warp-specialized loop of two
+  stages is charged so too: its consumers free a stage only when the wgmma batch after it
+  is issued, so no load is ahead of the tensor cores (a 64x256x64 GEMM tile: 266 / 449 / 621
+  TFLOP/s with 2 / 3 / 4 stages; 128-channel convolution tiles in two stages 1.2-1.5x slower
+  than 64-channel ones in three or four: bench/conv2d.md).
 """
 from __future__ import annotations
 
@@ -123,14 +127,23 @@ class Cost:
 
 def _shared_stages(ftg: FTG) -> dict:
     """id(shared buffer) -> versions of it the software pipeline keeps: num_stages of the
-    pipelined loop whose copy from global memory fills it."""
+    pipelined loop whose copy from global memory, or gather (a T.Parallel nest reading global
+    memory: T.c2d_im2col's), fills it."""
     out = {}
     for node in ftg.nodes:
         s = node.stmt
-        if (isinstance(s, Copy) and is_shared(s.dst.buffer.scope) and node.loops
-                and s.src.buffer.scope == "global"):
-            n = max(_stages(l) for l in node.loops)
-            out[id(s.dst.buffer)] = max(out.get(id(s.dst.buffer), 1), n)
+        if not node.loops:
+            continue
+        if isinstance(s, Copy) and s.src.buffer.scope == "global":
+            filled = [s.dst.buffer]
+        elif node.kind == "parallel" and any(b.scope == "global" for b in node.reads):
+            filled = list(node.writes)
+        else:
+            continue
+        n = max(_stages(l) for l in node.loops)
+        for b in filled:
+            if is_shared(b.scope):
+                out[id(b)] = max(out.get(id(b), 1), n)
     return out
 
 
@@ -287,8 +300,11 @@ def _time(t: Target, kernel: Kernel, res: Resources, lc: LaunchCounts, bps: int)
     t_roof = max(mem, comp) if overlapped else mem + comp
     t_loops = (lc.loop_phases / (active_sms * resident)) * t.phase_cycles / t.clock_hz
     # A loop without a software pipeline waits for its loads in every iteration; the blocks
-    # sharing an SM hide each other's waits.
-    t_exposed = lc.exposed_loads / (active_sms * resident) * t.l2_latency_s
+    # sharing an SM hide each other's waits. So does a warp-specialized loop of two stages:
+    # its consumers keep a wgmma batch in flight and free a stage one iteration late, so the
+    # producer's next load starts only as the last batch retires.
+    waits = lc.exposed_loads + (lc.two_stage_loads if res.producer_threads else 0)
+    t_exposed = waits / (active_sms * resident) * t.l2_latency_s
     t_intr = t.launch_s + waves * 2 * t.dram_latency_s + t_loops + t_exposed
     bound = max(terms, key=lambda k: terms[k])
     return Cost(t.name, lc.grid, blocks, res, waves, hbm, lc.hbm_read, lc.hbm_write,
