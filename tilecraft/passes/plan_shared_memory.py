@@ -19,7 +19,7 @@ from ..ir.buffer import is_shared
 from ..ir.stmt import Allocate, For, IfThenElse, Kernel, SeqStmt, stmts_of
 from ..ir.tileop import Copy, TileOp
 from ..ir.visitor import map_kernels
-from ..ir.annotations import (CLUSTER_DIMS, INSTRUCTION, LAYOUTS, SMEM_BYTES, SMEM_OFFSETS,
+from ..ir.annotations import (INSTRUCTION, LAYOUTS, SMEM_BYTES, SMEM_OFFSETS,
                               TMA_BARRIER)
 
 
@@ -111,13 +111,13 @@ def _plan_kernel(k: Kernel, limit, offsets: dict, rules, reuse: bool = True) -> 
     if not reuse:  # every tile live throughout: none shares bytes with another
         for b in allocated:
             live.touch([b], 0, live.position)
-    if k.attrs.get(CLUSTER_DIMS):
-        # A block's mbarriers take arrivals from its cluster peer's consumers until the
-        # cluster's last barrier, also after this block's own loop has ended: no tile may
-        # reuse their bytes (the 64-bit words an arrival updates).
-        for b in allocated:
-            if b.dtype.name == "uint64":
-                live.touch([b], 0, live.position)
+    # An mbarrier's bytes may serve something else only after mbarrier.inval (PTX), which
+    # nothing issues: the 64-bit shared words mbarriers live in (and any uint64 shared tile
+    # with them) stay theirs for the whole kernel (in a cluster they also take arrivals from
+    # the peer block's consumers after this block's loop has ended).
+    for b in allocated:
+        if b.dtype.name == "uint64":
+            live.touch([b], 0, live.position)
     placed = []  # (start, end, first, last)
     top = 0
     bulk = _bulk_copied(k.body)
