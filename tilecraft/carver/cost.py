@@ -42,7 +42,7 @@ from ..ir.ftg import FTG
 from ..ir.stmt import Kernel, PrimFunc
 from ..ir.tileop import Copy, Gemm
 from ..ir.visitor import walk
-from ..passes.parallel_nests import allocated
+from ..passes.parallel_nests import allocated, gather_targets
 from ..analysis.counts import MMA_DTYPES, LaunchCounts, _stages, tile_counts, with_hbm_reads
 from ..target import Target, get_target
 from ..ir.annotations import LAYOUTS, PRODUCER_THREADS, SMEM_BYTES
@@ -127,8 +127,8 @@ class Cost:
 
 def _shared_stages(ftg: FTG) -> dict:
     """id(shared buffer) -> versions of it the software pipeline keeps: num_stages of the
-    pipelined loop whose copy from global memory, or gather (a T.Parallel nest reading global
-    memory: T.c2d_im2col's), fills it."""
+    pipelined loop whose copy from global memory, or gather (the T.Parallel nests
+    pipeline_loops versions: T.c2d_im2col's), fills it."""
     out = {}
     for node in ftg.nodes:
         s = node.stmt
@@ -136,10 +136,8 @@ def _shared_stages(ftg: FTG) -> dict:
             continue
         if isinstance(s, Copy) and s.src.buffer.scope == "global":
             filled = [s.dst.buffer]
-        elif node.kind == "parallel" and any(b.scope == "global" for b in node.reads):
-            filled = list(node.writes)
         else:
-            continue
+            filled = gather_targets(s) or ()
         n = max(_stages(l) for l in node.loops)
         for b in filled:
             if is_shared(b.scope):

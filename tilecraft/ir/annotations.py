@@ -26,7 +26,7 @@ __all__ = ["PERSISTENT_TILES", "FRAGMENT_LOOP", "ROTATED", "WARPGROUP_FRAGMENTS"
            "PRODUCER_THREADS", "TMA_TILES", "CLUSTER_DIMS", "PERSISTENT_BLOCKS",
            "WARPGROUP_THREAD", "USE_SWIZZLE", "TENSOR_MAPS", "NUM_STAGES", "PIPELINE_ORDER",
            "PIPELINE_STAGE", "PIPELINE_GUARD", "SOFTWARE_PIPELINED", "WARP_SPECIALIZED", "OPERAND_AHEAD",
-           "IM2COL", "IM2COL_ROW", "IM2COL_COL", "INSTRUCTION",
+           "IM2COL", "IM2COL_ROW", "IM2COL_COL", "im2col_output_size", "INSTRUCTION",
            "TMA_UNFIT", "ASYNC_COPY", "SCHEDULED", "TMA_BARRIER", "TMA_MULTICAST", "TILE_RANK",
            "BLOCK_BARRIER", "WARPGROUP_INDEX", "FUNC_PASS_CONFIGS", "FUNC_COMPILE_FLAGS",
            "sync_stmt", "is_sync", "is_warpgroup_branch"]
@@ -92,6 +92,13 @@ WARP_SPECIALIZED = "warp_specialized"
 IM2COL = "im2col"
 IM2COL_ROW = "im2col_row"
 IM2COL_COL = "im2col_col"
+
+
+def im2col_output_size(size, kernel, stride, dilation, pad):
+    """Output pixels along an image dimension of `size` pixels under an IM2COL nest's
+    (kernel, stride, dilation, pad): the rows of its im2col matrix per image line."""
+    return (size + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+
 # operand_ahead: a consumer loop that computes its gemm's shared operand for the next
 # iteration after issuing the gemm; overlap_wgmma moves the batch's wait below that work.
 OPERAND_AHEAD = "operand_ahead"

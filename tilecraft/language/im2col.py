@@ -27,7 +27,7 @@ from ..errors import TileError, current_span, warn_at
 from ..frontend import builder as bld
 from ..ir.buffer import GLOBAL, Buffer, is_shared
 from ..ir.expr import BufferLoad, Var, const, convert, logical, select
-from ..ir.annotations import IM2COL, IM2COL_COL, IM2COL_ROW
+from ..ir.annotations import IM2COL, IM2COL_COL, IM2COL_ROW, im2col_output_size
 from ..ir.linear import constant_value
 from ..ir.stmt import BufferStore, For
 
@@ -41,9 +41,7 @@ def _parameter(what: str, name: str, value, least: int) -> int:
     return value
 
 
-def output_size(size, kernel: int, stride: int, dilation: int, pad: int):
-    """Output pixels along a dimension of `size` input pixels."""
-    return (size + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+output_size = im2col_output_size   # output pixels along a dimension of `size` input pixels
 
 
 def c2d_im2col(img, col, nhw_step, c_step, kernel, stride, dilation, pad,

@@ -237,10 +237,16 @@ def encode_tensor(tensor, box_shape, swizzle="none", oob_fill_zero=True) -> byte
     box = _ints("box_shape", box_shape, len(shape))
     if shape and strides[-1] != 1:
         raise TileError(f"tensor map: the last dimension must be contiguous, strides {strides}")
+    return encode_tiled(tensor.data_ptr(), tensor.dtype, *_driver_order(tensor), box[::-1],
+                        swizzle, oob_fill_zero=oob_fill_zero)
+
+
+def _driver_order(tensor) -> tuple:
+    """(sizes innermost first, byte strides of dimensions 1 ..) of a torch tensor whose last
+    dimension is contiguous: the driver's order."""
     esize = tensor.element_size()
-    return encode_tiled(tensor.data_ptr(), tensor.dtype, shape[::-1],
-                        tuple(s * esize for s in strides[::-1][1:]), box[::-1], swizzle,
-                        oob_fill_zero=oob_fill_zero)
+    return (tuple(tensor.shape)[::-1],
+            tuple(s * esize for s in tuple(tensor.stride())[::-1][1:]))
 
 
 # im2col mode: the bounding box's corners are signed integers of this many bits by tensor rank.
@@ -265,8 +271,9 @@ class Im2colMap:
 
 def check_im2col(global_address, dtype, global_shape, global_strides_bytes, channels, pixels,
                  lower, upper, swizzle="none", element_strides=None) -> Im2colMap:
-    """Validate the arguments of `encode_im2col` against the driver's documented rules (the
-    tensor's own as for a tiled map, with a box of `channels` x 1 ... to check them)."""
+    """Validate the arguments of cuTensorMapEncodeIm2col (`encode_im2col_map`) against the
+    driver's documented rules (the tensor's own as for a tiled map, with a box of `channels`
+    x 1 ... to check them)."""
     rank = len(_ints("global_shape", global_shape))
     if rank not in _CORNER_BITS:
         raise TileError(f"tensor map: im2col mode takes tensors of rank 3 to 5, not {rank}")
@@ -308,8 +315,6 @@ def encode_tensor_im2col(tensor, pixels: int, channels: int, swizzle: str, lower
     if len(shape) != 4 or strides[-1] != 1:
         raise TileError(f"tensor map: an im2col map takes an NHWC image with contiguous "
                         f"channels, got shape {shape}, strides {strides}")
-    esize = tensor.element_size()
     return encode_im2col_map(check_im2col(
-        tensor.data_ptr(), tensor.dtype, shape[::-1],
-        tuple(s * esize for s in strides[::-1][1:]), channels, pixels, (lower, lower),
-        (upper, upper), swizzle, (1, stride, stride, 1)))
+        tensor.data_ptr(), tensor.dtype, *_driver_order(tensor), channels, pixels,
+        (lower, lower), (upper, upper), swizzle, (1, stride, stride, 1)))

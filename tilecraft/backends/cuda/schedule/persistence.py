@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from ....ir.linear import constant_value
 from ....ir.buffer import GLOBAL, is_shared
-from ....ir.stmt import Allocate, BufferStore, For, Kernel, stmts_of
+from ....ir.stmt import Allocate, For, Kernel, stmts_of
 from ....ir.tileop import Copy, Gemm
 from ....ir.annotations import EPILOGUE_STAGING, IM2COL
 from ....ir.visitor import walk
 from ....pass_config import PassConfigKey, persistent_blocks
+from ....passes.parallel_nests import gather_targets
 from ....target import model_of
+from ..tileops.wgmma import WARPGROUP
 
 
 def pipelined_loops(kernel: Kernel) -> list:
@@ -24,8 +26,8 @@ def ring_tiles(loop: For) -> dict:
     """{id: tile} of the shared tiles the pipelined loop copies into (its ring): T.copy
     destinations and the tiles T.c2d_im2col fills."""
     tiles = [n.dst.buffer for n in walk(loop.body) if isinstance(n, Copy)]
-    tiles += [s.buffer for n in walk(loop.body) if isinstance(n, For) and IM2COL in n.annotations
-              for s in walk(n) if isinstance(s, BufferStore)]
+    tiles += [b for n in walk(loop.body) if isinstance(n, For) and IM2COL in n.annotations
+              for b in gather_targets(n) or ()]
     return {id(b): b for b in tiles if is_shared(b.scope)}
 
 
@@ -96,7 +98,7 @@ def persistent_for(kernel: Kernel, configs: dict | None, target=None) -> int | N
             configs.get(PassConfigKey.TL_DISABLE_WARP_SPECIALIZED) or \
             configs.get(PassConfigKey.TL_DISABLE_TMA_LOWER):
         return persistent_blocks(configs)
-    if (attention_like(kernel) or (_gemm_like(kernel) and kernel.num_threads >= 256)) and \
+    if (attention_like(kernel) or (_gemm_like(kernel) and kernel.num_threads > WARPGROUP)) and \
             not one_wave(kernel, target):
         return 0
     return None

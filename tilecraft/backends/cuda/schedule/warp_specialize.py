@@ -71,6 +71,7 @@ from ....ir.thread_varying import ThreadVarying
 from ....ir.tileop import Copy
 from ....ir.visitor import buffers_used, map_kernels, walk
 from ....pass_config import PassConfigKey
+from ....passes.parallel_nests import gather_targets
 from ..tileops.cluster import cluster_plan
 from ..tileops.prefetch import next_tile_prefetch
 from ..tileops.tma import tma_plan
@@ -79,8 +80,7 @@ from ....target import arch_of
 from .persistence import attention_like, persistent_for, producer_preload_for
 from .pipeline_loops import Reallocate, Versioned, check_unversioned, schedule_of
 from ....ir.annotations import (CLUSTER_DIMS, CONSUMER_REGISTER_COUNT, IM2COL_COL, IM2COL_ROW,
-                                NUM_STAGES,
-                                PERSISTENT_BLOCKS, PIPELINE_GUARD, PIPELINE_ORDER,
+                                NUM_STAGES, PERSISTENT_BLOCKS, PIPELINE_GUARD, PIPELINE_ORDER,
                                 PRODUCER_REGISTER_COUNT, PRODUCER_THREADS, REGISTER_REALLOC,
                                 SCHEDULED, TILE_RANK, TMA_BARRIER, TMA_MULTICAST, TMA_TILES,
                                 WARP_SPECIALIZED)
@@ -135,10 +135,10 @@ def _load_plan(stmt):
 
 
 def _loaded_tile(stmt) -> Buffer:
-    """The shared tile a statement run ahead fills."""
+    """The shared tile a statement run ahead fills (an im2col nest is a one-tile gather)."""
     if isinstance(stmt, Copy):
         return stmt.dst.buffer
-    return next(n.buffer for n in walk(stmt) if isinstance(n, BufferStore))
+    return gather_targets(stmt)[0]
 
 
 def _load_coordinates(stmt) -> list:

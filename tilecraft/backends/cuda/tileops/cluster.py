@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from ....arith.bounds import simplify
 from ....ir.linear import constant_value
 from ....ir.expr import Var
+from ....ir.tileop import Copy
 from ....ir.visitor import substitute
 from .lowering import uses_var
 
@@ -64,7 +65,7 @@ def cluster_plan(kernel, loop, ahead: dict) -> ClusterPlan | None:
                 not _same_in_pair(loop.extent, var, n) or not _same_in_pair(loop.start, var, n):
             continue
         # (T.c2d_im2col's TMA loads are not multicast: only tile copies are shared.)
-        shared = {i for i in ahead if hasattr(body[i], "src") and
+        shared = {i for i in ahead if isinstance(body[i], Copy) and
                   all(_same_in_pair(e, var, n) for e in body[i].src.starts)}
         total = sum(ahead[i].bytes for i in shared)
         if shared and (best is None or total > best.bytes):

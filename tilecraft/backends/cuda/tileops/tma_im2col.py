@@ -24,7 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ....ir import dtypes as dt
-from ....ir.annotations import IM2COL, IM2COL_COL, IM2COL_ROW, TMA_BARRIER
+from ....ir.annotations import (IM2COL, IM2COL_COL, IM2COL_ROW, TMA_BARRIER,
+                                im2col_output_size)
 from ....ir.buffer import GLOBAL, Buffer, is_shared
 from ....ir.expr import BufferLoad, Call, address_of, const
 from ....ir.linear import constant_value
@@ -53,6 +54,7 @@ class Im2colPlan:
     pad: int
     out_h: int
     out_w: int
+    store: BufferStore  # the nest's store into the tile (its indices name the ring version)
 
     @property
     def lower(self) -> int:
@@ -106,17 +108,16 @@ def im2col_plan(stmt) -> Im2colPlan | None:
     if slabs is None or slabs[0] > MAX_BOX:
         return None
     slab, swizzle = slabs
-    def out(size):   # output pixels along a dimension (T.c2d_im2col's OH / OW)
-        return (size + 2 * P - D * (K - 1) - 1) // S + 1
     return Im2colPlan(image, rows, cols, swizzle, slab, cols // slab, rows * cols * esize, K,
-                      S, D, P, out(H), out(W))
+                      S, D, P, im2col_output_size(H, K, S, D, P),
+                      im2col_output_size(W, K, S, D, P), store)
 
 
 def lower_tma_im2col(loop: For, ctx):
     """The TMA im2col loads of one nest (issued by the one thread that runs it), completing
     on the mbarrier warp_specialize noted on it."""
     plan = im2col_plan(loop)
-    _, _, store, _ = _nest(loop)
+    store = plan.store
     barrier = loop.annotations[TMA_BARRIER]
     mbar = address_of(ctx.flat(barrier.buffer),
                       ctx.shared_offset(barrier.buffer, list(barrier.indices)))
