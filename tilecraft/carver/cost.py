@@ -28,9 +28,8 @@ Refinements, each a single stated rule:
   spread over the SMs and the blocks they hold (one-stage GEMM configs measured far slower
   than the roofline alone says: bench/carver_search.md). A warp-specialized loop of two
   stages is charged so too: its consumers free a stage only when the wgmma batch after it
-  is issued, so no load is ahead of the tensor cores (a 64x256x64 GEMM tile: 266 / 449 / 621
-  TFLOP/s with 2 / 3 / 4 stages; 128-channel convolution tiles in two stages 1.2-1.5x slower
-  than 64-channel ones in three or four: bench/conv2d.md).
+  is issued, so no load is ahead of the tensor cores (two-stage GEMM and convolution tiles
+  measured well behind three and four stages: bench/carver_search.md, bench/conv2d.md).
 """
 from __future__ import annotations
 

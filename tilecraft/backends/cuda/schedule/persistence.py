@@ -87,8 +87,8 @@ def persistent_for(kernel: Kernel, configs: dict | None, target=None) -> int | N
     slower while its 4-stage epilogue went from registers, and faster than without persistence
     once that epilogue is staged in column bands (stage_epilogue; bench/gemm.md).
     A GEMM of one consumer warpgroup is not made persistent: its blocks are small enough for
-    two or three on an SM, whose warpgroups issue wgmma in turn, and a persistent launch of one
-    block per SM measured 1.3-1.7x slower (a 128 x 64 convolution tile: bench/conv2d.md).
+    two or three on an SM, whose warpgroups issue wgmma in turn, where a persistent launch
+    leaves one (measured slower at 128 x 64 convolution tiles: bench/conv2d.md).
     A grid of one wave (MLA decode at batch 64: 128 blocks) has no next tile to load early, and
     its loop over tiles only costs: MLA ran faster without it, and faster still with the
     producer preload in its place (producer_preload_for; bench/mla_decode.md)."""
