@@ -89,7 +89,8 @@ from ..intrinsics import (BARRIER_ALL, CLUSTER_SYNC, FENCE_BARRIER_INIT, IS_BLOC
                           MBARRIER_ARRIVE_WARP, MBARRIER_ARRIVE_WARP_CLUSTER, MBARRIER_INIT,
                           MBARRIER_WAIT_PARITY, SETMAXNREG_DEC, SETMAXNREG_INC)
 
-PRODUCER_THREAD_COUNT = 128
+PRODUCER_THREAD_COUNT = 128   # a warpgroup: setmaxnreg moves registers a warpgroup at a time
+PRODUCER_WARP = 32            # the producer when no registers move: one warp issues every load
 PRODUCER_REGISTERS = 40
 REGISTER_FILE = 65536
 
@@ -237,7 +238,7 @@ class _Specializer:
             seq(self.grow() + work), loop.span)] + leave)
         body = Reallocate(versions).visit(body)
         check_unversioned(body, versions)
-        attrs = {**self.kernel.attrs, PRODUCER_THREADS: PRODUCER_THREAD_COUNT,
+        attrs = {**self.kernel.attrs, PRODUCER_THREADS: self.producer_threads(),
                  TMA_TILES: {id(v) for v in versions.values()}}
         if self.cluster:
             attrs[CLUSTER_DIMS] = self.cluster.dims
@@ -285,6 +286,13 @@ class _Specializer:
         if attrs.get(REGISTER_REALLOC) is False:
             return None
         return attrs.get(CONSUMER_REGISTER_COUNT) or consumer_registers(self.T)
+
+    def producer_threads(self) -> int:
+        """A warpgroup where the consumers take registers from the producer (setmaxnreg acts
+        on whole warpgroups), else one warp: a single thread issues the loads, and the three
+        idle warps of a warpgroup would hold registers and thread slots that keep a second
+        block of one consumer warpgroup off the SM."""
+        return PRODUCER_THREAD_COUNT if self.consumer_regs() is not None else PRODUCER_WARP
 
     def grow(self):
         regs = self.consumer_regs()
