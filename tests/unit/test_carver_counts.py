@@ -190,3 +190,46 @@ def test_a_loop_without_a_pipeline_waits_for_its_loads_every_iteration():
     # 16 L2 latencies on each SM's critical path, on top of the same loop phases.
     assert serial.t_intrinsic - piped.t_intrinsic == pytest.approx(16 * H100.l2_latency_s)
     assert serial.time > piped.time
+
+
+def gathered_gemm(M, N, K, form, bm=128, bn=128, bk=32):
+    """The GEMM with A's tile filled three ways: a tile copy, a T.Parallel loop reading the
+    same elements, or a T.Parallel loop reading the rows an index tensor names."""
+    import tilecraft.language as T
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
+             rows: T.Tensor((M,), "int32"), C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            A_shared = T.alloc_shared((bm, bk), "float16")
+            B_shared = T.alloc_shared((bk, bn), "float16")
+            C_local = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_local)
+            for k in T.Pipelined(K // bk, num_stages=2):
+                if form == "copy":
+                    T.copy(A[by * bm, k * bk], A_shared)
+                elif form == "gather":
+                    for i, j in T.Parallel(bm, bk):
+                        A_shared[i, j] = A[by * bm + i, k * bk + j]
+                else:
+                    for i, j in T.Parallel(bm, bk):
+                        A_shared[i, j] = A[rows[by * bm + i], k * bk + j]
+                T.copy(B[k * bk, bx * bn], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            T.copy(C_local, C[by * bm, bx * bn])
+    return main
+
+
+def test_a_gather_nest_shares_its_fetches_like_the_tile_copy_it_reads():
+    # 8192 x 2048 A (32 MB, more than half the L2: no cap by size), 8 x 64 blocks. The blocks
+    # of one A row band (the same by) read the same A elements whichever way the tile is
+    # filled, so they share the fetch within a wave; only an indirect gather (rows read from
+    # memory) cannot be told apart by block coordinates and is charged per block.
+    M, N, K = 8192, 1024, 2048
+    copy, gather, indirect = (estimate(gathered_gemm(M, N, K, form), H100_MMA)
+                              for form in ("copy", "gather", "indirect"))
+    a_bytes = M * K * 2
+    assert gather.hbm_read == pytest.approx(copy.hbm_read, rel=1e-6)
+    assert copy.hbm_read < 2 * a_bytes
+    # Per block: every one of the 8 column blocks reads A's band again, and more.
+    assert indirect.hbm_read >= 8 * a_bytes

@@ -271,6 +271,26 @@ def _stages(loop) -> int:
     return int(n.value) if isinstance(n, Const) else int(n or 1)
 
 
+def _nest_origin(nest, known: set) -> list | None:
+    """The variables that say which global elements a T.Parallel nest reads, besides its own
+    loop variables: block indices and enclosing loop counters (ids in `known`). Blocks of one
+    wave that agree on them read the same elements (an im2col tile is the same for every
+    filter tile of its pixel rows), so they share one fetch, as blocks loading one tile
+    origin do. None where an index reads memory or a variable bound elsewhere: the elements
+    cannot be told apart by the block's coordinates."""
+    found, own = {}, {id(n.var) for n in walk(nest) if isinstance(n, For)}
+    for n in walk(nest):
+        if isinstance(n, BufferLoad) and n.buffer.scope == GLOBAL:
+            for m in (m for index in n.indices for m in walk(index)):
+                if isinstance(m, BufferLoad):
+                    return None
+                if isinstance(m, Var) and id(m) in known:
+                    found[id(m)] = m
+                elif isinstance(m, Var) and id(m) not in own:
+                    return None
+    return list(found.values())
+
+
 @dataclass
 class _Load:
     """What the L2 model needs of one global load: its tile origins per block and trips."""
@@ -286,7 +306,7 @@ class TileCounts:
     everything but the HBM reads, and the loads the L2 model turns into them."""
     lc: LaunchCounts
     loads: list
-    per_block_hbm: float   # element accesses in T.Parallel nests: no reuse, always HBM
+    per_block_hbm: float   # element accesses at places read from memory: no reuse, always HBM
 
 
 def tile_counts(kernel: Kernel, ftg: FTG, gemm_plan) -> TileCounts:
@@ -319,15 +339,16 @@ def tile_counts(kernel: Kernel, ftg: FTG, gemm_plan) -> TileCounts:
         elif inner is not None and stages == 2:
             two_stage[key] = max(two_stage.get(key, 0), total)
         inflight[key] = inflight.get(key, 0) + c.gmem_load * max(1, stages - 1)
-        if c.buffer is None:  # element accesses in a T.Parallel nest: no reuse assumed
+        fenv = _Env(first, env.n)
+        loop_vars = {id(l.var) for l in node.loops}
+        origin = node.stmt.src.starts if c.buffer is not None else \
+            _nest_origin(node.stmt, set(first))
+        if origin is None:  # what the nest reads depends on memory: no reuse assumed
             c.hbm_load = float(c.gmem_load * total)
             direct += c.hbm_load
             continue
-        fenv = _Env(first, env.n)
-        starts = [fenv.eval(s) for s in node.stmt.src.starts]
-        loop_vars = {id(l.var) for l in node.loops}
-        moves = any(_vars_in(s) & loop_vars for s in node.stmt.src.starts)
-        loads.append(_Load(c, starts, it, moves))
+        moves = any(_vars_in(s) & loop_vars for s in origin)
+        loads.append(_Load(c, [fenv.eval(s) for s in origin], it, moves))
     lc.loop_phases = sum(c.executions for c, node in zip(lc.nodes, ftg.nodes) if node.loops)
     lc.inflight_per_block = max(inflight.values(), default=0)
     lc.exposed_loads = sum(serial.values())
@@ -346,7 +367,7 @@ def with_hbm_reads(tc: TileCounts, wave_blocks: int, l2_bytes: int) -> LaunchCou
                       src.exposed_loads, src.zero_fill_bytes, src.two_stage_loads)
     by_node = {id(load.count): load for load in tc.loads}
     wave = np.arange(lc.num_blocks, dtype=np.int64) // max(1, wave_blocks)
-    per_buffer: dict = {}
+    per_buffer, gathered = {}, 0.0
     for c in src.nodes:
         c = dataclasses.replace(c)
         lc.nodes.append(c)
@@ -354,9 +375,12 @@ def with_hbm_reads(tc: TileCounts, wave_blocks: int, l2_bytes: int) -> LaunchCou
         if load is None:
             continue
         c.hbm_load = float(c.gmem_load * fetched_tiles(wave, load.starts, load.it, load.moves))
+        if c.buffer is None:   # a T.Parallel nest's gather: its elements, not one buffer's tiles
+            gathered += c.hbm_load
+            continue
         entry = per_buffer.setdefault(id(c.buffer), [c.buffer, 0.0])
         entry[1] += c.hbm_load
-    lc.hbm_read = tc.per_block_hbm
+    lc.hbm_read = tc.per_block_hbm + gathered
     for buffer, modelled in per_buffer.values():
         shape = buffer.static_shape()
         size = int(np.prod(shape)) * buffer.dtype.bytes if shape is not None else None
