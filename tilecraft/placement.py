@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from . import knobs
 from .errors import TileError
-from .target import SMEM_PER_BLOCK
+from .target import SMEM_PER_BLOCK, cost_target_for
 
 
 
@@ -82,3 +82,15 @@ def resolve(target) -> tuple[str, str | None]:
     raise TileError(f"unknown target '{target}'; expected 'auto', 'interp', 'emulator', 'cuda' "
                     "or an architecture: sm_80, sm_86, sm_89, sm_90a")
 
+
+def machine_target(target=None) -> str:
+    """The cost model's hardware for kernels compiled here for `target` (default: the
+    configured one, TILECRAFT_TARGET or "auto"): the current GPU's model when that is where
+    they run, else the compile arch's, else the H100 (the interpreter: the model then only
+    orders configurations)."""
+    backend, arch = resolve(target)
+    device = None
+    if backend == "cuda":
+        from .backends.cuda.runtime.device import device_properties, has_cuda_device
+        device = device_properties(None).name if has_cuda_device() else None
+    return cost_target_for(device, arch)

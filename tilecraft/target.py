@@ -240,6 +240,23 @@ def get_target(target) -> Target:
         raise ValueError(f"unknown target {target!r}; known: {', '.join(TARGETS)}") from None
 
 
+def cost_target_for(device: str | None, arch: str | None) -> str:
+    """The cost model's hardware for the machine being tuned on: the GPU by name, else the
+    compile arch, else the H100 (on the interpreter the model only orders candidates)."""
+    if device:
+        lowered = device.lower()
+        for marker, target in (("h200", "h200"), ("h100", "h100"), ("a100", "a100"),
+                               ("4090", "rtx4090")):
+            if marker in lowered:
+                return target
+    if arch:
+        try:
+            return get_target(arch).name
+        except ValueError:
+            return "a100" if parse_arch(arch)[0] < 90 else "h100"
+    return "h100"
+
+
 def model_of(target) -> Target | None:
     """A Target as it is; for an arch name the table's GPU of that arch (no device is asked);
     None for an arch the table has no GPU for."""

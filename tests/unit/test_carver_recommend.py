@@ -156,3 +156,30 @@ def test_tied_hbm_bound_tiles_rank_by_their_zero_fill():
     assert [c.rank for c in tied] == sorted(c.rank for c in tied)
     full = recommend(gemm.matmul, (64, 8192, 8192), space, top=None)
     assert all(c.cost.zero_fill_bytes == 0 for c in full if c.config["block_M"] <= 64)
+
+
+def test_the_best_few_are_those_of_ranking_everything():
+    # recommend(top=k) plans only what can reach the top k (carver.search); the answer is the
+    # full ranking's first k, in its order.
+    space = {"block_M": [64, 128], "block_N": [64, 128, 256], "block_K": [32, 64],
+             "num_stages": [2, 3], "threads": [128, 256]}
+    full = recommend(gemm.matmul, (4096, 4096, 4096), space, top=None)
+    best = recommend(gemm.matmul, (4096, 4096, 4096), space, top=3)
+    assert [c.config for c in best] == [c.config for c in full[:3]]
+    assert [c.time for c in best] == [c.time for c in full[:3]]
+
+
+def test_auto_predicts_for_the_gpu_kernels_are_compiled_for(monkeypatch):
+    from tilecraft import placement
+    from tilecraft.backends.cuda.runtime import device
+    assert placement.machine_target("sm_80") == "a100"
+    assert placement.machine_target("interp") == "h100"     # the model only orders there
+    # On an H200 the kernels it compiles for are predicted with the H200's figures.
+    monkeypatch.setattr(placement, "resolve", lambda target: ("cuda", "sm_90a"))
+    monkeypatch.setattr(device, "has_cuda_device", lambda: True)
+    monkeypatch.setattr(device, "device_properties",
+                        lambda ordinal=None: type("P", (), {"name": "NVIDIA H200"})())
+    assert placement.machine_target() == "h200"
+    picked = recommend(vector_add, (1 << 20,), {"block": [1024], "threads": [256]},
+                       target="auto", top=1)
+    assert picked[0].cost.target == "h200"

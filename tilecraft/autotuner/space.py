@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 
 from ..carver.recommend import preference
 from ..errors import TileError
-from ..target import parse_arch
 
 # Recommended candidates are many (every legal tile shape); without an explicit fraction the
 # tuner measures this share of them, the cost model's best.
@@ -157,24 +156,6 @@ def with_pins(configs: list[dict], pinned: dict) -> list[dict]:
             seen.add(key)
             out.append(merged)
     return out
-
-
-def cost_target_for(device: str | None, arch: str | None) -> str:
-    """The cost model's hardware for the machine being tuned on: the GPU by name, else the
-    compile arch, else the H100 (on the interpreter the model only orders candidates)."""
-    from ..target import get_target
-    if device:
-        lowered = device.lower()
-        for marker, target in (("h200", "h200"), ("h100", "h100"), ("a100", "a100"),
-                               ("4090", "rtx4090")):
-            if marker in lowered:
-                return target
-    if arch:
-        try:
-            return get_target(arch).name
-        except ValueError:
-            return "a100" if parse_arch(arch)[0] < 90 else "h100"
-    return "h100"
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from concurrent.futures import as_completed
 from dataclasses import dataclass
 
 from .. import knobs, placement
+from ..target import cost_target_for
 from ..errors import TileError
 from . import gpus, space, store, workers
 from . import measure as measuring
@@ -73,7 +74,7 @@ def run(tuned, problem: space.Problem, configs: list | None) -> AutotuneResult:
             raise TileError(f"autotune {name}: measuring candidates compiled for {arch} needs "
                             f"such a GPU, and {where}; tune with target='interp' to exercise "
                             "tuning on the CPU, or pass measure=", span)
-    cost_target = s.cost_target or space.cost_target_for(
+    cost_target = s.cost_target or cost_target_for(
         device if device not in ("cpu", "no-gpu") else None, arch)
     if configs is None:
         fraction = s.top_fraction if s.top_fraction is not None else space.RECOMMENDED_FRACTION
@@ -367,7 +368,8 @@ def _on_gpus(tuned, problem, trials, arch, pool, on_gpus, phases) -> tuple | Non
             bar.update()
     try:
         measuring.confirm([t for t in trials if t.ok], s,
-                          lambda pairs, rounds: on_gpus.confirm([t.config for t in pairs], rounds))
+                          lambda pairs, rounds: on_gpus.confirm([t.config for t in pairs], rounds),
+                          on_gpus.size)
     except Exception as e:  # noqa: BLE001 - as above
         return _give_up(name, trials, one_line(e))
     phases["measure"] = time.perf_counter() - clock

@@ -202,16 +202,19 @@ def evaluate(factory, args, config: dict, target="h100") -> Candidate:
     return cand if func is None else finish(cand, func, target)
 
 
-def enumerate_candidates(factory, args, space=None, target="h100", fixed=None) -> list:
-    """Every configuration of the space (fixed keywords added to each), evaluated."""
+def configurations(factory, args, space=None, fixed=None) -> list:
+    """Every configuration of the space (default: default_space), fixed keywords added."""
     fixed = dict(fixed or {})
     space = default_space(factory, args, fixed) if space is None else dict(space)
     names = list(space)
-    out = []
-    for values in itertools.product(*(space[n] for n in names)):
-        config = {**fixed, **dict(zip(names, values))}
-        out.append(evaluate(factory, args, config, target))
-    return out
+    return [{**fixed, **dict(zip(names, values))}
+            for values in itertools.product(*(space[n] for n in names))]
+
+
+def enumerate_candidates(factory, args, space=None, target="h100", fixed=None) -> list:
+    """Every configuration of the space (fixed keywords added to each), evaluated."""
+    return [evaluate(factory, args, config, target)
+            for config in configurations(factory, args, space, fixed)]
 
 
 def preference(time: float, num_stages, smem: int, regs: int, zero_fill: float = 0.0) -> tuple:
@@ -242,10 +245,21 @@ def rank(candidates) -> list:
 def recommend(factory, args, space=None, target="h100", top: int | None = 10, fixed=None,
               candidates_out: list | None = None) -> list:
     """Ranked legal configurations (the best `top`, or all with top=None) for the factory on
-    the problem `args` (its positional arguments). space: {parameter: candidate values};
+    the problem `args` (its positional arguments), predicted for `target` ("auto": this
+    machine's, placement.machine_target()). space: {parameter: candidate values};
     default: the usual tunables the factory has (DEFAULT_VALUES). candidates_out, if given,
     receives every evaluated candidate, the skipped ones with their reasons."""
-    cands = enumerate_candidates(factory, args, space, target, fixed)
+    if target == "auto":
+        from ..placement import machine_target
+        target = machine_target()
+    if top is not None and candidates_out is None:
+        # Only the best few are wanted: plan just what can reach them (carver.search; the
+        # same top `top` as planning every configuration).
+        from .search import best_candidates
+        cands = best_candidates(factory, args, configurations(factory, args, space, fixed),
+                                target, keep=top)
+    else:
+        cands = enumerate_candidates(factory, args, space, target, fixed)
     if candidates_out is not None:
         candidates_out.extend(cands)
     ranked = rank(cands)
