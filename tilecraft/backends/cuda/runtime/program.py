@@ -176,7 +176,13 @@ class CudaProgram:
     # --- facts ------------------------------------------------------------------
     @property
     def registers(self) -> int:
-        return max((k.registers for k in self.kernel_info.values()), default=0)
+        """Registers per thread of the launch that uses most: ptxas's report, or where it
+        named no kernel (NVRTC can return an empty log) and the kernels were loaded on a GPU,
+        the driver's count of the loaded functions."""
+        reported = max((k.registers for k in self.kernel_info.values()), default=0)
+        if reported or self._kernels is None:
+            return reported
+        return max((k.num_regs() for k in self._kernels), default=0)
 
     @property
     def spills(self) -> int:
