@@ -74,9 +74,11 @@ def main():
             out = kernel(data, flat_w)
             err = float((out.float().reshape(ref.shape) - ref).norm() / ref.norm())
             cases.append((f"{text} {label}".strip(), kernel, flat_w, err))
+        # TileLang builds the first config, "default" as the recommender chose it for ours.
         their_kernel = build_under_tilelang(
             theirs, "convolution", N, C, H, W, F, K, K, stride, pad, 1,
-            **tile(args.configs.split(",")[0]))
+            **conv2d.tile_for((N, C, H, W, F, K, K, stride, pad, 1),
+                              **tile(args.configs.split(",")[0])))
         if their_kernel is None:
             theirs = None
         else:
@@ -102,8 +104,10 @@ def main():
                    "vs_tilelang": (median([p / x for p, x in zip(theirs_t, t)])
                                    if theirs_t else float("nan")),
                    "tilelang_us": median(theirs_t) * 1e3 if theirs_t else float("nan"),
-                   "rel_error": err, "registers": kernel.n_regs}
-            print(f"conv{index} {text}: {row['us']:.1f} us, cuDNN cl {row['cudnn_cl_us']:.1f} "
+                   "rel_error": err, "registers": kernel.n_regs,
+                   "tile": "x".join(str(v) for v in conv2d.tile_for(
+                       (N, C, H, W, F, K, K, stride, pad, 1), **tile(text.split()[0])).values())}
+            print(f"conv{index} {text} ({row['tile']}): {row['us']:.1f} us, cuDNN cl {row['cudnn_cl_us']:.1f} "
                   f"({row['vs_cl']:.2f}x), nchw {row['cudnn_nchw_us']:.1f} "
                   f"({row['vs_nchw']:.2f}x), TileLang {row['vs_tilelang']:.2f}x, err {err:.1e}",
                   flush=True)

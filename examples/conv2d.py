@@ -11,6 +11,7 @@ in that shape; `conv2d` reshapes it). Image sizes, channels and filters need not
 the tile sizes.
 """
 import argparse
+import functools
 
 import numpy as np
 
@@ -22,17 +23,29 @@ def out_size(size, kernel, stride, padding, dilation):
     return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
 
 
+# The tiles the default is chosen from, by the tile recommender for the shape (tile_for).
+# 192-row tiles are among them because 128- and 256-row tiles leave part of the last wave's
+# SMs idle at common shapes: 6272 output pixels by 512 filters make 33 x 4 tiles of 192 x 128,
+# one for each of 132 SMs, where 128 x 128 tiles make 1.5 waves. 256 filters a tile are not:
+# no shape of bench/conv2d.md ran fastest with them, and the model ranks 192 x 256 first where
+# it runs at 0.6x of 192 x 128.
+TILE_SPACE = {"block_M": [64, 128, 192, 256], "block_N": [64, 128], "block_K": [64],
+              "num_stages": [3, 4], "threads": [128, 256, 384]}
+TILE_PARAMETERS = tuple(TILE_SPACE)
+
+
 @tilecraft.jit(out_idx=[-1])
-def convolution(N, C, H, W, F, KH, KW, stride=1, padding=0, dilation=1, block_M=128,
-                block_N=None, block_K=64, num_stages=4, threads=None, dtype="float16",
+def convolution(N, C, H, W, F, KH, KW, stride=1, padding=0, dilation=1, block_M=None,
+                block_N=None, block_K=None, num_stages=None, threads=None, dtype="float16",
                 accum_dtype="float32", use_im2col=None):
     """use_im2col: fill the im2col tile with T.c2d_im2col (square kernels; the default there)
-    rather than the T.Parallel gather it stands for. The default tile is 128 x 128 with
-    64-channel steps, four stages and two warpgroups (bench/conv2d.md); 128 x 64 with one
-    warpgroup where there are at most 64 filters (a wider tile would compute zeros)."""
+    rather than the T.Parallel gather it stands for. Tile parameters left out are the tile
+    recommender's first choice for the shape (tile_for)."""
     use_im2col = KH == KW if use_im2col is None else use_im2col
-    block_N = block_N or (128 if F > 64 else 64)
-    threads = threads or (256 if block_N >= 128 else 128)
+    block_M, block_N, block_K, num_stages, threads = tile_for(
+        (N, C, H, W, F, KH, KW, stride, padding, dilation), block_M=block_M, block_N=block_N,
+        block_K=block_K, num_stages=num_stages, threads=threads, dtype=dtype,
+        accum_dtype=accum_dtype, use_im2col=use_im2col).values()
     assert not use_im2col or KH == KW, "T.c2d_im2col takes square kernels"
     OH = out_size(H, KH, stride, padding, dilation)
     OW = out_size(W, KW, stride, padding, dilation)
@@ -68,6 +81,28 @@ def convolution(N, C, H, W, F, KH, KW, stride=1, padding=0, dilation=1, block_M=
             T.copy(out_local, out[by * block_M, bx * block_N])
 
     return main
+
+
+def tile_for(shape: tuple, **given) -> dict:
+    """The five tile parameters of `convolution` for shape (N, C, H, W, F, KH, KW, stride,
+    padding, dilation): those given (not None), the others the tile recommender's first
+    choice of TILE_SPACE for the shape with them, predicted for the GPU the kernel is compiled
+    for. Other keywords given (dtype, ...) are passed to the recommender's builds."""
+    fixed = {k: v for k, v in given.items() if v is not None}
+    if any(k not in fixed for k in TILE_PARAMETERS):
+        fixed = _recommended(tuple(shape), tuple(sorted(fixed.items())))
+    return {k: fixed[k] for k in TILE_PARAMETERS}
+
+
+@functools.lru_cache(maxsize=None)
+def _recommended(shape: tuple, fixed: tuple) -> dict:
+    fixed = dict(fixed)
+    space = {k: v for k, v in TILE_SPACE.items() if k not in fixed}
+    best = tilecraft.carver.recommend(convolution, shape, space, target="auto", top=1,
+                                      fixed=fixed)
+    if not best:
+        raise ValueError(f"no tile of {space} fits the convolution {shape} with {fixed}")
+    return best[0].config
 
 
 def ref_program(data, weight, stride, padding, dilation):
