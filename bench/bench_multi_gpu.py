@@ -4,7 +4,7 @@ The examples run on a GPU other than the current one, a call with tensors on two
 refused, and tuning a GEMM on one GPU is set against tuning it on all of them:
 
     PYTHONPATH=$PWD python3 bench/bench_multi_gpu.py [--quick] [--device 1]
-        [--shape 8192x8192x8192] [--rounds 1] [--skip-examples] [--skip-tune] [--out dir]
+        [--shape 8192x8192x8192] [--top-fraction F] [--rounds 1] [--skip-examples] [--skip-tune] [--out dir]
 
 (a) The GEMM, MHA forward (flash_attention) and MLA decode examples, compiled once each and
     called on tensors on cuda:<device> while cuda:0 is current: twice (the checked call, then
@@ -155,10 +155,12 @@ def run_examples(device: str, quick: bool) -> dict:
 
 # ---- tuning -----------------------------------------------------------------------------------
 
-def tune_child(shape) -> None:
+def tune_child(shape, top_fraction=None) -> None:
     """In a fresh process (the caches and the GPU count are set by the caller's environment):
-    tune the GEMM's default space and print one JSON line."""
+    tune the GEMM's default space (measuring the tuner's default share of it, or
+    `top_fraction`) and print one JSON line."""
     tuned = tilecraft.autotune(configs=None, ref_prog=ref_matmul, verbose=False,
+                               top_fraction=top_fraction,
                                supply_type=tilecraft.TensorSupplyType.Randn)(matmul)
     start = time.perf_counter()
     result = tuned.tune(*shape)
@@ -166,17 +168,20 @@ def tune_child(shape) -> None:
     print(json.dumps({"wall_s": wall, "config": result.config, "latency_ms": result.latency,
                       "gpus": result.gpus, "device": result.device, "phases_s": result.phases,
                       "candidates": len(result.trials),
+                      "fastest": [[t.config, t.latency_ms] for t in sorted(
+                          (t for t in result.trials if t.ok), key=lambda t: t.latency_ms)[:8]],
                       "measured": sum(t.ok for t in result.trials)}), flush=True)
 
 
-def tune_in_fresh_process(shape, gpus) -> dict:
+def tune_in_fresh_process(shape, gpus, top_fraction=None) -> dict:
     env = dict(os.environ, TILECRAFT_CACHE_DIR=tempfile.mkdtemp(prefix="tilecraft_multi_gpu_"))
     env.pop("TILECRAFT_DISABLE_CACHE", None)
     env.pop("TILECRAFT_AUTOTUNE_GPUS", None)
     if gpus is not None:
         env["TILECRAFT_AUTOTUNE_GPUS"] = str(gpus)
     done = subprocess.run([sys.executable, os.path.abspath(__file__), "--tune-child",
-                           "--shape", "x".join(map(str, shape))],
+                           "--shape", "x".join(map(str, shape))] +
+                          ([] if top_fraction is None else ["--top-fraction", str(top_fraction)]),
                           env=env, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"the tuning process failed:\n{done.stderr[-4000:]}")
@@ -202,11 +207,11 @@ def side_by_side(shape, one: dict, every: dict, rounds: int = 5) -> float:
     return median(ratios)
 
 
-def run_tuning(shape, rounds: int) -> dict:
+def run_tuning(shape, rounds: int, top_fraction=None) -> dict:
     runs = []
     for _ in range(rounds):
-        one = tune_in_fresh_process(shape, 1)
-        every = tune_in_fresh_process(shape, None)
+        one = tune_in_fresh_process(shape, 1, top_fraction)
+        every = tune_in_fresh_process(shape, None, top_fraction)
         ratio = side_by_side(shape, one["config"], every["config"])
         runs.append({"one_gpu": one, "all_gpus": every, "wall_ratio": every["wall_s"] /
                      one["wall_s"], "pick_ms_ratio": ratio})
@@ -214,7 +219,8 @@ def run_tuning(shape, rounds: int) -> dict:
     wall_ratio = median(r["all_gpus"]["wall_s"] for r in runs) / \
         median(r["one_gpu"]["wall_s"] for r in runs)
     worst_pick = max(r["pick_ms_ratio"] for r in runs)
-    return {"shape": "x".join(map(str, shape)), "runs": runs, "wall_ratio": wall_ratio,
+    return {"shape": "x".join(map(str, shape)), "top_fraction": top_fraction, "runs": runs,
+            "wall_ratio": wall_ratio,
             "worst_pick_ms_ratio": worst_pick,
             "ok": wall_ratio <= 0.6 and worst_pick <= 1.02 and
             all(r["all_gpus"]["gpus"] > 1 for r in runs)}
@@ -226,6 +232,8 @@ def main(argv=None):
                    help="small examples and a 4096^3 GEMM to tune")
     p.add_argument("--device", type=int, default=1, help="the GPU the examples run on")
     p.add_argument("--shape", default=None, help="the GEMM to tune (default 8192x8192x8192)")
+    p.add_argument("--top-fraction", type=float, default=None,
+                   help="the share of the space to measure (default: the tuner's own)")
     p.add_argument("--rounds", type=int, default=1, help="tuning runs of each kind")
     p.add_argument("--skip-examples", action="store_true")
     p.add_argument("--skip-tune", action="store_true")
@@ -235,7 +243,7 @@ def main(argv=None):
     shape = tuple(int(x) for x in (args.shape or ("4096x4096x4096" if args.quick else
                                                   "8192x8192x8192")).split("x"))
     if args.tune_child:
-        return tune_child(shape)
+        return tune_child(shape, args.top_fraction)
     import torch
     summary = {"facts": gpu_facts(), "gpus": torch.cuda.device_count()}
     if not args.skip_examples:
@@ -245,7 +253,7 @@ def main(argv=None):
         summary["examples"] = run_examples(f"cuda:{args.device}", args.quick)
         torch.cuda.empty_cache()  # the tuning processes have the GPUs' memory to themselves
     if not args.skip_tune:
-        summary["tuning"] = run_tuning(shape, args.rounds)
+        summary["tuning"] = run_tuning(shape, args.rounds, args.top_fraction)
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"{stamp}_multi_gpu.json"), "w") as f:

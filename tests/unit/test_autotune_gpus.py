@@ -150,15 +150,38 @@ def test_the_fastest_are_confirmed_in_rounds_dealt_evenly_to_the_gpus(inline_gpu
     screened = {m: gpu for m, gpu, warmup, rep in timed if (warmup, rep) != (7, 40)}
     assert screened == {16: "a", 32: "b", 64: "a", 128: "b", 256: "a"}
     rounds = [(gpu, args[0]) for gpu, task, args in inline_gpus if task == "confirm_task"]
-    contenders = [{"block_M": m} for m in (16, 32, 64, 128)]    # the screen's fastest four
+    # The screen's fastest four per GPU: all five here, in the screen's order.
+    contenders = [{"block_M": m} for m in (16, 32, 64, 128, 256)]
     assert rounds == [("a", contenders), ("b", contenders[::-1])]
     confirmed = [(m, gpu) for m, gpu, warmup, rep in timed if (warmup, rep) == (7, 40)]
-    assert confirmed == [(m, "a") for m in (16, 32, 64, 128)] + \
-        [(m, "b") for m in (128, 64, 32, 16)]
+    assert confirmed == [(m, "a") for m in (16, 32, 64, 128, 256)] + \
+        [(m, "b") for m in (256, 128, 64, 32, 16)]
     assert t.best_config == {"block_M": 32} and t.result.gpus == 2
     latency = {r.config["block_M"]: r.latency_ms for r in t.result.trials}
     assert latency[32] == pytest.approx(1.05) and latency[16] == pytest.approx(1.071)
-    assert latency[256] == pytest.approx(3.0)                  # screened only, on a
+    assert latency[256] == pytest.approx(3.15)
+
+
+def test_a_candidate_screened_on_a_slower_gpu_still_reaches_the_confirmation(inline_gpus,
+                                                                             monkeypatch):
+    # block_M 128 is the fastest, screened on the slow GPU b: four candidates screened on a
+    # look faster. Four contenders would leave it out; with two GPUs eight are confirmed.
+    base = {16: 1.02, 32: 1.5, 64: 1.03, 128: 1.0, 256: 1.05, 512: 3.0, 1024: 1.08}
+    timed = []
+
+    def scripted(kernel, inputs, *, warmup, rep, config=None):
+        timed.append((config["block_M"], ON[0], warmup, rep))
+        return base[config["block_M"]] * PACE[ON[0]]
+    monkeypatch.setattr(measure, "default_measure", scripted)
+    t = tuned(configs={"block_M": list(base)}, warmup=7, rep=40, max_workers=1)
+    t(256, 32, 32)
+    screened = {m: gpu for m, gpu, warmup, rep in timed if (warmup, rep) != (7, 40)}
+    assert [m for m in base if screened[m] == "b"] == [32, 128, 512]
+    screen_rank = sorted(base, key=lambda m: base[m] * PACE[screened[m]])
+    assert screen_rank.index(128) == 4                         # fifth after the screen
+    assert t.best_config == {"block_M": 128}
+    latency = {r.config["block_M"]: r.latency_ms for r in t.result.trials}
+    assert latency[128] == pytest.approx(1.05)
 
 
 def test_a_gpu_that_cannot_measure_leaves_the_run_to_this_process(inline_gpus, monkeypatch,

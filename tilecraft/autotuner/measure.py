@@ -115,7 +115,9 @@ def check(kernel, inputs: list, want: list, atol: float, rtol: float,
 # (the kept candidates of a large GEMM are far apart). Only the fastest CONTENDERS then get the
 # full warmup / rep, in each of CONFIRM_ROUNDS alternating rounds (sharing the rep runs between
 # the rounds measured faster but chose worse configs on an H100: bench/overhead.md); on
-# several GPUs the rounds are dealt to them (gpus.py).
+# several GPUs the rounds are dealt to them (gpus.py), and CONTENDERS are confirmed per GPU:
+# a candidate screened on a GPU whose clocks run a little lower must not miss the
+# confirmation for it, and the GPUs time the larger field in the time one times four.
 SCREEN_WARMUP, SCREEN_REP = 2, 10
 CONTENDERS, CONFIRM_ROUNDS = 4, 3
 
@@ -160,14 +162,15 @@ def confirm_round(pairs: list, inputs: list, s) -> list:
             for kernel, config in pairs]
 
 
-def confirm(ok: list, s, rounds) -> None:
+def confirm(ok: list, s, rounds, gpus: int = 1) -> None:
     """Time the fastest few of the screened trials `ok` (with s.early_stop, those within
     s.early_stop_factor of the fastest) again with the full warmup / rep, in
     alternation, and keep each one's median: a GPU's clocks drift by several percent over a
     tuning run (power and heat), enough to crown a candidate that was merely measured at a good
     moment. A custom timer (s.measure) is trusted as it is. rounds(contenders, CONFIRM_ROUNDS)
-    times them: a list of rounds, each the milliseconds in the contenders' order."""
-    contenders = sorted(ok, key=lambda t: t.latency_ms)[:CONTENDERS]
+    times them: a list of rounds, each the milliseconds in the contenders' order. `gpus`: how
+    many GPUs screened and confirm them (CONTENDERS each)."""
+    contenders = sorted(ok, key=lambda t: t.latency_ms)[:CONTENDERS * gpus]
     if getattr(s, "early_stop", False) and contenders:
         # TileLang's early_stop: a candidate the screening found more than early_stop_factor
         # times slower than the fastest is clearly worse and is not timed in full
