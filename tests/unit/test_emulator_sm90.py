@@ -216,8 +216,10 @@ def test_named_barrier_over_too_many_threads_is_a_deadlock(example):
     func = underlying(fa.flash_attention)(1, 1, 40, 16, False, block_M=64, block_N=32,
                                          num_stages=2)
     lowered = E.lower(func, "sm_90a")
+    # 128 consumers and a producer warp: a consumer barrier over all 160 threads of the block
+    # waits for the producer warp, which never arrives.
     bad = plant(lowered, calls("tc::named_barrier_sync"),
-                lambda s: Evaluate(with_arg(s.value, 1, 256), s.span), 0)
+                lambda s: Evaluate(with_arg(s.value, 1, 160), s.span), 0)
     Q = np.ones((1, 40, 1, 16), np.float16)
     reports = list(E.run(bad, [Q, Q, Q, Q * 0]))
     assert [r.kind for r in reports] == ["deadlock"]
