@@ -17,6 +17,8 @@ from . import env  # noqa: F401  (TileLang's tilelang.env names)
 from .env import disable_cache, enable_cache, set_log_level
 from .layout import Fragment, Layout
 from .ir.dtypes import dtype as DataType  # TileLang's DataType("float16").bits
+from .not_included import module_getattr as _module_getattr
+__getattr__ = _module_getattr(__name__)  # tilecraft.tvm, .cuda, .rocm: a clear error
 
 from .backends.cuda.runtime import device as _device  # loads nothing until asked
 from .carver.arch import machine as _machine

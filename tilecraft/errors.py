@@ -129,9 +129,12 @@ _inside: dict = {}  # code file name -> whether it is a module of this package
 def _in_package(filename: str) -> bool:
     # IR built outside the frontend asks for its caller on every expression: tens of thousands
     # of stack walks while lowering one kernel, each frame's file resolved once here.
+    # The import machinery's frozen frames count as ours: an error raised while a tilecraft
+    # module is imported points at the user's import line.
     found = _inside.get(filename)
     if found is None:
-        found = _inside[filename] = os.path.abspath(filename).startswith(_PACKAGE_DIR)
+        found = _inside[filename] = filename.startswith("<frozen ") or \
+            os.path.abspath(filename).startswith(_PACKAGE_DIR)
     return found
 
 

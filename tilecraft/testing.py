@@ -1,7 +1,9 @@
 """TileLang's `tilelang.testing`, for test scripts: `main()` runs the calling file's tests
-under pytest, `set_random_seed`, `torch_assert_close`, and decorators that skip a test where
+under pytest, `set_random_seed`, `torch_assert_close`, decorators that skip a test where
 the GPU it needs is missing (`requires_cuda`, `requires_cuda_compute_version(9, 0)` and its
-_ge / _gt / _eq / _lt / _le forms, `requires_package("name")`). Needs pytest."""
+_ge / _gt / _eq / _lt / _le forms, `requires_package("name")`; these need pytest), and the
+performance-regression pair: `process_func(perf_fn, name)` runs one measurement and keeps its
+result, `regression()` runs the calling script's `regression_*` functions and prints them."""
 from __future__ import annotations
 
 import importlib.util
@@ -102,3 +104,36 @@ def requires_package(*packages: str):
     """Skip the test unless every named package can be imported."""
     missing = [p for p in packages if importlib.util.find_spec(p) is None]
     return _pytest().mark.skipif(bool(missing), reason=f"needs {', '.join(missing)}")
+
+
+_measured: list = []  # (name, what the perf function returned), in the order they ran
+
+
+def process_func(func, name: str | None = None, *args, **kwargs):
+    """Run a performance function (TileLang's examples' `run_regression_perf`) and keep what it
+    returns (its latency) under `name` (default: its module and name) for regression() to
+    print. A function taking `argv` that is not given one gets an empty list: it measures its
+    own defaults, not the command line of the script that called it."""
+    if "argv" in inspect.signature(func).parameters and "argv" not in kwargs and not args:
+        kwargs["argv"] = []
+    result = func(*args, **kwargs)
+    _measured.append((name or f"{func.__module__}.{func.__qualname__}", result))
+    return result
+
+
+def regression(functions=None) -> list:
+    """Run every `regression_*` function of the calling script (or the given ones), then print
+    one line per measurement process_func kept: its name and result. Returns those pairs."""
+    if functions is None:
+        scope = sys._getframe(1).f_globals
+        functions = [f for n, f in scope.items() if n.startswith("regression_") and callable(f)
+                     and getattr(f, "__module__", None) == scope.get("__name__")]
+    start = len(_measured)
+    for f in functions:
+        f()
+    found = _measured[start:]
+    width = max((len(n) for n, _ in found), default=0)
+    for n, result in found:
+        shown = f"{result:.4f}" if isinstance(result, float) else str(result)
+        print(f"{n:<{width}}  {shown}")
+    return found

@@ -82,6 +82,18 @@ _TILELANG = {
     "match_any_sync": "a warp match", "match_all_sync": "a warp match",
     "shuffle_elect": "one elected lane", "warp_reduce_bitand": "a warp bitwise-and",
     "warp_reduce_bitor": "a warp bitwise-or", "device_assert": "a device-side assert",
+    "tvm_warp_shuffle": "a TVM warp shuffle intrinsic", "ptx_cp_async": "a raw cp.async",
+    "cp_async_barrier_noinc": "a cp.async arrival on an mbarrier",
+    "ws": "a warp-specialized region of the block's threads (a producer / consumer role)",
+    "rng_init": "a per-thread random-number generator's state",
+    "rng_rand": "a random number from the per-thread generator",
+    "gemm_sp": "a 2:4 structured-sparse gemm",
+    # data types
+    "tfloat32": "the TF32 data type of tensor-core inputs",
+    "int4": "a 4-bit integer data type (packed two to a byte)",
+    "float4_e2m1fn": "the FP4 (e2m1) data type",
+    "int": "the signed source format of a quantized weight (a dequantize macro's argument)",
+    "uint": "the unsigned source format of a quantized weight (a dequantize macro's argument)",
 }
 
 

@@ -13,6 +13,11 @@ from .swizzle import (SWIZZLE_MODES, SharedLayout, bank_groups, ldmatrix_conflic
                       make_full_bank_swizzle, make_half_bank_swizzle, make_linear_layout,
                       make_padded_layout, make_quarter_bank_swizzle, make_swizzled_layout,
                       make_xor_swizzle, swizzle_mode_for, swizzled_layout)
+
+# TileLang's names of the three XOR swizzles (rows, cols, element bits).
+make_full_bank_swizzled_layout = make_full_bank_swizzle
+make_half_bank_swizzled_layout = make_half_bank_swizzle
+make_quarter_bank_swizzled_layout = make_quarter_bank_swizzle
 from .mma import (WARP, elements_per_register, gemm_a_fragment, gemm_b_fragment,
                   gemm_c_fragment, wgmma_c_fragment, ldmatrix_fragment, ldmatrix_row_providers, mma_a_fragment,
                   mma_b_fragment, mma_c_fragment, mma_shape, split_warps, stmatrix_fragment,
@@ -26,6 +31,8 @@ __all__ = [
     "SWIZZLE_MODES", "SharedLayout", "bank_groups", "ldmatrix_conflict_ways",
     "make_full_bank_swizzle", "make_half_bank_swizzle", "make_linear_layout",
     "make_padded_layout", "make_quarter_bank_swizzle", "make_swizzled_layout",
+    "make_full_bank_swizzled_layout", "make_half_bank_swizzled_layout",
+    "make_quarter_bank_swizzled_layout",
     "make_xor_swizzle", "swizzle_mode_for", "swizzled_layout", "WARP", "elements_per_register", "gemm_a_fragment",
     "gemm_b_fragment", "gemm_c_fragment", "wgmma_c_fragment", "ldmatrix_fragment", "ldmatrix_row_providers",
     "mma_a_fragment", "mma_b_fragment", "mma_c_fragment", "mma_shape", "split_warps",
