@@ -8,6 +8,7 @@ from .eager import EagerJIT, is_eager_form
 from .errors import TileError, caller_span, raise_clean
 from .ir.stmt import PrimFunc
 from .jit_options import checked_configs, checked_reporting
+from .pass_config import check_pass_configs
 from .kernel import JITKernel
 
 
@@ -34,7 +35,23 @@ class JITImpl:
         self.target = target
         self.options = options  # "pass_configs" (checked, compile_flags in), "reporting"
         self.cache: dict = {}
+        self._with: dict = {}   # with_pass_configs' JITImpls, by their extra configs
         functools.update_wrapper(self, factory)
+
+    def with_pass_configs(self, extra) -> "JITImpl":
+        """This factory compiled with the pass configs `extra` over its own (an autotuning
+        configuration's `pass_configs`); itself where `extra` is empty. Checked as the
+        decorator's are."""
+        if not extra:
+            return self
+        key = repr(sorted((str(k), repr(v)) for k, v in dict(extra).items()))
+        found = self._with.get(key)
+        if found is None:
+            configs = {**self.options["pass_configs"], **check_pass_configs(extra)}
+            found = self._with[key] = JITImpl(self.factory, self.out_idx, self.target,
+                                              {**self.options, "pass_configs": configs},
+                                              self.declared_at)
+        return found
 
     def _key(self, args, kwargs):
         try:

@@ -68,7 +68,7 @@ def cache_dir(tmp_path, monkeypatch):
 def test_each_candidate_is_measured_once_in_one_process_per_gpu(monkeypatch, tmp_path):
     log = tmp_path / "measured.jsonl"
     monkeypatch.setenv("MEASURED_LOG", str(log))   # the spawned processes inherit it
-    monkeypatch.setattr(gpus, "devices_for", lambda backend, model: ["3", "5"])
+    monkeypatch.setattr(gpus, "devices_for", lambda backend, model, gpus=None: ["3", "5"])
     configs = [{"block_M": 64}, {"block_M": 16}, {"block_K": 32}, {"block_M": 32},
                {"threads": 2048}]
     t = tuned(gemm_some_wrong, configs=configs, measure=logging_timer, ref_prog=ref_gemm,
@@ -127,7 +127,7 @@ def inline_gpus(monkeypatch):
     def process(name, run):
         monkeypatch.setattr(gpus, "_run", run)
         return InlineGpu(name, tasks)
-    monkeypatch.setattr(gpus, "devices_for", lambda backend, model: ["a", "b"])
+    monkeypatch.setattr(gpus, "devices_for", lambda backend, model, gpus=None: ["a", "b"])
     monkeypatch.setattr(gpus, "_process", process)
     for name, value in (("_impl", None), ("_kernels", {}), ("_bench", None), ("_unable", "")):
         monkeypatch.setattr(gpus, name, value)
@@ -197,7 +197,7 @@ def test_a_gpu_that_cannot_measure_leaves_the_run_to_this_process(inline_gpus, m
 
 
 def test_settings_that_cannot_travel_keep_the_run_here(monkeypatch, caplog):
-    monkeypatch.setattr(gpus, "devices_for", lambda backend, model: ["a", "b"])
+    monkeypatch.setattr(gpus, "devices_for", lambda backend, model, gpus=None: ["a", "b"])
     monkeypatch.setattr(gpus, "_process", lambda name, run: pytest.fail("a process started"))
     caplog.set_level("INFO", logger="tilecraft.autotuner")
     t = tuned(configs={"block_M": [16, 32]}, measure=here_timer,
@@ -239,6 +239,20 @@ def test_only_gpus_of_the_tuned_model_measure_the_current_one_first(four_gpus, m
             gpus.devices_for("cuda", h100)
 
 
+def test_the_settings_name_how_many_gpus_or_which(four_gpus):
+    h100 = MODELS[0]
+    assert gpus.devices_for("cuda", h100, 2) == ["2", "0"]
+    assert gpus.devices_for("cuda", h100, 1) == []             # measured here
+    assert gpus.devices_for("cuda", h100, (3, 0)) == ["3", "0"]
+    with pytest.raises(TileError, match="cuda:1, a NVIDIA A100"):
+        gpus.devices_for("cuda", h100, (0, 1))
+    with pytest.raises(TileError, match="cuda:7, but this host has 4 GPU"):
+        gpus.devices_for("cuda", h100, (0, 7))
+    for bad in (0, [1, 1], "all", True):
+        with pytest.raises(TileError, match="gpus must be a number of GPUs"):
+            tilecraft.autotune(configs=[{"block_M": 16}], gpus=bad)
+
+
 def test_a_gpu_model_is_its_name_and_sm_count(monkeypatch):
     props = device_module.DeviceProperties("NVIDIA H100 PCIe", "sm_90a", (9, 0), 114, 1024,
                                            232448, 233472, 65536, 65536, 52428800, 1755000,
@@ -259,7 +273,7 @@ def test_a_result_is_kept_per_gpu_model_and_serves_one_gpu_or_several(inline_gpu
     first = tuned(configs=configs, measure=here_timer, max_workers=1)
     first(64, 64, 32)                                   # measured on the two GPUs "a", "b"
     assert first.result.gpus == 2 and len(TIMED) == 2 and not first.result.from_cache
-    monkeypatch.setattr(gpus, "devices_for", lambda backend, model: [])
+    monkeypatch.setattr(gpus, "devices_for", lambda backend, model, gpus=None: [])
     again = tuned(configs=configs, measure=here_timer)
     again(64, 64, 32)                                   # one GPU of the model: the same entry
     assert again.result.from_cache and again.best_config == first.best_config

@@ -526,3 +526,38 @@ def test_the_timer_refuses_a_flush_it_does_not_know(flush):
     from tilecraft.profiler import cuda_median_ms
     with pytest.raises(ValueError, match="flush_l2 takes False, True or 'clean'"):
         cuda_median_ms(lambda: None, flush_l2=flush)
+
+
+def pass_config_timer(kernel, inputs, *, warmup, rep, config):
+    """Fast only where the kernel was compiled with its configuration's own pass configs."""
+    return 1.0 if kernel.pass_configs.get("tl.disable_tma_lower") else 2.0
+
+
+def test_a_configuration_may_carry_its_own_pass_configs(tmp_path, monkeypatch):
+    # TileLang's per-config form: "pass_configs" in a configuration is compiled with, over the
+    # jit's own, and never passed to the factory.
+    monkeypatch.setenv("TILECRAFT_CACHE_DIR", str(tmp_path))
+    configs = [{"block_M": 32, "pass_configs": {"tl.disable_warp_specialized": True}},
+               {"block_M": 32, "pass_configs": {"tl.disable_tma_lower": True}},
+               {"block_M": 16}]
+    tuned = tilecraft.autotune(configs=configs, measure=pass_config_timer, verbose=False,
+                               max_workers=1)(
+        tilecraft.jit(out_idx=[-1], target="interp",
+                      pass_configs={"tl.disable_wgmma": True})(gemm_factory))
+    kernel = tuned(64, 64, 32)
+    assert kernel.config == configs[1]
+    assert kernel.pass_configs["tl.disable_tma_lower"] is True
+    assert kernel.pass_configs["tl.disable_wgmma"] is True     # the jit's own stay
+    assert "tl.disable_warp_specialized" not in kernel.pass_configs
+    a = np.random.default_rng(0).uniform(-1, 1, (64, 32)).astype(np.float16)
+    b = np.random.default_rng(1).uniform(-1, 1, (32, 64)).astype(np.float16)
+    np.testing.assert_allclose(kernel(a, b).astype(np.float32),
+                               a.astype(np.float32) @ b.astype(np.float32), atol=2e-2)
+
+
+def test_a_configurations_unknown_pass_config_is_named():
+    with pytest.raises(TileError) as info:
+        tilecraft.autotune(configs=[{"block_M": 32, "pass_configs": {"tl.no_such": 1}}],
+                           verbose=False)(tilecraft.jit(target="interp")(gemm_factory))(
+            64, 64, 32)
+    assert "config 0" in info.value.message and "tl.no_such" in info.value.message

@@ -87,6 +87,32 @@ def test_the_builder_checks_its_arguments():
         tilecraft.autotune(configs=CONFIGS, manual_check_prog=lambda got, want: None)
 
 
+def test_run_takes_tilelangs_scheduling_and_gpu_keywords(monkeypatch):
+    from tilecraft.autotuner import api
+    seen = []
+    real = api.autotune
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs.get("gpus"))
+        return real(*args, **kwargs)
+    monkeypatch.setattr("tilecraft.autotuner.builder.autotune", recording)
+    tuner = AutoTuner.from_kernel(matmul, CONFIGS[:1]).set_compile_args(out_idx=[-1],
+                                                                        target="interp")
+    result = tuner.run(warmup=1, rep=2, use_pipeline=True, enable_grouped_compile=True,
+                       group_compile_size=4, benchmark_multi_gpu=False)
+    assert result.config == CONFIGS[0] and seen == [1]         # one GPU, as TileLang's False
+    tuner.run(warmup=1, rep=2, benchmark_devices=[0])
+    assert seen[-1] == [0]
+    with pytest.raises(TileError, match="benchmark_multi_gpu=False asks for one"):
+        tuner.run(benchmark_multi_gpu=False, benchmark_devices=[0, 1])
+    with pytest.raises(TileError, match="group_compile_size must be an int >= 1"):
+        tuner.run(group_compile_size=0)
+    with pytest.raises(TileError, match="use_pipeline must be True or False"):
+        tuner.run(use_pipeline="yes")
+    with pytest.raises(TypeError, match="rpe"):
+        tuner.run(rpe=5)
+
+
 @tilecraft.jit(out_idx=[-1], target="interp")
 def scaled(n, block=32, factor=2.0):
     @T.prim_func

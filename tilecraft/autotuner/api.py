@@ -173,6 +173,12 @@ def _check_settings(s: tuner.Settings, span) -> None:
         bad(f"early_stop_factor must be a number >= 1, got {s.early_stop_factor!r}")
     if s.max_workers is not None and (not isinstance(s.max_workers, int) or s.max_workers < 1):
         bad(f"max_workers must be a positive int, got {s.max_workers!r}")
+    if s.gpus is not None and not (
+            (isinstance(s.gpus, int) and not isinstance(s.gpus, bool) and s.gpus >= 1) or
+            (isinstance(s.gpus, tuple) and s.gpus and len(set(s.gpus)) == len(s.gpus) and
+             all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in s.gpus))):
+        bad(f"gpus must be a number of GPUs (1 or more) or a list of distinct device ordinals, "
+            f"got {s.gpus!r}")
     if s.cost_target is not None:
         from ..target import get_target
         try:
@@ -187,7 +193,7 @@ def autotune(func=None, *, configs=None, warmup: int = 25, rep: int = 100,
              max_mismatched_ratio: float = 0.01, skip_check: bool = False, cache: bool = True,
              measure=None, max_workers: int | None = None, cost_target: str | None = None,
              verbose: bool = True, manual_check_prog=None, cache_input_tensors: bool = False,
-             early_stop: bool = False, early_stop_factor: float = 2.0):
+             early_stop: bool = False, early_stop_factor: float = 2.0, gpus=None):
     """Tune a @tilecraft.jit factory's parameters by measuring candidate configurations.
 
     configs: a list of dicts {parameter: value}, a dict {parameter: [values]} (every
@@ -212,6 +218,8 @@ def autotune(func=None, *, configs=None, warmup: int = 25, rep: int = 100,
     cache_input_tensors: every candidate runs on the same inputs here, whichever is given.
     early_stop, early_stop_factor: candidates the screening finds more than early_stop_factor
       times slower than the fastest are not timed in full (TileLang's early stop).
+    gpus: the GPUs that measure: every one of the tuned GPU's model (None, the default;
+      TILECRAFT_AUTOTUNE_GPUS caps how many), a count, or a list of device ordinals.
     manual_check_prog (TileLang's custom comparison) is not supported yet: an error.
     """
     span = caller_span()
@@ -222,7 +230,7 @@ def autotune(func=None, *, configs=None, warmup: int = 25, rep: int = 100,
     settings = tuner.Settings(configs, warmup, rep, timeout, top_fraction, ref_prog, supply_prog,
                               supply_type, rtol, atol, max_mismatched_ratio, skip_check, cache,
                               measure, max_workers, cost_target, verbose, bool(early_stop),
-                              early_stop_factor)
+                              early_stop_factor, tuple(gpus) if isinstance(gpus, list) else gpus)
     try:
         _check_settings(settings, span)
         if configs is not None and not callable(configs) and not isinstance(

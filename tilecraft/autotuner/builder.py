@@ -72,9 +72,49 @@ class AutoTuner:
         return self
 
     def run(self, warmup: int = 25, rep: int = 100, timeout: float = 30,
-            early_stop: bool = False, early_stop_factor: float = 2.0) -> AutotuneResult:
-        """Tune: the fastest correct configuration, its kernel and times."""
+            early_stop: bool = False, early_stop_factor: float = 2.0,
+            use_pipeline: bool = False, enable_grouped_compile: bool = False,
+            group_compile_size: int = 1, benchmark_multi_gpu: bool | None = None,
+            benchmark_devices: list | None = None) -> AutotuneResult:
+        """Tune: the fastest correct configuration, its kernel and times.
+
+        benchmark_multi_gpu: False measures on the current GPU alone, True (or None,
+        tilecraft's default) on every GPU of its model; benchmark_devices: the device ordinals
+        to measure on instead (autotune's gpus=). use_pipeline, enable_grouped_compile and
+        group_compile_size are TileLang's ways of overlapping compilation with measuring and
+        of batching compiles; tilecraft does both anyway (every candidate is compiled in a
+        pool of worker processes, and on several GPUs screened as soon as it is built), so
+        they are checked and change nothing."""
+        try:
+            gpus = _gpus(benchmark_multi_gpu, benchmark_devices)
+            for name, value in (("use_pipeline", use_pipeline),
+                                ("enable_grouped_compile", enable_grouped_compile)):
+                if not isinstance(value, bool):
+                    raise TileError(f"AutoTuner.run: {name} must be True or False, got "
+                                    f"{value!r}", caller_span())
+            if isinstance(group_compile_size, bool) or not isinstance(group_compile_size, int) \
+                    or group_compile_size < 1:
+                raise TileError(f"AutoTuner.run: group_compile_size must be an int >= 1, got "
+                                f"{group_compile_size!r}", caller_span())
+        except TileError as e:
+            raise_clean(e)
         profile = {**self.profile_args, "warmup": warmup, "rep": rep, "timeout": timeout,
-                   "early_stop": early_stop, "early_stop_factor": early_stop_factor}
+                   "early_stop": early_stop, "early_stop_factor": early_stop_factor,
+                   "gpus": gpus}
         tuned = autotune(configs=self.configs, **profile)(jit(**self.compile_args)(self.fn))
         return tuned.tune()
+
+
+def _gpus(multi_gpu, devices):
+    """autotune's gpus= for TileLang's benchmark_multi_gpu / benchmark_devices."""
+    if devices is not None:
+        if multi_gpu is False:
+            raise TileError("AutoTuner.run: benchmark_devices lists GPUs to measure on, but "
+                            "benchmark_multi_gpu=False asks for one", caller_span())
+        return list(devices)
+    if multi_gpu is None or multi_gpu is True:
+        return None
+    if multi_gpu is False:
+        return 1
+    raise TileError(f"AutoTuner.run: benchmark_multi_gpu must be True or False, got "
+                    f"{multi_gpu!r}", caller_span())

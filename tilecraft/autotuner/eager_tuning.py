@@ -89,7 +89,7 @@ class EagerTuning:
             configs = configs(*args, **kwargs)
         found = space.normalize_configs(configs, self.eager.func, self.declared_at,
                                         self.__name__)
-        return found[0] if found else {}
+        return space.factory_config(found[0]) if found else {}
 
     def _tuner(self, names: tuple, sizes: tuple, outputs: int):
         key = (names, sizes, outputs)

@@ -82,11 +82,12 @@ def gpu_limit() -> int | None:
     return int(text)
 
 
-def devices_for(backend: str, model: str) -> list:
+def devices_for(backend: str, model: str, gpus=None) -> list:
     """The CUDA_VISIBLE_DEVICES names of the GPUs to measure on: the visible GPUs whose model
     (measure.device_name) is `model`, the current one first, at most TILECRAFT_AUTOTUNE_GPUS of
-    them; [] when that is fewer than two (the caller measures on its own GPU)."""
-    limit = gpu_limit()
+    them (gpus: the settings' count, or the device ordinals to use instead); [] when that is
+    fewer than two (the caller measures on its own GPU)."""
+    limit = gpus if isinstance(gpus, int) else gpu_limit()
     if backend != "cuda" or limit == 1:
         return []
     from ..backends.cuda.runtime import device, driver
@@ -94,13 +95,27 @@ def devices_for(backend: str, model: str) -> list:
         return []
     count = driver.device_count()
     here = device.current_ordinal()
-    same = [i for i in range(count) if measuring.device_name(backend, i) == model]
-    chosen = sorted(same, key=lambda i: (i != here, i))[:limit]
+    if isinstance(gpus, tuple):
+        _check_ordinals(backend, model, gpus, count)
+        chosen = list(gpus)
+    else:
+        same = [i for i in range(count) if measuring.device_name(backend, i) == model]
+        chosen = sorted(same, key=lambda i: (i != here, i))[:limit]
     if len(chosen) < 2:
         return []
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
     names = [n.strip() for n in listed.split(",")] if listed else [str(i) for i in range(count)]
     return [names[i] for i in chosen]
+
+
+def _check_ordinals(backend: str, model: str, ordinals: tuple, count: int) -> None:
+    for i in ordinals:
+        if i >= count:
+            raise TileError(f"autotune: gpus names cuda:{i}, but this host has {count} GPU(s)")
+        if measuring.device_name(backend, i) != model:
+            raise TileError(f"autotune: gpus names cuda:{i}, a {measuring.device_name(backend, i)}"
+                            f"; the candidates are tuned for {model}, and times taken on two "
+                            "models do not compare")
 
 
 def pool_for(tuned, problem, backend: str, target: str, model: str, address):
@@ -109,7 +124,7 @@ def pool_for(tuned, problem, backend: str, target: str, model: str, address):
     alone = contextlib.nullcontext(None)
     if address is None or knobs.cache_disabled() or knobs.dump_ir_dir():
         return alone  # no factory to send, or no disk cache to carry the compiled candidates
-    devices = devices_for(backend, model)
+    devices = devices_for(backend, model, tuned.settings.gpus)
     if not devices:
         return alone
     impl = tuned.jit_impl
@@ -316,7 +331,8 @@ def _kernel(config: dict):
     if kernel is None:
         impl = _factory()
         with workers.deadline(_run.settings.timeout):
-            kernel = _kernels[key] = impl(*_run.args, **_run.kwargs, **config)
+            kernel = _kernels[key] = impl.with_pass_configs(space.own_pass_configs(config))(
+                *_run.args, **_run.kwargs, **space.factory_config(config))
     return kernel
 
 

@@ -103,8 +103,17 @@ def one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {head}" if head else type(err).__name__
 
 
+def value_text(value) -> str:
+    """A configuration's value as a person reads it: a configuration's own pass configs as
+    key=value with the keys' plain strings (PassConfigKey members print their class)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{str.__str__(k) if isinstance(k, str) else k}={v}"
+                               for k, v in value.items()) + "}"
+    return str(value)
+
+
 def config_text(config: dict) -> str:
-    return " ".join(f"{k}={v}" for k, v in config.items()) or "(defaults)"
+    return " ".join(f"{k}={value_text(v)}" for k, v in config.items()) or "(defaults)"
 
 
 def log_skip(name: str, trial: Trial) -> None:
@@ -141,7 +150,7 @@ def format_results(result: AutotuneResult) -> str:
         predicted = "-" if t.predicted_s is None or not math.isfinite(t.predicted_s) else \
             f"{t.predicted_s * 1e6:.1f}"
         measured = "-" if t.latency_ms is None else f"{t.latency_ms:.4f}"
-        rows.append([str(rank) if t.ok else "-"] + [str(t.config.get(k, "")) for k in keys] +
+        rows.append([str(rank) if t.ok else "-"] + [value_text(t.config.get(k, "")) for k in keys] +
                     [predicted, measured, status])
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
 

@@ -36,10 +36,27 @@ class Problem:
     bound: dict = field(default_factory=dict)
 
     def call_kwargs(self, config: dict) -> dict:
-        return {**self.kwargs, **config}
+        """The factory's keyword arguments for a configuration (its own pass configs apart)."""
+        return {**self.kwargs, **factory_config(config)}
 
     def describe(self) -> str:
         return ", ".join(f"{k}={v!r}" for k, v in self.bound.items())
+
+
+# The key of a configuration that holds pass configs of its own (TileLang's per-config form):
+# they are compiled with, not passed to the factory.
+PASS_CONFIGS = "pass_configs"
+
+
+def factory_config(config: dict) -> dict:
+    """A configuration's factory keywords: all but its own pass configs."""
+    return {k: v for k, v in config.items() if k != PASS_CONFIGS} if PASS_CONFIGS in config \
+        else config
+
+
+def own_pass_configs(config: dict) -> dict:
+    """The pass configs a configuration brings (empty for most)."""
+    return dict(config.get(PASS_CONFIGS) or {})
 
 
 def canonical(value) -> str:
@@ -89,6 +106,9 @@ def normalize_configs(configs, fn, span, name: str) -> list[dict]:
             if not isinstance(key, str):
                 raise TileError(f"autotune: config {i} of {name} has the key {key!r}; keys are "
                                 "parameter names", span)
+            if key == PASS_CONFIGS and key not in keyword_ok:
+                _check_own_pass_configs(config[key], i, name, span)
+                continue
             if key not in keyword_ok and not takes_any:
                 known = ", ".join(p.name for p in params)
                 close = difflib.get_close_matches(key, sorted(keyword_ok), n=1)
@@ -96,6 +116,14 @@ def normalize_configs(configs, fn, span, name: str) -> list[dict]:
                 raise TileError(f"autotune: config {i} sets '{key}', which is not a keyword "
                                 f"parameter of {name}({known}){hint}", span)
     return configs
+
+
+def _check_own_pass_configs(configs, i: int, name: str, span) -> None:
+    from ..pass_config import check_pass_configs
+    try:
+        check_pass_configs(configs)
+    except TileError as e:
+        raise TileError(f"autotune: config {i} of {name}: {e.message}", span) from None
 
 
 def _flatten(bound, params) -> dict:
@@ -184,7 +212,7 @@ def predict_one(fn, args: tuple, kwargs: dict, config: dict, target: str,
     from .workers import CompileTimeout, deadline
     try:
         with deadline(timeout):
-            cand = evaluate(fn, args, {**kwargs, **config}, target)
+            cand = evaluate(fn, args, {**kwargs, **factory_config(config)}, target)
     except CompileTimeout as e:
         return Prediction(math.inf, f"timeout: {e}")
     except Exception as e:  # noqa: BLE001 - the model only ranks; the compiler has the last word

@@ -49,6 +49,7 @@ class Settings:
     verbose: bool = True
     early_stop: bool = False      # skip the full timing of clearly slower candidates
     early_stop_factor: float = 2.0
+    gpus: object = None           # GPUs that measure: None (all of the model), a count, ordinals
 
     def key_options(self, jit_impl) -> dict:
         """What besides the kernel and the problem decides which candidate wins."""

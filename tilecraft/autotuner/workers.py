@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from ..errors import TileError
 from .results import COMPILE_ERROR, OK, TIMEOUT, one_line
+from .space import factory_config, own_pass_configs
 from .store import source_hash
 
 UNAVAILABLE = "unavailable"   # the worker could not reach the factory: compile in the caller
@@ -144,7 +145,8 @@ def compile_task(task: CompileTask) -> CompileOutcome:
     try:
         with deadline(task.timeout):
             impl = jit_of(fn, task.out_idx, task.target, task.pass_configs)
-            impl(*task.args, **task.kwargs, **task.config)
+            impl.with_pass_configs(own_pass_configs(task.config))(
+                *task.args, **task.kwargs, **factory_config(task.config))
     except CompileTimeout as e:
         return CompileOutcome(task.index, TIMEOUT, str(e), time.perf_counter() - start)
     except Exception as e:  # noqa: BLE001 - a candidate's failure is data, reported per candidate
@@ -320,7 +322,8 @@ def compile_here(impl, problem, config: dict, timeout: float | None):
     start = time.perf_counter()
     try:
         with deadline(timeout):
-            kernel = impl(*problem.args, **problem.call_kwargs(config))
+            kernel = impl.with_pass_configs(own_pass_configs(config))(
+                *problem.args, **problem.call_kwargs(config))
     except CompileTimeout as e:
         return None, CompileOutcome(-1, TIMEOUT, str(e), time.perf_counter() - start)
     except TileError as e:

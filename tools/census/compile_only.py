@@ -152,7 +152,8 @@ def _first_config_only():
         if configs is None:
             configs = space.grid(space.recommended_space(self.factory, problem))
         chosen = (space.with_pins(configs, problem.pinned)[:1] or [{}])[0]
-        kernel = self.jit_impl(*args, **{**kwargs, **chosen})
+        kernel = self.jit_impl.with_pass_configs(space.own_pass_configs(chosen))(
+            *args, **{**kwargs, **space.factory_config(chosen)})
         # what tune() and AutoTuner.run() return: the one configuration, unmeasured
         return AutotuneResult(self.__name__, problem.describe(), "compile-only", dict(chosen),
                               float("nan"), [], kernel)
