@@ -106,7 +106,7 @@ def normalize_configs(configs, fn, span, name: str) -> list[dict]:
             if not isinstance(key, str):
                 raise TileError(f"autotune: config {i} of {name} has the key {key!r}; keys are "
                                 "parameter names", span)
-            if key == PASS_CONFIGS and key not in keyword_ok:
+            if key == PASS_CONFIGS:   # compile options, even where the factory has the name
                 _check_own_pass_configs(config[key], i, name, span)
                 continue
             if key not in keyword_ok and not takes_any:
