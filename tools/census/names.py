@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 import importlib
 
+from tilecraft.errors import TileError
+
 from .importalias import ALIASED, spelled, target_name
 
 
@@ -50,14 +52,15 @@ def first_missing(dotted: str) -> str | None:
         try:
             obj = importlib.import_module(target_name(".".join(parts[:i])))
             i += 1
-        except ImportError:
+        except (ImportError, TileError):  # TileError: a module tilecraft refuses by name
             break
     if obj is None:
         return parts[0]
     for j in range(i - 1, len(parts)):  # parts[i - 1] is no module: attributes from there on
-        if not hasattr(obj, parts[j]):
+        try:
+            obj = getattr(obj, parts[j])
+        except (AttributeError, TileError):
             return ".".join(parts[:j + 1])
-        obj = getattr(obj, parts[j])
     return None
 
 
