@@ -5,6 +5,7 @@ TileError with the span of the construct at fault, so the message points at the 
 """
 from __future__ import annotations
 
+import importlib
 import linecache
 import os
 import sys
@@ -123,18 +124,19 @@ def current_span() -> Span | None:
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_IMPORTLIB_DIR = os.path.dirname(os.path.abspath(importlib.__file__))  # import_module's frames
 _inside: dict = {}  # code file name -> whether it is a module of this package
 
 
 def _in_package(filename: str) -> bool:
     # IR built outside the frontend asks for its caller on every expression: tens of thousands
     # of stack walks while lowering one kernel, each frame's file resolved once here.
-    # The import machinery's frozen frames count as ours: an error raised while a tilecraft
-    # module is imported points at the user's import line.
+    # The import machinery's frames (frozen, and importlib's own) count as ours: an error
+    # raised while a tilecraft module is imported points at the user's import line.
     found = _inside.get(filename)
     if found is None:
         found = _inside[filename] = filename.startswith("<frozen ") or \
-            os.path.abspath(filename).startswith(_PACKAGE_DIR)
+            os.path.abspath(filename).startswith((_PACKAGE_DIR, _IMPORTLIB_DIR))
     return found
 
 

@@ -1,8 +1,9 @@
 """TileLang modules tilecraft does not have: naming one is a clear error that says what it is.
 
 `tilelang.tvm` (the TVM that TileLang's compiler is built on), `tilelang.cuda` (its emitters of
-CUDA intrinsics for hand-written kernels), `tilelang.rocm` and `tilelang.tools.cuda` (iket,
-intra-kernel event tracing) have no counterpart: tilecraft is its own compiler, with neither
+CUDA intrinsics for hand-written kernels), `tilelang.rocm`, `tilelang.tools.cuda` (iket,
+intra-kernel event tracing) and `tilelang.language.dtypes` (its dtype module's internals) have
+no counterpart: tilecraft is its own compiler, with neither
 TVM's IR nor its macro library. A script that reaches one by attribute (`tilecraft.tvm`, `from
 tilecraft import tvm`) or by import (`import tilecraft.cuda.intrinsics`) stops on a TileError
 that names it, instead of an AttributeError or ModuleNotFoundError that reads like a typo.
@@ -21,6 +22,8 @@ MODULES = {
             "cover what they are used for",
     "rocm": "TileLang's AMD backend",
     "tools.cuda": "iket, TileLang's intra-kernel event tracing",
+    "language.dtypes": "the module behind TileLang's dtype objects, with its private tables; "
+                       "T.float16, T.dtype(...) and tilecraft.DataType are tilecraft's dtypes",
 }
 
 

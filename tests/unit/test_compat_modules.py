@@ -33,6 +33,8 @@ def test_a_tilelang_module_tilecraft_lacks_is_named_by_attribute(name):
     ("from tilecraft import tvm", "tvm"),
     ("import tilecraft.cuda.intrinsics.layout", "cuda"),
     ("from tilecraft.tools.cuda import iket", "tools.cuda"),
+    ("from tilecraft.language.dtypes import dtype", "language.dtypes"),
+    ("import importlib; importlib.import_module('tilecraft.rocm')", "rocm"),
 ])
 def test_importing_one_points_at_the_import_line(tmp_path, statement, name):
     script = tmp_path / "script.py"
