@@ -44,10 +44,11 @@ class JITImpl:
         decorator's are."""
         if not extra:
             return self
-        key = repr(sorted((str(k), repr(v)) for k, v in dict(extra).items()))
+        checked = check_pass_configs(extra)   # plain string keys: one entry per setting
+        key = repr(sorted(checked.items()))
         found = self._with.get(key)
         if found is None:
-            configs = {**self.options["pass_configs"], **check_pass_configs(extra)}
+            configs = {**self.options["pass_configs"], **checked}
             found = self._with[key] = JITImpl(self.factory, self.out_idx, self.target,
                                               {**self.options, "pass_configs": configs},
                                               self.declared_at)

@@ -19,7 +19,6 @@ from concurrent.futures import as_completed
 from dataclasses import dataclass
 
 from .. import knobs, placement
-from ..target import cost_target_for
 from ..errors import TileError
 from . import gpus, space, store, workers
 from . import measure as measuring
@@ -75,8 +74,7 @@ def run(tuned, problem: space.Problem, configs: list | None) -> AutotuneResult:
             raise TileError(f"autotune {name}: measuring candidates compiled for {arch} needs "
                             f"such a GPU, and {where}; tune with target='interp' to exercise "
                             "tuning on the CPU, or pass measure=", span)
-    cost_target = s.cost_target or cost_target_for(
-        device if device not in ("cpu", "no-gpu") else None, arch)
+    cost_target = s.cost_target or placement.machine_target(tuned.jit_impl.target)
     if configs is None:
         fraction = s.top_fraction if s.top_fraction is not None else space.RECOMMENDED_FRACTION
         grid = space.recommended_space(fn, problem)

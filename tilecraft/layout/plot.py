@@ -12,7 +12,9 @@ from .fragment import Fragment
 from .layout import Layout
 
 
-def _cells(layout: Layout) -> np.ndarray:
+def layout_cells(layout: Layout) -> np.ndarray:
+    """The tile's cells as render_fragment and tools.plot_layout show them: a Fragment's
+    owning thread and local slot, a Layout's physical index."""
     tab = layout.table()
     if isinstance(layout, Fragment):
         threads, locals_ = tab[..., 0], tab[..., 0, 1]
@@ -32,7 +34,7 @@ def render_fragment(layout: Layout, max_rows: int = 64, max_cols: int = 32) -> s
     """The tile as a grid: for a Fragment each cell is "T<thread>:<local>" ("T<first>+<more>"
     when replicated), for a Layout the physical index. 1-d tiles print as one row; tiles with
     more than 2 dims print their last two dims for each leading index."""
-    cells = _cells(layout)
+    cells = layout_cells(layout)
     if cells.ndim == 1:
         cells = cells.reshape(1, -1)
     blocks = []

@@ -11,7 +11,7 @@ import os
 from ..errors import TileError
 from ..layout import render_fragment
 from ..layout.layout import Layout
-from ..layout.plot import _cells
+from ..layout.plot import layout_cells
 
 _IMAGES = ("png", "pdf", "svg")
 
@@ -52,7 +52,7 @@ def _draw(layout, path: str, title: str) -> None:
     except ImportError:
         raise TileError(f"plot_layout: {os.path.basename(path)} needs matplotlib (pip install "
                         "matplotlib); formats='txt' writes the grid as text") from None
-    cells = _cells(layout)
+    cells = layout_cells(layout)
     cells = cells.reshape(-1, cells.shape[-1]) if cells.ndim > 1 else cells.reshape(1, -1)
     rows, cols = cells.shape
     fig, ax = plt.subplots(figsize=(max(4, cols * 0.5), max(2, rows * 0.35)))
