@@ -35,6 +35,8 @@ from tilecraft.autotuner.space import RECOMMENDED_FRACTION, keep_count, predict_
 from tilecraft.autotuner.workers import CompileTimeout, deadline
 from tilecraft.carver.recommend import preference, underlying
 from tilecraft.errors import TileError
+from tilecraft.placement import machine_target
+from tilecraft.target import cost_target_for
 
 SHAPES = [(512, 1024, 8192), (512, 12288, 12288), (512, 28672, 8192), (2048, 12288, 49152),
           (4096, 1024, 7168), (4096, 14336, 14336), (4096, 28672, 8192), (8192, 8192, 28672),
@@ -43,7 +45,7 @@ SPACE = {"block_M": [64, 128, 256], "block_N": [64, 128, 256], "block_K": [32, 6
          "num_stages": [2, 3, 4], "threads": [128, 256]}
 FIXED = {"swizzle_panel": 8}
 MIN_LEGAL = 100            # the search must cover at least this many legal configs per shape
-COST_TARGET = "h100"       # the cost model's hardware
+COST_TARGET = None         # the cost model's hardware (--target): the measured GPU's model
 COMPILE_TIMEOUT_S = 180.0  # per configuration, inside the worker
 MAX_REL_ERROR = 1e-2       # fp16 output of an fp32-accumulated product is ~1e-4 off
 WITHIN = 0.02
@@ -72,7 +74,7 @@ def spread(items: list, n) -> list:
 def compile_and_predict(task) -> dict:
     """A worker's job for one (shape, config): compile it exactly as the parent will (so the
     parent's compile is a hit in the disk cache under TILECRAFT_CACHE_DIR) and predict it."""
-    si, ci, shape, config, arch = task
+    si, ci, shape, config, arch, cost_target = task
     out = {"shape": si, "index": ci, "status": "ok", "message": ""}
     start = time.perf_counter()
     try:
@@ -87,7 +89,7 @@ def compile_and_predict(task) -> dict:
     except Exception as e:  # noqa: BLE001 - a compiler bug is reported, not mistaken for illegal
         out.update(status="error", message=f"{type(e).__name__}: {e}".splitlines()[0])
     out["compile_s"] = time.perf_counter() - start
-    pred = predict_one(underlying(matmul), shape, {}, config, COST_TARGET, COMPILE_TIMEOUT_S)
+    pred = predict_one(underlying(matmul), shape, {}, config, cost_target, COMPILE_TIMEOUT_S)
     out.update(predicted_s=pred.time if math.isfinite(pred.time) else None,
                model_reason=pred.reason, model_smem=pred.smem, model_regs=pred.regs)
     return out
@@ -95,7 +97,7 @@ def compile_and_predict(task) -> dict:
 
 def compile_all(shapes, configs, arch, workers) -> list:
     """rows[si][ci]: each configuration's compile outcome and prediction, all shapes at once."""
-    tasks = [(si, ci, shape, cfg, arch) for si, shape in enumerate(shapes)
+    tasks = [(si, ci, shape, cfg, arch, COST_TARGET) for si, shape in enumerate(shapes)
              for ci, cfg in enumerate(configs)]
     rows = [[None] * len(configs) for _ in shapes]
     start, step = time.time(), max(1, len(tasks) // 20)
@@ -151,6 +153,9 @@ def rerank(path: str, shapes=None) -> list:
     (status) and the measured times stay those of the stored run."""
     with open(path) as f:
         stored = json.load(f)
+    global COST_TARGET
+    if COST_TARGET is None:  # the model of the GPU the search was measured on
+        COST_TARGET = cost_target_for(stored["facts"].get("gpu"), stored["settings"]["arch"])
     by_shape: dict = {}
     for r in stored["rows"]:
         by_shape.setdefault(r["shape"], []).append(r)
@@ -313,8 +318,12 @@ def main(argv=None):
     p.add_argument("--timer", choices=["flushed", "idle"], default=TIMER,
                    help="flushed: the autotuner's timer (L2 flushed, back to back); idle: warm "
                         "L2 with the GPU idling between runs")
+    p.add_argument("--target", default=None,
+                   help="the cost model's hardware (h100, h200, ...; default: the model of "
+                        "the GPU measured, for --rerank the one the search was measured on)")
     args = p.parse_args(argv)
     globals()["TIMER"] = args.timer
+    globals()["COST_TARGET"] = args.target
     if args.rerank:
         summaries = rerank(args.rerank, parse_shapes(args.shapes) if args.shapes else None)
         print(rerank_table(summaries), flush=True)
@@ -330,6 +339,7 @@ def main(argv=None):
         import torch
         from tilecraft.backends.cuda.runtime.device import current_arch
         arch = current_arch()
+    globals()["COST_TARGET"] = args.target or machine_target(arch)
     print(f"{len(shapes)} shapes x {len(configs)} configs for {arch}, {args.workers} workers",
           flush=True)
     rows = compile_all(shapes, configs, arch, args.workers)

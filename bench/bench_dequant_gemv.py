@@ -28,7 +28,7 @@ GROUP = 32
 SHAPES = "1024x8192,8192x8192,28672x8192,8192x28672"
 # block_N x block_K x threads [x num_stages] of dequant_gemv_fast, an "s" after it for
 # through_shared=True; the first is the example's default.
-FAST = "8x1024x128x2,8x1024x128x1,4x1024x128x2"
+FAST = "4x2048x256x2,8x1024x128x2,4x2048x256x3"
 
 
 def kernels(N, K, fast_configs, target=None, theirs=None):

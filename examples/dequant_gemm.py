@@ -128,18 +128,20 @@ def dequant_gemv(M, N, K, group_size=32, block_N=64, block_K=128, threads=128,
 
 
 @tilecraft.jit(out_idx=[-1])
-def dequant_gemv_fast(M, N, K, group_size=32, block_N=8, block_K=1024, threads=128,
+def dequant_gemv_fast(M, N, K, group_size=32, block_N=4, block_K=2048, threads=256,
                       num_stages=2, through_shared=False, dtype="float16",
                       accum_dtype="float32"):
-    """The decode GEMV at memory bandwidth: each warp owns whole rows of weights and splits
-    K across its lanes (block_K // 2 bytes of a row are 16 bytes a lane, loaded as one
-    vector), so the reduction along K is warp shuffles and no barrier; a block holds only
-    block_N rows, so N = 8192 gives 1024 blocks and every SM keeps many warps' loads in
-    flight, and T.Pipelined loads the next num_stages - 1 tiles while one is unpacked. The
-    weights are unpacked and scaled in float16 as in the GEMM, and each thread keeps its
-    products summed per element across the K loop in float16 (K / block_K terms each, so the
-    element-wise work runs two weights per instruction: the compiler's f16x2 code and
-    nibble-pair conversion); the warp reduces them once at the end, in float32.
+    """The decode GEMV at memory bandwidth: a block owns block_N rows of weights and spreads
+    each step's block_K weights of a row over its threads (with the defaults half the
+    threads serve a pair of rows, a 16-weight slice of both a thread), so a thread keeps few
+    registers and many blocks share an SM: the many loads in flight a memory-bound kernel
+    needs. The reduction along K is warp shuffles and one exchange through shared memory at
+    the end, with no barrier in the loop; T.Pipelined loads the next num_stages - 1 tiles
+    while one is unpacked. The weights are unpacked and scaled in float16 as in the GEMM, and
+    each thread keeps its products summed per element across the K loop in float16 (K /
+    block_K terms each, so the element-wise work runs two weights per instruction: the
+    compiler's f16x2 code and nibble-pair conversion); the block reduces them once at the end,
+    in float32.
     through_shared: the tiles are copied into shared memory first (asynchronous copies, the
     next num_stages - 1 tiles in flight without holding registers), then into registers."""
     assert K % 2 == 0 and block_K % 2 == 0, "two 4-bit weights per byte: K must be even"

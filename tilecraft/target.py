@@ -75,9 +75,12 @@ class Target:
     tensor_flops: dict            # operand dtype -> FLOP/s (dense, fp32 accumulate)
     cuda_ops: dict                # dtype -> lane ops/s
     sfu_ops: float                # special-function ops/s
-    dram_latency_s: float         # a global load's round trip (estimate)
-    l2_latency_s: float           # an L2 hit's round trip (estimate)
+    dram_latency_s: float         # a global load's round trip while every SM streams
+    l2_latency_s: float           # an L2 hit's round trip while every SM streams
     launch_s: float               # launch overhead of one kernel (estimate / measured)
+    first_load_s: float           # a wave's first load (and its last store) before the
+    #                               memory system is loaded: the part of a block's time no
+    #                               pipeline hides, paid twice per wave (estimate)
     mma_sync_fraction: float = 1.0  # mma.sync's tensor rate relative to the rates above
     phase_cycles: int = 40        # fixed latency of one tile op inside a loop body: the
     #                               dependent issue / barrier / pipeline drain between
@@ -140,7 +143,7 @@ H100 = Target(
     # exhaustive GEMM searches, where pipeline depth decides the small-M shapes; these sit in
     # the middle of the range that ranks a config within 2% of the best into the top 5% for
     # every shape (the calibration and the search since: bench/carver_search.md).
-    dram_latency_s=1.5e-6, l2_latency_s=1.0e-6,
+    dram_latency_s=1.5e-6, l2_latency_s=1.0e-6, first_load_s=1.5e-6,
     mma_sync_fraction=_HOPPER_MMA_SYNC,
     launch_s=3e-6,  # measured: empty-kernel launch 2.8-5.6 us (tritonbench, TileLang)
     notes=("L2 bandwidth is not published; modelled as 64 B/clk/SM at boost clock "
@@ -169,7 +172,10 @@ H200 = Target(
     cuda_ops={"float32": 67e12 / 2, "float16": 67e12 / 2, "bfloat16": 67e12 / 2,
               "float64": 34e12 / 2},
     sfu_ops=_per_chip(132, 16, _H100_CLOCK),
-    dram_latency_s=0.6e-6, l2_latency_s=0.3e-6, launch_s=3e-6,
+    # The H100's loaded latencies: the same SMs, L2 and TMA (only the HBM differs), and they
+    # rank an exhaustive GEMM search measured on an H200 as well as on the H100
+    # (bench/carver_search.md).
+    dram_latency_s=1.5e-6, l2_latency_s=1.0e-6, first_load_s=0.6e-6, launch_s=3e-6,
     mma_sync_fraction=_HOPPER_MMA_SYNC,
 )
 
@@ -195,7 +201,7 @@ A100 = Target(
     cuda_ops={"float32": 19.5e12 / 2, "float16": 19.5e12 / 2, "bfloat16": 19.5e12 / 2,
               "float64": 9.7e12 / 2},
     sfu_ops=_per_chip(108, 16, _A100_CLOCK),
-    dram_latency_s=0.7e-6, l2_latency_s=0.35e-6, launch_s=3e-6,
+    dram_latency_s=0.7e-6, l2_latency_s=0.35e-6, first_load_s=0.7e-6, launch_s=3e-6,
 )
 
 # --- NVIDIA GeForce RTX 4090 --------------------------------------------------------------
@@ -220,7 +226,7 @@ RTX4090 = Target(
     cuda_ops={"float32": 82.6e12 / 2, "float16": 82.6e12 / 2, "bfloat16": 82.6e12 / 2,
               "float64": 82.6e12 / 2 / 64},
     sfu_ops=_per_chip(128, 16, _RTX4090_CLOCK),
-    dram_latency_s=0.6e-6, l2_latency_s=0.3e-6, launch_s=3e-6,
+    dram_latency_s=0.6e-6, l2_latency_s=0.3e-6, first_load_s=0.6e-6, launch_s=3e-6,
 )
 
 TARGETS = {t.name: t for t in (H100, H200, A100, RTX4090)}

@@ -18,11 +18,11 @@ Refinements, each a single stated rule:
   active SMs) / latency;
 - memory and compute overlap only when a loop with global loads is software-pipelined
   (num_stages >= 2) or at least two blocks share an SM; otherwise their times add;
-- t_intrinsic = launch overhead + waves x 2 x DRAM latency (each wave's first load and last
-  store are not hidden: pipeline prologue and epilogue) + a fixed latency for every tile op
-  executed inside a loop (target.phase_cycles: the dependent issue, barrier and drain between
-  the phases of an iteration), spread over the SMs and overlapped between the blocks resident
-  on one SM. This is what makes many thin iterations (block_K = 16, block_N = 16) cost more
+- t_intrinsic = launch overhead + waves x 2 x first-load latency (each wave's first load and
+  last store are not hidden: pipeline prologue and epilogue) + a fixed latency for every tile
+  op executed inside a loop (target.phase_cycles: the dependent issue, barrier and drain
+  between the phases of an iteration), spread over the SMs and overlapped between the
+  warpgroups that issue on one SM (its resident blocks' consumer warpgroups). This is what makes many thin iterations (block_K = 16, block_N = 16) cost more
   than few thick ones at equal traffic and FLOPs. A loop that loads from global memory
   without a software pipeline (num_stages <= 1) adds one L2 latency per iteration, likewise
   spread over the SMs and the blocks they hold (one-stage GEMM configs measured far slower
@@ -295,14 +295,19 @@ def _time(t: Target, kernel: Kernel, res: Resources, lc: LaunchCounts, bps: int)
     mem = max(terms[k] for k in MEMORY_UNITS)
     comp = max(terms[k] for k in COMPUTE_UNITS)
     t_roof = max(mem, comp) if overlapped else mem + comp
-    t_loops = (lc.loop_phases / (active_sms * resident)) * t.phase_cycles / t.clock_hz
+    # The fixed latency between an iteration's phases is hidden by the other warpgroups that
+    # issue on the SM: those of the other resident blocks, and a block's own other consumer
+    # warpgroups (one waits at a barrier while the other's wgmma batch runs).
+    consumer_groups = max(1, (res.threads - res.producer_threads) // 128)
+    t_loops = (lc.loop_phases / (active_sms * resident * consumer_groups)) * t.phase_cycles \
+        / t.clock_hz
     # A loop without a software pipeline waits for its loads in every iteration; the blocks
     # sharing an SM hide each other's waits. So does a warp-specialized loop of two stages:
     # its consumers keep a wgmma batch in flight and free a stage one iteration late, so the
     # producer's next load starts only as the last batch retires.
     waits = lc.exposed_loads + (lc.two_stage_loads if res.producer_threads else 0)
     t_exposed = waits / (active_sms * resident) * t.l2_latency_s
-    t_intr = t.launch_s + waves * 2 * t.dram_latency_s + t_loops + t_exposed
+    t_intr = t.launch_s + waves * 2 * t.first_load_s + t_loops + t_exposed
     bound = max(terms, key=lambda k: terms[k])
     return Cost(t.name, lc.grid, blocks, res, waves, hbm, lc.hbm_read, lc.hbm_write,
                 lc.l2_bytes, lc.smem_bytes, lc.tensor_flops, lc.cuda_ops, lc.sfu_ops, terms,

@@ -46,10 +46,12 @@ def _launch_bound(kernel, t) -> float:
     blocks = lc.num_blocks
     waves = math.ceil(blocks / (t.num_sms * most))
     resident = min(most, math.ceil(blocks / t.num_sms))
-    spread = min(t.num_sms, blocks) * resident
+    # Loop phases spread over the resident blocks and each block's consumer warpgroups: at
+    # most every thread of the block is one (the model's own count is never larger).
+    spread = min(t.num_sms, blocks) * resident * max(1, lc.threads // 128)
     loops = lc.loop_phases / spread * t.phase_cycles / t.clock_hz
     exposed = lc.exposed_loads / spread * t.l2_latency_s
-    return max(terms) + t.launch_s + waves * 2 * t.dram_latency_s + loops + exposed
+    return max(terms) + t.launch_s + waves * 2 * t.first_load_s + loops + exposed
 
 
 def best_candidates(factory, args, configs: list, target, keep=None, fraction=None) -> list:
