@@ -26,9 +26,22 @@ import tilecraft
 
 GROUP = 32
 SHAPES = "1024x8192,8192x8192,28672x8192,8192x28672"
-# block_N x block_K x threads [x num_stages] of dequant_gemv_fast, an "s" after it for
-# through_shared=True; the first is the example's default.
+# dequant_gemv_fast configs (fast_config); the first is the example's default.
 FAST = "4x2048x256x2,8x1024x128x2,4x2048x256x3"
+
+
+def fast_config(text: str) -> dict:
+    """dequant_gemv_fast's keywords from "block_N x block_K x threads [x num_stages]", then
+    "s" for through_shared and "b<n>" for T.annotate_min_blocks_per_sm(n), in that order."""
+    head, _, blocks = text.partition("b")
+    shared = head.endswith("s")
+    bn, bk, t, *stages = (int(x) for x in head.rstrip("s").split("x"))
+    out = dict(block_N=bn, block_K=bk, threads=t, through_shared=shared)
+    if stages:
+        out["num_stages"] = stages[0]
+    if blocks:
+        out["min_blocks_per_sm"] = int(blocks)
+    return out
 
 
 def kernels(N, K, fast_configs, target=None, theirs=None):
@@ -38,19 +51,12 @@ def kernels(N, K, fast_configs, target=None, theirs=None):
     out = [("dequant_gemv", tilecraft.compile(dequant_gemv.__wrapped__(1, N, K, GROUP),
                                               out_idx=[-1], target=target))]
     for config in fast_configs:
-        bn, bk, t, *stages = (int(x) for x in config.rstrip("s").split("x"))
-        extra = dict(num_stages=stages[0]) if stages else {}
-        func = dequant_gemv_fast.__wrapped__(1, N, K, GROUP, block_N=bn, block_K=bk, threads=t,
-                                             through_shared=config.endswith("s"), **extra)
-        label = f"fast {config}"
-        out.append((label, tilecraft.compile(func, out_idx=[-1], target=target)))
-    bn, bk, t, *stages = (int(x) for x in fast_configs[0].rstrip("s").split("x"))
-    extra = dict(num_stages=stages[0]) if stages else {}
+        func = dequant_gemv_fast.__wrapped__(1, N, K, GROUP, **fast_config(config))
+        out.append((f"fast {config}", tilecraft.compile(func, out_idx=[-1], target=target)))
     for label, builder, kwargs in (
             ("TileLang dequant_gemv", "dequant_gemv", {}),
             (f"TileLang fast {fast_configs[0]}", "dequant_gemv_fast",
-             dict(block_N=bn, block_K=bk, threads=t,
-                  through_shared=fast_configs[0].endswith("s"), **extra))):
+             fast_config(fast_configs[0]))):
         kernel = build_under_tilelang(theirs, builder, 1, N, K, GROUP, **kwargs)
         if kernel is not None:
             out.append((label, kernel))

@@ -129,8 +129,8 @@ def dequant_gemv(M, N, K, group_size=32, block_N=64, block_K=128, threads=128,
 
 @tilecraft.jit(out_idx=[-1])
 def dequant_gemv_fast(M, N, K, group_size=32, block_N=4, block_K=2048, threads=256,
-                      num_stages=2, through_shared=False, dtype="float16",
-                      accum_dtype="float32"):
+                      num_stages=2, through_shared=False, min_blocks_per_sm=None,
+                      dtype="float16", accum_dtype="float32"):
     """The decode GEMV at memory bandwidth: a block owns block_N rows of weights and spreads
     each step's block_K weights of a row over its threads (with the defaults half the
     threads serve a pair of rows, a 16-weight slice of both a thread), so a thread keeps few
@@ -143,7 +143,9 @@ def dequant_gemv_fast(M, N, K, group_size=32, block_N=4, block_K=2048, threads=2
     compiler's f16x2 code and nibble-pair conversion); the block reduces them once at the end,
     in float32.
     through_shared: the tiles are copied into shared memory first (asynchronous copies, the
-    next num_stages - 1 tiles in flight without holding registers), then into registers."""
+    next num_stages - 1 tiles in flight without holding registers), then into registers.
+    min_blocks_per_sm: T.annotate_min_blocks_per_sm, registers capped so that many blocks
+    fit on an SM."""
     assert K % 2 == 0 and block_K % 2 == 0, "two 4-bit weights per byte: K must be even"
     scales = scales_per_tile(block_K, group_size)
     num_groups = T.ceildiv(K, group_size)
@@ -161,6 +163,8 @@ def dequant_gemv_fast(M, N, K, group_size=32, block_N=4, block_K=2048, threads=2
             S_local = T.alloc_fragment((block_N, scales), dtype)
             partial = T.alloc_fragment((block_N, block_K), dtype)
             acc = T.alloc_fragment((block_N,), accum_dtype)
+            if min_blocks_per_sm:
+                T.annotate_min_blocks_per_sm(min_blocks_per_sm)
 
             if through_shared:
                 A_shared = T.alloc_shared((block_K,), dtype)

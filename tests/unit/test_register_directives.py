@@ -2,7 +2,9 @@
 T.annotate_consumer_reg_alloc: a warp-specialized kernel of 256 consumer threads moves
 registers from its producer to its consumers (setmaxnreg) unless told not to, and with the
 counts the user gives; checked in the sm_90a CUDA source and on the sm_90a emulator, with the
-error for a count setmaxnreg cannot take."""
+error for a count setmaxnreg cannot take. T.annotate_min_blocks_per_sm: the second argument of
+__launch_bounds__, in a plain kernel and a warp-specialized one (which then moves no
+registers)."""
 import numpy as np
 import pytest
 
@@ -74,3 +76,47 @@ def test_a_count_setmaxnreg_cannot_take():
         return main
     expect(program, "T.annotate_consumer_reg_alloc: setmaxnreg takes a register count that is a "
            "multiple of 8 in [24, 256], got 250", "T.annotate_consumer_reg_alloc(")
+
+
+def elementwise(blocks):
+    @T.prim_func
+    def main(A: T.Tensor((1024,), "float32"), B: T.Tensor((1024,), "float32")):
+        with T.Kernel(8, threads=128) as bx:
+            T.annotate_min_blocks_per_sm(blocks)
+            for i in T.Parallel(128):
+                B[bx * 128 + i] = A[bx * 128 + i] * 2.0
+    return main
+
+
+def test_min_blocks_per_sm_is_the_launch_bounds_second_argument():
+    assert "__launch_bounds__(128, 6)" in source(elementwise(6))
+    assert "__launch_bounds__(128, 1)" in source(elementwise(1))
+    a = np.arange(1024, dtype=np.float32)
+    got = tilecraft.compile(elementwise(6), out_idx=[1], target="emulator:sm_90a")(a)
+    np.testing.assert_array_equal(got, a * 2)
+
+
+def test_min_blocks_per_sm_in_a_warp_specialized_kernel_moves_no_registers():
+    text = source(gemm(lambda: T.annotate_min_blocks_per_sm(2)))
+    assert "tc::is_producer_leader" in text and "setmaxnreg" not in text
+    assert "__launch_bounds__(288, 2)" in text  # a producer warp: no registers to give
+
+
+@pytest.mark.parametrize("n", [0, 33, 2.0, True])
+def test_a_block_count_launch_bounds_cannot_take(n):
+    def program():
+        @T.prim_func
+        def main(A: T.Tensor((16,), "float32")):
+            with T.Kernel(1, threads=128):
+                T.annotate_min_blocks_per_sm(n)  # <- here
+        return main
+    expect(program, f"T.annotate_min_blocks_per_sm: takes a number of blocks in [1, 32], got "
+           f"{n!r}", "T.annotate_min_blocks_per_sm(")
+
+
+def test_kernels_that_differ_only_in_a_directive_have_different_text():
+    """The program cache is keyed by the tile IR's text: a directive must change it."""
+    texts = {gemm(d).script() for d in (None, T.disable_warp_group_reg_alloc,
+                                        lambda: T.annotate_min_blocks_per_sm(2),
+                                        lambda: T.annotate_consumer_reg_alloc(232))}
+    assert len(texts) == 4

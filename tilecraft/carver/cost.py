@@ -44,7 +44,7 @@ from ..ir.visitor import walk
 from ..passes.parallel_nests import allocated, gather_targets
 from ..analysis.counts import MMA_DTYPES, LaunchCounts, _stages, tile_counts, with_hbm_reads
 from ..target import Target, get_target
-from ..ir.annotations import LAYOUTS, PRODUCER_THREADS, SMEM_BYTES
+from ..ir.annotations import LAYOUTS, MIN_BLOCKS_PER_SM, PRODUCER_THREADS, SMEM_BYTES
 
 REG_OVERHEAD = 32      # addresses, loop counters, indices, predicates (estimate)
 REG_GRANULE = 8        # registers per thread are allocated in multiples of 8
@@ -176,7 +176,8 @@ def _register_roles(t: Target, consumer: int, producer: int, regs: int, problems
     bounds allow (the whole file over the block's threads): the block then holds every register
     of the SM, one block per SM, and the consumers may grow to warp_specialize's setmaxnreg."""
     threads = consumer + producer
-    grown = _rules(t.arch).consumer_registers(consumer) if producer else None
+    # No register moving where the producer is a warp (setmaxnreg acts on warpgroups).
+    grown = _rules(t.arch).consumer_registers(consumer) if producer >= 128 else None
     if grown is not None:
         if regs > grown:
             problems.append(f"about {regs} registers per consumer thread > {grown} (setmaxnreg)")
@@ -222,6 +223,9 @@ def resources(kernel: Kernel, ftg: FTG, target: Target, layouts=None,
                 # wgmma reads shared operands straight from their descriptors.
                 staging = max(staging, (m // sm // 16) * 4 + (n // sn // 8) * 2)
     regs = math.ceil((regs + staging) / REG_GRANULE) * REG_GRANULE
+    wanted = kernel.attrs.get(MIN_BLOCKS_PER_SM)
+    if wanted:  # T.annotate_min_blocks_per_sm: ptxas keeps within the n-th share (or spills)
+        regs = min(regs, t.regs_per_sm // (wanted * threads) // REG_GRANULE * REG_GRANULE)
     if smem_bytes is not None:
         smem = smem_bytes
     if threads > t.max_threads_per_block:

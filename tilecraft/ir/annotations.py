@@ -71,6 +71,9 @@ TENSOR_MAPS = "tensor_maps"
 REGISTER_REALLOC = "register_realloc"
 PRODUCER_REGISTER_COUNT = "producer_register_count"
 CONSUMER_REGISTER_COUNT = "consumer_register_count"
+# the user (T.annotate_min_blocks_per_sm): the blocks an SM should hold at once, the second
+# argument of __launch_bounds__ (ptxas then caps the registers a thread takes).
+MIN_BLOCKS_PER_SM = "min_blocks_per_sm"
 
 # Loop annotations.
 # T.Pipelined: the stages the user asked for.

@@ -128,6 +128,12 @@ class Printer:
             names = ", ".join(self.name(v) for v in s.block_vars)
             target = names if len(s.block_vars) == 1 else f"({names})"
             self.emit(depth, f"with T.Kernel({grid}, threads={threads}) as {target}:")
+            # Scalar attributes (the user's register and occupancy directives, what passes
+            # decide): part of the text, so two kernels that differ only there never share
+            # a cache entry keyed by it.
+            for key, value in sorted(s.attrs.items()):
+                if isinstance(value, (bool, int, float, str)):
+                    self.emit(depth + 1, f"# attr {key} = {value!r}")
             for dim, v in enumerate(s.thread_bindings):
                 if v is not None:
                     self.emit(depth + 1, f"{self.name(v)} = T.get_thread_binding({dim})")

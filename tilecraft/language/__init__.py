@@ -22,7 +22,8 @@ from .math import reinterpret
 from .annotate import annotate_layout, use_swizzle
 from .layouts import Layout, Fragment
 from .registers import (disable_warp_group_reg_alloc, no_set_max_nreg,
-                        annotate_producer_reg_dealloc, annotate_consumer_reg_alloc)
+                        annotate_producer_reg_dealloc, annotate_consumer_reg_alloc,
+                        annotate_min_blocks_per_sm)
 from .threads import (get_thread_binding, get_thread_bindings, get_thread_extent,
                       get_thread_extents, get_block_binding, get_block_bindings,
                       get_block_extent, get_block_extents, thread_binding)

@@ -4,14 +4,15 @@ On sm_90a, a kernel whose pipelined loop gets a TMA producer warpgroup may move 
 the producer to the consumers (setmaxnreg) when the block's register file is what limits the
 consumers. These directives, written anywhere in a T.Kernel body, say what the user wants
 instead: no moving at all, or the counts each role takes. A kernel that is not warp-specialized
-has one role, and they change nothing in it.
+has one role, and they change nothing in it. T.annotate_min_blocks_per_sm asks for a number of
+blocks an SM holds at once, which caps the registers of every thread.
 """
 from __future__ import annotations
 
 from ..errors import TileError, current_span
 from ..frontend import builder as bld
-from ..ir.annotations import (CONSUMER_REGISTER_COUNT, PRODUCER_REGISTER_COUNT,
-                              REGISTER_REALLOC)
+from ..ir.annotations import (CONSUMER_REGISTER_COUNT, MIN_BLOCKS_PER_SM,
+                              PRODUCER_REGISTER_COUNT, REGISTER_REALLOC)
 
 
 def _set(what: str, key: str, value):
@@ -47,3 +48,18 @@ def annotate_consumer_reg_alloc(reg_count: int = 240):
     """The registers each consumer thread takes (setmaxnreg.inc) when registers move."""
     what = "T.annotate_consumer_reg_alloc"
     _set(what, CONSUMER_REGISTER_COUNT, _count(what, reg_count))
+
+
+def annotate_min_blocks_per_sm(n: int):
+    """At least n blocks of this kernel resident on an SM: the second argument of
+    __launch_bounds__, so ptxas keeps a thread's registers within the register file's n-th
+    share of the block (spilling if it must). For memory-bound kernels whose registers, not
+    their work, limit the loads an SM keeps in flight. A warp-specialized kernel then moves
+    no registers between its roles (setmaxnreg assumes the block has the SM to itself)."""
+    what = "T.annotate_min_blocks_per_sm"
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 32:
+        raise TileError(f"{what}: takes a number of blocks in [1, 32], got {n!r}",
+                        current_span())
+    _set(what, MIN_BLOCKS_PER_SM, n)
+    if n > 1:
+        _set(what, REGISTER_REALLOC, False)

@@ -43,7 +43,6 @@ _TILELANG = {
 "loop_break": "a loop break",
     # layout and scheduling annotations
     "annotate_l2_hit_ratio": "an L2 persisting-access hint",
-    "annotate_min_blocks_per_sm": "the second argument of __launch_bounds__",
     "annotate_safe_value": "the value of out-of-bounds loads",
     "annotate_restrict_buffers": "non-__restrict__ parameters",
     "set_max_nreg": "an explicit setmaxnreg",

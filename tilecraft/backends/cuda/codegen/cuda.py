@@ -23,8 +23,9 @@ from ....ir.buffer import GLOBAL, LOCAL, LOCAL_VAR, Buffer, is_shared
 from ....ir.expr import Binary, BufferLoad, Call, Cast, Const, Select, Unary, Var
 from ....ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel,
                        PrimFunc, SeqStmt)
-from ....ir.annotations import (CLUSTER_DIMS, PERSISTENT_BLOCKS, PRODUCER_THREADS, SMEM_ARENA,
-                                TENSOR_MAPS, USE_SWIZZLE, WARPGROUP_THREAD)
+from ....ir.annotations import (CLUSTER_DIMS, MIN_BLOCKS_PER_SM, PERSISTENT_BLOCKS,
+                                PRODUCER_THREADS, SMEM_ARENA, TENSOR_MAPS, USE_SWIZZLE,
+                                WARPGROUP_THREAD)
 from ..intrinsics import (BIASED_INT_TO_FLOAT, BIASED_INT_TO_HALF, BIT_CAST, CVT, MAX, MIN,
                           NAMESPACE, RASTERIZE, RASTERIZE_CLUSTERED)
 
@@ -396,9 +397,13 @@ class CudaEmitter:
                           if kind in ("tensor", "workspace") else f"{ctype} {self.name(obj)}")
         threads = k.num_threads
         # A warp-specialized kernel shares its register file between roles (setmaxnreg), which
-        # ptxas honours only with a register count fixed at entry: one block per SM.
-        bounds = (f"{launch_threads(k)}, 1" if k.attrs.get(PRODUCER_THREADS)
-                  else f"{threads}")
+        # ptxas honours only with a register count fixed at entry: one block per SM, unless
+        # the user asked for more (T.annotate_min_blocks_per_sm: then no setmaxnreg).
+        blocks = k.attrs.get(MIN_BLOCKS_PER_SM)
+        if k.attrs.get(PRODUCER_THREADS):
+            bounds = f"{launch_threads(k)}, {blocks or 1}"
+        else:
+            bounds = f"{threads}, {blocks}" if blocks else f"{threads}"
         cluster = k.attrs.get(CLUSTER_DIMS)
         # Compile-time cluster dimensions: an ordinary launch then runs the grid as clusters.
         dims_text = f"__cluster_dims__({', '.join(map(str, cluster))}) " if cluster else ""
