@@ -61,3 +61,10 @@ def log_level() -> str | None:
     """TILECRAFT_LOG_LEVEL=DEBUG|INFO|WARNING|ERROR: the level of tilecraft's loggers at import
     (tilecraft.set_log_level changes it later)."""
     return os.environ.get("TILECRAFT_LOG_LEVEL", "").strip() or None
+
+
+def fast_launch() -> bool:
+    """TILECRAFT_FAST_LAUNCH=0: launch kernels through ctypes alone, not through the small C
+    module built once per machine (runtime/fastlaunch.py); on by default."""
+    return os.environ.get("TILECRAFT_FAST_LAUNCH", "").strip().lower() not in (
+        "0", "false", "no", "off")

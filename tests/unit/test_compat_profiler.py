@@ -60,8 +60,10 @@ def test_early_stop_returns_the_estimate():
     fn = Sleeper(3.0)
     ms = do_bench(fn, early_stop_baseline=1.0)
     assert ms > 2.9 and fn.calls == 1 + 5   # stopped after the estimate
-    assert do_bench(Sleeper(3.0), early_stop_baseline=1.0, quantiles=[0.2, 0.8]) == \
-        [pytest.approx(ms, rel=0.5)] * 2
+    # every quantile is the one estimate (compared within a run: two runs of a sleep differ
+    # by milliseconds on a loaded machine)
+    q = do_bench(Sleeper(3.0), early_stop_baseline=1.0, quantiles=[0.2, 0.8])
+    assert len(q) == 2 and q[0] == q[1] and q[0] > 2.9
 
 
 def test_wall_backend_and_grad_to_none():

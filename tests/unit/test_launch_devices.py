@@ -2,12 +2,14 @@
 another device's context makes it current for the launch alone, loads the module there once,
 and gives the calling thread its own context back, even when the launch fails; a launch in
 the current context touches no context at all; a launch given a device ordinal uses that
-device's primary context and torch's current stream there."""
+device's primary context and torch's current stream there. Each test runs twice: with the
+driver calls made through ctypes, and through the C launch module (fastlaunch.c) calling the
+fakes as C callbacks."""
 import ctypes
 
 import pytest
 
-from tilecraft.backends.cuda.runtime import driver, launcher
+from tilecraft.backends.cuda.runtime import driver, fastlaunch, launcher
 from tilecraft.errors import TileError
 
 HOME, AWAY = 0xA000, 0xB000   # the thread's current context, another device's
@@ -45,11 +47,33 @@ class FakeModule:
         return 0x100 + context
 
 
-@pytest.fixture
-def fake(monkeypatch):
+C_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7,
+                            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+C_GET_CONTEXT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
+
+
+def _c_entries(state) -> dict:
+    """The fake's two entry points as C function addresses, as the C module calls them."""
+    def launch(function, gx, gy, gz, bx, by, bz, smem, stream, argv, extra):
+        return state.launch(ctypes.c_void_p(function), gx, gy, gz, bx, by, bz, smem,
+                            ctypes.c_void_p(stream), argv, extra)
+    state.callbacks = (C_GET_CONTEXT(state.get_current), C_LAUNCH(launch))  # kept alive
+    return {name: ctypes.cast(c, ctypes.c_void_p).value
+            for name, c in zip(("cuCtxGetCurrent", "cuLaunchKernel"), state.callbacks)}
+
+
+@pytest.fixture(params=["ctypes", "C module"])
+def fake(monkeypatch, request):
     state = FakeDriver(HOME)
     entries = {"cuCtxGetCurrent": state.get_current, "cuLaunchKernel": state.launch}
     monkeypatch.setattr(driver, "unprototyped", lambda name: entries[name])
+    if request.param == "ctypes":
+        monkeypatch.setattr(fastlaunch, "_state", {"module": None})
+    else:
+        if fastlaunch.module() is None:
+            pytest.skip("the C launch module does not build here")
+        addresses = _c_entries(state)
+        monkeypatch.setattr(driver, "entry_address", lambda name: addresses[name])
     monkeypatch.setattr(driver, "set_current_context", state.set_current)
     monkeypatch.setattr(driver, "ensure_context", lambda ordinal=None: state.current)
     monkeypatch.setattr(driver, "primary_context", lambda ordinal: {0: HOME, 1: AWAY}[ordinal])

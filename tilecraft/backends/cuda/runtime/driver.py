@@ -316,3 +316,8 @@ def unprototyped(name: str):
     function = functions().library[name]  # indexing makes a new function object each time
     function.restype = c_int
     return function
+
+
+def entry_address(name: str) -> int:
+    """The address of a driver entry point, for C code that calls it (fastlaunch.c)."""
+    return ctypes.cast(functions().library[name], ctypes.c_void_p).value

@@ -7,6 +7,8 @@ buffer (one 8-byte slot per parameter), the `void**` array pointing at the slots
 unprototyped cuLaunchKernel. A call then converts tensors to addresses, packs, and launches; a
 call through `launch_packed` (a jit call whose arguments look like an earlier call's) gives the
 values ready to pack, and when they are the very tuple packed last, the buffer is left as it is.
+The two driver calls of a launch go through a small C module where one can be built here
+(fastlaunch.py), else through ctypes.
 
 A TMA tensor map (kind ("tensormap",), the 128 bytes tensor_map.encode_tiled returns) is a
 by-value `const __grid_constant__ tc::TensorMap` parameter: its storage in the buffer is 128
@@ -29,7 +31,7 @@ import sys
 import threading
 
 from ....errors import TileError
-from . import driver
+from . import driver, fastlaunch
 
 _SMALL_DYNAMIC_SMEM = 48 * 1024   # above this a kernel must opt in through a function attribute
 _SLOT = 8                         # bytes per argument slot: every kind but a tensor map fits
@@ -209,6 +211,10 @@ class CudaKernel:
         self._context_ref = ctypes.pointer(self._context)
         self._get_context = driver.unprototyped("cuCtxGetCurrent")
         self._launch = driver.unprototyped("cuLaunchKernel")
+        # The same two calls from C where the module builds here (fastlaunch.py), given the
+        # entry points' addresses (resolved at the first launch).
+        self._fast = fastlaunch.module()
+        self._fast_entries = None
 
     def _launch_checking_maps(self, args, grid=None, stream=None, device=None) -> None:
         for i in self._tensormap_slots:
@@ -292,8 +298,17 @@ class CudaKernel:
 
     def _submit(self, values, grid, stream, keep, context=None) -> None:
         bx, by, bz = self.block
+        fast = self._fast
         with self._lock:  # the context slot and the argument buffer are shared by all callers
-            current = 0 if self._get_context(self._context_ref) else self._context.value or 0
+            if fast is not None:
+                if self._fast_entries is None:
+                    self._fast_entries = (driver.entry_address("cuCtxGetCurrent"),
+                                          driver.entry_address("cuLaunchKernel"),
+                                          ctypes.addressof(self._argv))
+                get_context, launch, argv = self._fast_entries
+                current = fast.current_context(get_context)
+            else:
+                current = 0 if self._get_context(self._context_ref) else self._context.value or 0
             switched = context is not None and context != current
             if switched:  # the tensors' device is not the current one (module docstring)
                 driver.set_current_context(context)
@@ -309,16 +324,16 @@ class CudaKernel:
                         raise self._argument_error(values, err) from None
                     # Holding the tuple keeps its identity from being reused by another object.
                     self._packed = values if keep else None
-                if self._stream[0] != stream:  # the handle object, made once per stream
-                    self._stream = (stream, ctypes.c_void_p(stream))
-                handle = self._stream[1]
-                try:
-                    code = self._launch(function, grid[0], grid[1], grid[2], bx, by, bz,
-                                        self.dynamic_smem, handle, self._argv, None)
-                except ctypes.ArgumentError:  # grid sizes that are not plain ints (numpy, big)
-                    grid = _grid3(grid)
-                    code = self._launch(function, grid[0], grid[1], grid[2], bx, by, bz,
-                                        self.dynamic_smem, handle, self._argv, None)
+                if fast is not None:
+                    try:
+                        code = fast.launch(launch, function.value, grid[0], grid[1], grid[2],
+                                           bx, by, bz, self.dynamic_smem, stream, argv)
+                    except (TypeError, OverflowError):  # grid sizes not plain ints (numpy)
+                        grid = _grid3(grid)
+                        code = fast.launch(launch, function.value, grid[0], grid[1], grid[2],
+                                           bx, by, bz, self.dynamic_smem, stream, argv)
+                else:
+                    code = self._launch_through_ctypes(function, grid, stream)
             finally:
                 if switched:
                     driver.set_current_context(current)
@@ -326,6 +341,19 @@ class CudaKernel:
             driver.check(code, f"launching '{self.name}' with grid {grid}, block {self.block}, "
                                f"{self.dynamic_smem} bytes of dynamic shared memory, on stream "
                                f"{stream:#x}")
+
+    def _launch_through_ctypes(self, function, grid, stream) -> int:
+        bx, by, bz = self.block
+        if self._stream[0] != stream:  # the handle object, made once per stream
+            self._stream = (stream, ctypes.c_void_p(stream))
+        handle = self._stream[1]
+        try:
+            return self._launch(function, grid[0], grid[1], grid[2], bx, by, bz,
+                                self.dynamic_smem, handle, self._argv, None)
+        except ctypes.ArgumentError:  # grid sizes that are not plain ints (numpy, big)
+            grid = _grid3(grid)
+            return self._launch(function, grid[0], grid[1], grid[2], bx, by, bz,
+                                self.dynamic_smem, handle, self._argv, None)
 
     def _argument_error(self, values, err) -> TileError:
         for index, ((kind, _), value) in enumerate(zip(self.params, values)):
