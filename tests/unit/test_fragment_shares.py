@@ -131,3 +131,16 @@ def test_a_fragment_no_partition_follows_is_named_at_its_line():
     lines = Path(__file__).read_text().splitlines()
     assert "# <- two positions" in lines[found[0].lineno - 1]
     assert found[0].filename == __file__
+
+
+def test_a_free_layout_keeps_every_thread_busy():
+    """The GEMV's tiles staged through shared memory: no global copy ranks the fragments'
+    layouts, and one that deals each thread 64 consecutive weights of a row (half the 256
+    threads idle, but a row's reduction within one warp) looked cheaper than 32 weights a
+    thread until the cost counted the nest's arithmetic done by its busiest thread."""
+    func = _func("dequant_gemm", "dequant_gemv_fast", (1, 8192, 8192),
+                 dict(block_N=4, block_K=2048, threads=256, num_stages=3, through_shared=True))
+    source, _ = emit_cuda(pipelines.cuda(func, "sm_90a"))
+    arrays = per_thread_arrays(source)
+    assert arrays["partial"] == 4 * 2048 // 256 and arrays["B_local"] == 16
+    assert "tx < 128" not in source

@@ -11,11 +11,11 @@ import numpy as np
 from .. import layout as lay
 from ..errors import TileError
 from ..ir.buffer import FRAGMENT
-from ..ir.expr import BufferLoad, Call, Var
+from ..ir.expr import Binary, BufferLoad, Call, Cast, Select, Unary, Var
 from ..ir.linear import structural_key
 from ..ir.stmt import BufferStore, For
 from ..ir.tileop import Copy, Reduce
-from ..ir.visitor import walk
+from ..ir.visitor import children, walk
 from ..layout.derive import same_layout
 from ..layout.layout import evaluate as lay_evaluate
 from .parallel_nests import fragments_of, nest_extents, nest_vars
@@ -168,7 +168,21 @@ def _loop_cost(m, loop, threads: int) -> float | None:
                 if isinstance(n, BufferStore):
                     return None
                 cost += n.buffer.dtype.bytes * 8 * int((~mine).sum(axis=1).max())
-    return cost
+    # The nest's arithmetic, done by its busiest thread: equal for every layout that deals the
+    # iterations out evenly, larger for one that leaves threads idle (its runs longer than
+    # the tile has threads for) or repeats iterations in several threads.
+    return cost + int(live.sum(axis=1).max()) * _arithmetic(loop) * _INSTRUCTION
+
+
+def _arithmetic(loop) -> int:
+    """Operations an iteration of the nest computes: the nodes of its stored values (their
+    indices excepted), at least one."""
+    def ops(e) -> int:
+        if isinstance(e, BufferLoad):
+            return 0
+        own = isinstance(e, (Binary, Unary, Select, Cast, Call))
+        return own + sum(ops(c) for c in children(e))
+    return max(1, sum(ops(store.value) for store in walk(loop) if isinstance(store, BufferStore)))
 
 
 def _index_values(indices, env, shape):
