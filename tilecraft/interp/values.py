@@ -114,6 +114,7 @@ class Evaluator:
         self.m = machine
         self._consts: dict = {}
         self._methods: dict = {}   # node class -> its bound eval_ method
+        self._integer: dict = {}   # id(Binary) -> (node, its integer closure or None)
 
     def eval(self, e, mask=None):
         try:
@@ -136,6 +137,16 @@ class Evaluator:
         return known[1]
 
     def eval_Binary(self, e: Binary, mask):
+        known = self._integer.get(id(e))
+        if known is None or known[0] is not e:
+            known = self._integer[id(e)] = (e, _integer_closure(self, e))
+        if known[1] is not None:
+            value = known[1](mask)
+            if value is not None:
+                return value
+        return self._binary(e, mask)
+
+    def _binary(self, e: Binary, mask):
         if e.op in ("and", "or"):
             return self._short_circuit(e, mask)
         a, b = self.eval(e.a, mask), self.eval(e.b, mask)
@@ -250,6 +261,75 @@ class Evaluator:
         if array.size == 0:
             return np.zeros(np.broadcast(*idx).shape, array.dtype)
         return np.where(inside, array[safe], np.zeros((), array.dtype)).astype(array.dtype)
+
+
+_INT64, _UINT64 = np.dtype(np.int64), np.dtype(np.uint64)
+
+
+def _integer_closure(ev: Evaluator, e: Binary):
+    """Index arithmetic compiled once into a closure: an integer Binary whose operation wraps
+    (or divides by a nonzero constant), computed in int64 and wrapped to its type as
+    eval_Binary's integer path does. Where the subtree reads only variables and constants, its
+    value is kept with the variables' values it was computed from and given again while those
+    are the very same objects (the interpreters rebind a variable to a new object whenever its
+    value changes): a loop body's index arithmetic that depends on the thread and block alone
+    is computed once per block, not once per iteration. The closure returns None when an
+    operand is not an integer array (the caller then takes the general path); None for other
+    nodes."""
+    fast = _WRAPPING.get(e.op)
+    if fast is None and isinstance(e.b, Const) and e.b.value != 0:
+        fast = _INT_DIVISIONS.get(e.op)
+    if fast is None or not e.dtype.is_int or e.dtype.name == "uint64":
+        return None
+    (left, lvars), (right, rvars) = _operand(ev, e.a), _operand(ev, e.b)
+    out = e.dtype.numpy
+
+    def compute(mask):
+        a, b = left(mask), right(mask)
+        if a is None or b is None:
+            return None
+        a, b = np.asarray(a), np.asarray(b)
+        if a.dtype.kind not in "iub" or b.dtype.kind not in "iub" or \
+                a.dtype == _UINT64 or b.dtype == _UINT64:
+            return None
+        return fast(a.astype(_INT64, copy=False), b.astype(_INT64, copy=False)).astype(out)
+    if lvars is None or rvars is None:
+        compute.free = None
+        return compute
+    keys = tuple(dict.fromkeys(lvars + rvars))
+    m, kept = ev.m, [None, None]   # (the variables' values, the result)
+
+    def cached(mask):
+        env = m.env
+        values = kept[0]
+        if values is not None and all(env.get(k) is v for k, v in zip(keys, values)):
+            return kept[1]
+        result = compute(mask)
+        if result is not None:
+            kept[0], kept[1] = tuple(env.get(k) for k in keys), result
+        return result
+    cached.free = keys
+    return cached
+
+
+def _operand(ev: Evaluator, e):
+    """(a closure giving operand e's value for _integer_closure, the ids of the variables it
+    reads, or None where it reads more than variables and constants)."""
+    if isinstance(e, Binary):
+        inner = _integer_closure(ev, e)
+        if inner is not None:
+            return inner, (list(inner.free) if inner.free is not None else None)
+    if isinstance(e, Const) and e.dtype.is_int:
+        value = to_dtype(e.value, e.dtype)[()]
+        return (lambda mask: value), []
+    if isinstance(e, Var):
+        m, key = ev.m, id(e)
+
+        def var(mask):
+            value = m.env.get(key)
+            return value if value is not None else ev.eval(e, mask)   # the error, if unbound
+        return var, [key]
+    return (lambda mask: ev.eval(e, mask)), None
 
 
 def evaluate(expr, env: dict):
