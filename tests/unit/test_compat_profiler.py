@@ -2,8 +2,10 @@
 warmup / rep as millisecond budgets, _n_warmup / _n_repeat counts, return_mode, quantiles,
 early_stop_baseline and grad_to_none; the kernel profiler's do_bench with the same rules and
 dynamic_symbolic_constraints. Options the timer cannot honour are refused by name. Timed here
-by the host clock (no GPU in CI): the CUDA-event path is exercised by tests/gpu."""
-import time
+by the host clock (no GPU in CI): the CUDA-event path is exercised by tests/gpu. The functions
+that "sleep" advance a fake host clock instead, so the counts the budgets give do not depend on
+how loaded the machine is."""
+import types
 
 import numpy as np
 import pytest
@@ -11,59 +13,71 @@ import pytest
 import tilecraft
 import tilecraft.language as T
 from tilecraft.errors import TileError
+from tilecraft.profiler import bench as bench_module
 from tilecraft.profiler import do_bench
 
 
-class Sleeper:
-    """A function that sleeps the next of `ms` (the last repeated) and counts its calls."""
+class FakeClock:
+    now = 0.0
 
-    def __init__(self, *ms):
-        self.ms, self.calls = list(ms), 0
-
-    def __call__(self):
-        self.calls += 1
-        time.sleep(self.ms[min(self.calls, len(self.ms)) - 1] / 1e3)
+    def perf_counter(self):
+        return self.now
 
 
-def test_budgets_become_run_counts_from_an_estimate():
+@pytest.fixture
+def Sleeper(monkeypatch):  # noqa: N802 - used as the class it makes
+    """Functions that take the next of `ms` (the last repeated) on the timer's host clock,
+    advanced by them instead of by sleeping, and count their calls."""
+    clock = FakeClock()
+    monkeypatch.setattr(bench_module, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
+
+    class Sleeper:
+        def __init__(self, *ms):
+            self.ms, self.calls = list(ms), 0
+
+        def __call__(self):
+            self.calls += 1
+            clock.now += self.ms[min(self.calls, len(self.ms)) - 1] / 1e3
+    return Sleeper
+
+
+def test_budgets_become_run_counts_from_an_estimate(Sleeper):
     fn = Sleeper(2.0)
     ms = do_bench(fn, warmup=10, rep=20)
-    assert 1.9 < ms < 4.0
+    assert ms == pytest.approx(2.0)
     # one first run, five to estimate (2 ms < the 5 ms a single run must take to estimate
-    # alone), then about 10 / 2 warmup and 20 / 2 timed runs
-    assert 1 + 5 + 2 + 5 <= fn.calls <= 1 + 5 + 5 + 10
+    # alone), then 10 / 2 warmup and 20 / 2 timed runs
+    assert fn.calls == 1 + 5 + 5 + 10
 
 
-def test_counts_override_the_budgets():
+def test_counts_override_the_budgets(Sleeper):
     fn = Sleeper(0.1)
     do_bench(fn, warmup=1000, rep=1000, _n_warmup=2, _n_repeat=4)
     assert fn.calls == 1 + 2 + 4   # both counts given: no estimate runs
 
 
-def test_return_mode_and_quantiles():
-    # first run, one warmup, then timed runs of 5, 10, 15 and 20 ms (long against the host
-    # clock's and the sleep's own overhead on a loaded machine)
+def test_return_mode_and_quantiles(Sleeper):
+    # first run, one warmup, then timed runs of 5, 10, 15 and 20 ms
     times = (5.0, 5.0, 5.0, 10.0, 15.0, 20.0)
     lo = do_bench(Sleeper(*times), _n_warmup=1, _n_repeat=4, return_mode="min")
     hi = do_bench(Sleeper(*times), _n_warmup=1, _n_repeat=4, return_mode="max")
     mid = do_bench(Sleeper(*times), _n_warmup=1, _n_repeat=4, return_mode="median")
     mean = do_bench(Sleeper(*times), _n_warmup=1, _n_repeat=4)   # TileLang's default: mean
-    assert 4.9 < lo < 9.0 and 19.9 < hi < 27.0 and lo < mid < hi
-    assert 12.4 < mean < 17.0
+    assert (lo, mid, hi, mean) == pytest.approx((5.0, 12.5, 20.0, 12.5))
     q = do_bench(Sleeper(*times), _n_warmup=1, _n_repeat=4, quantiles=[0.0, 1.0])
-    assert isinstance(q, list) and len(q) == 2 and q[0] < 9.0 and q[1] > 19.9
+    assert isinstance(q, list) and q == pytest.approx([5.0, 20.0])
     one = do_bench(Sleeper(*times), _n_warmup=1, _n_repeat=4, quantiles=[0.0])
-    assert isinstance(one, float) and one < 9.0   # one quantile: one number
+    assert isinstance(one, float) and one == pytest.approx(5.0)   # one quantile: one number
 
 
-def test_early_stop_returns_the_estimate():
+def test_early_stop_returns_the_estimate(Sleeper):
     fn = Sleeper(3.0)
     ms = do_bench(fn, early_stop_baseline=1.0)
-    assert ms > 2.9 and fn.calls == 1 + 5   # stopped after the estimate
-    # every quantile is the one estimate (compared within a run: two runs of a sleep differ
-    # by milliseconds on a loaded machine)
-    q = do_bench(Sleeper(3.0), early_stop_baseline=1.0, quantiles=[0.2, 0.8])
-    assert len(q) == 2 and q[0] == q[1] and q[0] > 2.9
+    assert ms == pytest.approx(3.0) and fn.calls == 1 + 5   # stopped after the estimate
+    slow = Sleeper(6.0)   # a run of 5 ms or more is the estimate by itself
+    assert do_bench(slow, early_stop_baseline=1.0) == pytest.approx(6.0) and slow.calls == 1
+    assert do_bench(Sleeper(3.0), early_stop_baseline=1.0, quantiles=[0.2, 0.8]) == \
+        [pytest.approx(3.0)] * 2   # every quantile is the one estimate
 
 
 def test_wall_backend_and_grad_to_none():
@@ -93,7 +107,7 @@ def test_wall_backend_and_grad_to_none():
     ({"cache_size": 0}, "cache_size is the L2 flush buffer in MiB"),
     ({"early_stop_baseline": "1"}, "early_stop_baseline is milliseconds or None"),
 ])
-def test_options_it_cannot_take_are_refused(options, message):
+def test_options_it_cannot_take_are_refused(options, message, Sleeper):
     fn = Sleeper(0.0)
     with pytest.raises(TileError, match=message.replace("(", r"\(").replace(")", r"\)")
                        .replace("[", r"\[").replace("]", r"\]")):
