@@ -20,7 +20,7 @@ class FakeDriver:
 
     def __init__(self, current):
         self.current = current
-        self.switches, self.launches = [], []
+        self.switches, self.launches, self.grids = [], [], []
         self.code = 0
 
     def get_current(self, ref):
@@ -33,6 +33,7 @@ class FakeDriver:
 
     def launch(self, function, gx, gy, gz, bx, by, bz, smem, stream, argv, extra):
         self.launches.append((function.value, stream.value, self.current))
+        self.grids.append((int(gx), int(gy), int(gz)))
         return self.code
 
 
@@ -136,6 +137,13 @@ def test_a_launch_given_a_device_uses_its_context_and_torch_stream_there(fake):
     assert fake.current == HOME
     kernel.launch([0x2000, 3], (2, 1, 1), stream=0x7777, device=1)   # a stream given wins
     assert fake.launches[-1] == (0x100 + AWAY, 0x7777, AWAY)
+
+
+def test_a_grid_of_numpy_integers_launches_as_its_values(fake):
+    import numpy as np
+    kernel = make_kernel()
+    kernel.launch_packed((0x1000, 7), (np.int64(6), np.int32(2), 1), 0x5000, HOME)
+    assert fake.grids == [(6, 2, 1)] and len(fake.launches) == 1
 
 
 def test_primary_contexts_are_retained_once_per_device(monkeypatch):

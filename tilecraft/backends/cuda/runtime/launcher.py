@@ -297,7 +297,6 @@ class CudaKernel:
         self._submit(values, grid, stream, True, context)
 
     def _submit(self, values, grid, stream, keep, context=None) -> None:
-        bx, by, bz = self.block
         fast = self._fast
         with self._lock:  # the context slot and the argument buffer are shared by all callers
             if fast is not None:
@@ -305,8 +304,7 @@ class CudaKernel:
                     self._fast_entries = (driver.entry_address("cuCtxGetCurrent"),
                                           driver.entry_address("cuLaunchKernel"),
                                           ctypes.addressof(self._argv))
-                get_context, launch, argv = self._fast_entries
-                current = fast.current_context(get_context)
+                current = fast.current_context(self._fast_entries[0])
             else:
                 current = 0 if self._get_context(self._context_ref) else self._context.value or 0
             switched = context is not None and context != current
@@ -324,16 +322,11 @@ class CudaKernel:
                         raise self._argument_error(values, err) from None
                     # Holding the tuple keeps its identity from being reused by another object.
                     self._packed = values if keep else None
-                if fast is not None:
-                    try:
-                        code = fast.launch(launch, function.value, grid[0], grid[1], grid[2],
-                                           bx, by, bz, self.dynamic_smem, stream, argv)
-                    except (TypeError, OverflowError):  # grid sizes not plain ints (numpy)
-                        grid = _grid3(grid)
-                        code = fast.launch(launch, function.value, grid[0], grid[1], grid[2],
-                                           bx, by, bz, self.dynamic_smem, stream, argv)
-                else:
-                    code = self._launch_through_ctypes(function, grid, stream)
+                try:
+                    code = self._driver_launch(function, grid, stream)
+                except (ctypes.ArgumentError, TypeError, OverflowError):
+                    grid = _grid3(grid)   # grid sizes that are not plain ints (numpy, big)
+                    code = self._driver_launch(function, grid, stream)
             finally:
                 if switched:
                     driver.set_current_context(current)
@@ -342,18 +335,17 @@ class CudaKernel:
                                f"{self.dynamic_smem} bytes of dynamic shared memory, on stream "
                                f"{stream:#x}")
 
-    def _launch_through_ctypes(self, function, grid, stream) -> int:
+    def _driver_launch(self, function, grid, stream) -> int:
+        """cuLaunchKernel's result, through the C module where there is one, else ctypes."""
         bx, by, bz = self.block
+        if self._fast is not None:
+            return self._fast.launch(self._fast_entries[1], function.value, grid[0], grid[1],
+                                     grid[2], bx, by, bz, self.dynamic_smem, stream,
+                                     self._fast_entries[2])
         if self._stream[0] != stream:  # the handle object, made once per stream
             self._stream = (stream, ctypes.c_void_p(stream))
-        handle = self._stream[1]
-        try:
-            return self._launch(function, grid[0], grid[1], grid[2], bx, by, bz,
-                                self.dynamic_smem, handle, self._argv, None)
-        except ctypes.ArgumentError:  # grid sizes that are not plain ints (numpy, big)
-            grid = _grid3(grid)
-            return self._launch(function, grid[0], grid[1], grid[2], bx, by, bz,
-                                self.dynamic_smem, handle, self._argv, None)
+        return self._launch(function, grid[0], grid[1], grid[2], bx, by, bz,
+                            self.dynamic_smem, self._stream[1], self._argv, None)
 
     def _argument_error(self, values, err) -> TileError:
         for index, ((kind, _), value) in enumerate(zip(self.params, values)):
