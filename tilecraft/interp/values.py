@@ -139,7 +139,8 @@ class Evaluator:
     def eval_Binary(self, e: Binary, mask):
         known = self._integer.get(id(e))
         if known is None or known[0] is not e:
-            known = self._integer[id(e)] = (e, _integer_closure(self, e))
+            compiled = _integer_closure(self, e)
+            known = self._integer[id(e)] = (e, compiled and compiled[0])
         if known[1] is not None:
             value = known[1](mask)
             if value is not None:
@@ -273,9 +274,10 @@ def _integer_closure(ev: Evaluator, e: Binary):
     value is kept with the variables' values it was computed from and given again while those
     are the very same objects (the interpreters rebind a variable to a new object whenever its
     value changes): a loop body's index arithmetic that depends on the thread and block alone
-    is computed once per block, not once per iteration. The closure returns None when an
-    operand is not an integer array (the caller then takes the general path); None for other
-    nodes."""
+    is computed once per block, not once per iteration. (The closure, the ids of the
+    variables it reads or None where it reads more), or None for other nodes; the closure
+    returns None when an operand is not an integer array (the caller then takes the general
+    path)."""
     fast = _WRAPPING.get(e.op)
     if fast is None and isinstance(e.b, Const) and e.b.value != 0:
         fast = _INT_DIVISIONS.get(e.op)
@@ -294,8 +296,7 @@ def _integer_closure(ev: Evaluator, e: Binary):
             return None
         return fast(a.astype(_INT64, copy=False), b.astype(_INT64, copy=False)).astype(out)
     if lvars is None or rvars is None:
-        compute.free = None
-        return compute
+        return compute, None
     keys = tuple(dict.fromkeys(lvars + rvars))
     m, kept = ev.m, [None, None]   # (the variables' values, the result)
 
@@ -308,8 +309,7 @@ def _integer_closure(ev: Evaluator, e: Binary):
         if result is not None:
             kept[0], kept[1] = tuple(env.get(k) for k in keys), result
         return result
-    cached.free = keys
-    return cached
+    return cached, keys
 
 
 def _operand(ev: Evaluator, e):
@@ -318,17 +318,17 @@ def _operand(ev: Evaluator, e):
     if isinstance(e, Binary):
         inner = _integer_closure(ev, e)
         if inner is not None:
-            return inner, (list(inner.free) if inner.free is not None else None)
+            return inner
     if isinstance(e, Const) and e.dtype.is_int:
         value = to_dtype(e.value, e.dtype)[()]
-        return (lambda mask: value), []
+        return (lambda mask: value), ()
     if isinstance(e, Var):
         m, key = ev.m, id(e)
 
         def var(mask):
             value = m.env.get(key)
             return value if value is not None else ev.eval(e, mask)   # the error, if unbound
-        return var, [key]
+        return var, (key,)
     return (lambda mask: ev.eval(e, mask)), None
 
 
