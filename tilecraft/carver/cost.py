@@ -22,8 +22,9 @@ Refinements, each a single stated rule:
   last store are not hidden: pipeline prologue and epilogue) + a fixed latency for every tile
   op executed inside a loop (target.phase_cycles: the dependent issue, barrier and drain
   between the phases of an iteration), spread over the SMs and overlapped between the
-  warpgroups that issue on one SM (its resident blocks' consumer warpgroups). This is what makes many thin iterations (block_K = 16, block_N = 16) cost more
-  than few thick ones at equal traffic and FLOPs. A loop that loads from global memory
+  warpgroups that issue on one SM (its resident blocks' consumer warpgroups). This is what
+  makes many thin iterations (block_K = 16, block_N = 16) cost more than few thick ones at
+  equal traffic and FLOPs. A loop that loads from global memory
   without a software pipeline (num_stages <= 1) adds one L2 latency per iteration, likewise
   spread over the SMs and the blocks they hold (one-stage GEMM configs measured far slower
   than the roofline alone says: bench/carver_search.md). A warp-specialized loop of two
@@ -48,6 +49,7 @@ from ..ir.annotations import LAYOUTS, MIN_BLOCKS_PER_SM, PRODUCER_THREADS, SMEM_
 
 REG_OVERHEAD = 32      # addresses, loop counters, indices, predicates (estimate)
 REG_GRANULE = 8        # registers per thread are allocated in multiples of 8
+WARPGROUP = 128        # threads of a warpgroup: what setmaxnreg moves registers between
 MEMORY_UNITS = ("hbm", "l2", "smem")
 COMPUTE_UNITS = ("tensor", "cuda", "sfu")
 
@@ -177,7 +179,7 @@ def _register_roles(t: Target, consumer: int, producer: int, regs: int, problems
     of the SM, one block per SM, and the consumers may grow to warp_specialize's setmaxnreg."""
     threads = consumer + producer
     # No register moving where the producer is a warp (setmaxnreg acts on warpgroups).
-    grown = _rules(t.arch).consumer_registers(consumer) if producer >= 128 else None
+    grown = _rules(t.arch).consumer_registers(consumer) if producer >= WARPGROUP else None
     if grown is not None:
         if regs > grown:
             problems.append(f"about {regs} registers per consumer thread > {grown} (setmaxnreg)")
@@ -276,6 +278,14 @@ def estimate_launch(kernel: Kernel, target, layouts=None, smem_bytes=None,
     return _time(t, kernel, res, lc, bps)
 
 
+def consumer_warpgroups(threads: int) -> int:
+    """The warpgroups among a block's computing threads, at least one. The fixed latency
+    between an iteration's phases is hidden by the other warpgroups that issue on the SM:
+    those of the other resident blocks, and a block's own other consumer warpgroups (one
+    waits at a barrier while the other's wgmma batch runs)."""
+    return max(1, threads // WARPGROUP)
+
+
 def _time(t: Target, kernel: Kernel, res: Resources, lc: LaunchCounts, bps: int) -> Cost:
     blocks = lc.num_blocks
     waves = math.ceil(blocks / (t.num_sms * bps))
@@ -299,12 +309,8 @@ def _time(t: Target, kernel: Kernel, res: Resources, lc: LaunchCounts, bps: int)
     mem = max(terms[k] for k in MEMORY_UNITS)
     comp = max(terms[k] for k in COMPUTE_UNITS)
     t_roof = max(mem, comp) if overlapped else mem + comp
-    # The fixed latency between an iteration's phases is hidden by the other warpgroups that
-    # issue on the SM: those of the other resident blocks, and a block's own other consumer
-    # warpgroups (one waits at a barrier while the other's wgmma batch runs).
-    consumer_groups = max(1, (res.threads - res.producer_threads) // 128)
-    t_loops = (lc.loop_phases / (active_sms * resident * consumer_groups)) * t.phase_cycles \
-        / t.clock_hz
+    groups = consumer_warpgroups(res.threads - res.producer_threads)
+    t_loops = (lc.loop_phases / (active_sms * resident * groups)) * t.phase_cycles / t.clock_hz
     # A loop without a software pipeline waits for its loads in every iteration; the blocks
     # sharing an SM hide each other's waits. So does a warp-specialized loop of two stages:
     # its consumers keep a wgmma batch in flight and free a stage one iteration late, so the

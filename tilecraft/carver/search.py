@@ -18,7 +18,7 @@ import math
 
 from ..errors import span_scope
 from ..ir.ftg import FTG
-from .cost import _tensor_dtype, gemm_planner, tensor_seconds
+from .cost import _tensor_dtype, consumer_warpgroups, gemm_planner, tensor_seconds
 from ..analysis.counts import tile_counts
 from .recommend import build, finish
 from ..target import get_target
@@ -46,9 +46,9 @@ def _launch_bound(kernel, t) -> float:
     blocks = lc.num_blocks
     waves = math.ceil(blocks / (t.num_sms * most))
     resident = min(most, math.ceil(blocks / t.num_sms))
-    # Loop phases spread over the resident blocks and each block's consumer warpgroups: at
-    # most every thread of the block is one (the model's own count is never larger).
-    spread = min(t.num_sms, blocks) * resident * max(1, lc.threads // 128)
+    # Loop phases spread over the resident blocks and each block's consumer warpgroups, as
+    # the model spreads them (its consumers are the kernel's threads).
+    spread = min(t.num_sms, blocks) * resident * consumer_warpgroups(lc.threads)
     loops = lc.loop_phases / spread * t.phase_cycles / t.clock_hz
     exposed = lc.exposed_loads / spread * t.l2_latency_s
     return max(terms) + t.launch_s + waves * 2 * t.first_load_s + loops + exposed
