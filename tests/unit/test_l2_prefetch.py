@@ -135,3 +135,21 @@ def test_a_tile_placed_by_values_in_memory_is_loaded_without_a_prefetch(target):
     assert not kernel.reports
     want = sum(X[j * 64:(j + 1) * 64].astype(np.float32) for j in Idx)
     np.testing.assert_allclose(Y, want, rtol=1e-5, atol=1e-4)
+
+
+def test_a_tile_ragged_along_a_dimension_the_loop_does_not_move_is_guarded(example):
+    """The dequantize GEMM's scale tile (64 rows of a 70-row tensor, block bx = 1 ragged at
+    every k): the guard bounds the rows too, not only the dimension k moves, and the emulator
+    runs the kernel with nothing reported."""
+    mod = example("dequant_gemm")
+    M, N, K, group = 37, 70, 256, 32
+    func = underlying(mod.dequant_gemm)(M, N, K, group, block_M=32, block_N=64, block_K=64,
+                                       num_stages=2, threads=128, weight_in_registers=True)
+    lowered = E.lower(func, "sm_90a")
+    text = emit_cuda(lowered)[0]
+    assert "tc::prefetch_l2((&Scale[" in text and "bx * 64 + 64 <= 70" in text
+    A, B, S = mod.make_inputs(M, N, K, group, seed=6)
+    C = np.full((M, N), np.nan, np.float16)
+    assert list(E.run(lowered, [A, B, S, C])) == []
+    np.testing.assert_allclose(C.astype(np.float32), mod.ref_program(A, B, S, group),
+                               rtol=2e-2, atol=2e-2)
