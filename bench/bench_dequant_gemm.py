@@ -28,7 +28,7 @@ SHAPES = "16x8192x8192,64x8192x8192,256x8192x8192"
 # block_M x block_N x block_K x num_stages x threads, per M; the first is the bench's default.
 CONFIGS = {16: ["rs16x64x256x3x128", "16x64x256x3x128"],
            64: ["rs64x64x256x3x128", "64x64x256x3x128"],
-           256: ["128x128x128x2x256", "128x128x128x3x256", "128x64x256x2x256"]}
+           256: ["rs128x128x128x2x256", "128x128x128x2x256", "rs128x128x128x3x256"]}
 
 
 def parse(configs_text):

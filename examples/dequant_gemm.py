@@ -7,7 +7,7 @@ few rows) keeps one activation row per block and reduces with T.reduce_sum inste
 `dequant_gemv_fast` is that GEMV written for memory bandwidth (a warp per row, K across lanes).
 `dequant_gemm(..., weight_in_registers=True)` computes C^T = W A^T with the unpacked weight tile
 as the register operand of the tensor-core instruction (no shared-memory round trip): the faster
-form at a few rows.
+form from a few rows to a few hundred (bench/dequant_gemm.md).
 
 Packing format (what `pack_int4` produces):
   * B_packed is uint8 of shape [N, K // 2]; row n holds output channel n.
@@ -41,7 +41,7 @@ def dequant_gemm(M, N, K, group_size=32, block_M=64, block_N=64, block_K=64, num
     scaled straight into registers laid out as the tensor-core instruction's register operand:
     it never goes through shared memory and no barrier separates the unpacking from the
     product (the activations are the shared-memory operand); the C^T tile is stored
-    transposed. The faster form at a few rows of activations."""
+    transposed. The faster form from a few rows of activations to a few hundred."""
     assert K % 2 == 0 and block_K % 2 == 0, "two 4-bit weights per byte: K must be even"
     scales = scales_per_tile(block_K, group_size)
     num_groups = T.ceildiv(K, group_size)
