@@ -55,10 +55,24 @@ def to_numpy(x, name: str) -> np.ndarray:
                     f"{type(x).__name__}")
 
 
+def import_torch():
+    """torch, imported now where the caller has not (a script that never imports torch itself
+    still gets its profiler's inputs on the GPU as torch tensors)."""
+    t = _torch()
+    if t is not None:
+        return t
+    try:
+        import torch
+    except ImportError:
+        raise TileError("torch tensors are asked for here (a GPU kernel's inputs and outputs "
+                        "are torch tensors), but torch is not installed") from None
+    return torch
+
+
 def from_numpy(a: np.ndarray, like_torch: bool):
     if not like_torch:
         return a
-    t = _torch()
+    t = import_torch()
     d = dt.dtype(a.dtype)
     if d.name in _TORCH_VIEW:
         raw = t.from_numpy(a.view(getattr(np, _TORCH_VIEW[d.name])))

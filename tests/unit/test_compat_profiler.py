@@ -173,3 +173,20 @@ def test_run_once_and_top_level_names():
     np.testing.assert_array_equal(out, np.ones(5, "float32"))
     assert tilecraft.Profiler is type(profiler)
     assert tilecraft.TensorSupplyType.Auto == 7
+
+
+def test_gpu_inputs_import_torch_for_a_script_that_never_did():
+    """A TileLang script may never import torch itself (its profiler makes the inputs): moving
+    them to torch tensors imports torch then, where it had answered None."""
+    import subprocess
+    import sys
+    pytest.importorskip("torch")
+    code = ("import sys, numpy as np\n"
+            "from tilecraft import arrays\n"
+            "assert 'torch' not in sys.modules\n"
+            "t = arrays.from_numpy(np.arange(4, dtype=np.float16), True)\n"
+            "print(type(t).__module__, t.dtype, t.tolist())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["torch", "torch.float16", "[0.0,", "1.0,", "2.0,", "3.0]"]

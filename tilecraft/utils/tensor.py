@@ -13,12 +13,7 @@ from ..profiler.supply import TensorSupplyType, TorchRandom, make_input
 __all__ = ["TensorSupplyType", "map_torch_type", "get_tensor_supply", "torch_assert_close"]
 
 
-def _torch():
-    try:
-        import torch
-    except ImportError:
-        raise TileError("this needs torch, which is not installed") from None
-    return torch
+_torch = arrays.import_torch
 
 
 def map_torch_type(intype):
