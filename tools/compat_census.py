@@ -5,7 +5,8 @@ changed, and why the others do not.
 
 EXAMPLES is the folder tools/fetch_tilelang_examples.py filled. Each example file runs in its
 own process (tools/census/child.py) with `tilelang` resolved to tilecraft and every kernel
-compiled for sm_90a without a GPU (tools/census/compile_only.py). OUT receives census.json
+compiled for sm_90a without a GPU (tools/census/compile_only.py); with --gpu, on a machine
+that has one, the kernels also run (and the scripts' checks see their outputs). OUT receives census.json
 (per-kernel results and every file's runs), census.md (the summary with one line per file)
 and summary.md (the summary alone)."""
 from __future__ import annotations
@@ -52,7 +53,7 @@ def is_entry(rel: str) -> bool:
     return not os.path.basename(rel).startswith(NOT_ENTRIES)
 
 
-def run_file(root: str, rel: str, timeout: float, target: str) -> tuple:
+def run_file(root: str, rel: str, timeout: float, target: str, gpu: bool = False) -> tuple:
     """(events, seconds, stderr tail) of one file's run in a child process."""
     with tempfile.NamedTemporaryFile("r", suffix=".jsonl") as events:
         env = dict(os.environ, PYTHONPATH=REPO, TILECRAFT_TARGET=target,
@@ -61,7 +62,7 @@ def run_file(root: str, rel: str, timeout: float, target: str) -> tuple:
         start = time.perf_counter()
         try:
             done = subprocess.run([sys.executable, "-m", "tools.census.child", root, rel,
-                                   events.name], env=env, cwd=REPO, capture_output=True,
+                                   events.name] + (["gpu"] if gpu else []), env=env, cwd=REPO, capture_output=True,
                                   text=True, timeout=timeout)
             stderr = done.stderr
         except subprocess.TimeoutExpired as e:
@@ -86,8 +87,9 @@ def git_commit() -> str:
 
 
 def write_summary(census: dict, out: str) -> None:
+    mode = "kernels built and run on a GPU" if census.get("gpu") else "compile only"
     header = (f"# Compatibility census\n\nDate {census['date']}; tilecraft "
-              f"{census['tilecraft_commit']}; target {census['target']}; "
+              f"{census['tilecraft_commit']}; target {census['target']}; {mode}; "
               f"`{census['command']}`.")
     runs = {rel: f["runs"] for rel, f in census["files"].items()}
     used = {rel: f.get("missing_names", []) for rel, f in census["files"].items()}
@@ -106,6 +108,11 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="files run at once")
     parser.add_argument("--target", default="sm_90a")
     parser.add_argument("--only", default=None, help="run only files whose path has this")
+    parser.add_argument("--budget", type=float, default=None,
+                        help="seconds for the whole run: files not started by then are left "
+                             "unrun (and reported so)")
+    parser.add_argument("--gpu", action="store_true",
+                        help="run the kernels too (a machine with a GPU), not compile only")
     parser.add_argument("--report-only", action="store_true",
                         help="write OUT/census.md again from OUT/census.json, running nothing")
     args = parser.parse_args(argv)
@@ -117,9 +124,12 @@ def main(argv=None) -> int:
     scans = example_files(root)
     todo = [rel for rel in scans if is_entry(rel) and (args.only is None or args.only in rel)]
     events, runs, seconds, stderr = {}, {}, {}, {}
+    started = time.perf_counter()
 
     def one(rel):
-        return rel, run_file(root, rel, args.timeout, args.target)
+        if args.budget is not None and time.perf_counter() - started > args.budget:
+            return rel, ([], 0.0, "not run: the census's --budget was spent")
+        return rel, run_file(root, rel, args.timeout, args.target, args.gpu)
 
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         for n, (rel, (lines, secs, err)) in enumerate(pool.map(one, todo), 1):
@@ -133,10 +143,11 @@ def main(argv=None) -> int:
     when = datetime.date.today().isoformat()
     commit = git_commit()
     command = (f"python3 tools/compat_census.py {args.examples} {args.out} --timeout "
-               f"{args.timeout:g} --jobs {args.jobs}")
+               f"{args.timeout:g} --jobs {args.jobs}" + (" --gpu" if args.gpu else "") +
+               (f" --budget {args.budget:g}" if args.budget is not None else ""))
     os.makedirs(args.out, exist_ok=True)
     census = {"date": when, "tilecraft_commit": commit, "command": command, "examples": root,
-              "target": args.target, "kernels": kernels,
+              "target": args.target, "gpu": args.gpu, "kernels": kernels,
               "files": {rel: {"runs": runs.get(rel, []), "seconds": seconds.get(rel),
                               "missing_names": used_names(root, rel),
                               "stderr_tail": stderr.get(rel)} for rel in scans}}

@@ -206,22 +206,30 @@ def test_census_of_two_small_examples(tmp_path):
 
 
 # An eager @tilelang.jit function: its body is the kernel, built at the call.
-EAGER = textwrap.dedent('''
+HEADER = textwrap.dedent('''
     import numpy as np
     import tilelang
     import tilelang.language as T
+''')
 
 
-    @tilelang.jit
-    def doubled(X):
-        N = T.const("N")
-        X: T.Tensor[[N], T.float32]
-        Y = T.empty((N,), T.float32)
-        with T.Kernel(1, threads=32):
-            for i in T.Parallel(N):
-                Y[i] = X[i] * 2.0
-        return Y
+def eager_kernel(name: str, factor: float) -> str:
+    """The source of an eager kernel `name` returning its input times factor."""
+    return textwrap.dedent(f'''
 
+        @tilelang.jit
+        def {name}(X):
+            N = T.const("N")
+            X: T.Tensor[[N], T.float32]
+            Y = T.empty((N,), T.float32)
+            with T.Kernel(1, threads=32):
+                for i in T.Parallel(N):
+                    Y[i] = X[i] * {factor}
+            return Y
+    ''')
+
+
+EAGER = HEADER + eager_kernel("doubled", 2.0) + textwrap.dedent('''
 
     if __name__ == "__main__":
         assert doubled(np.ones(16, dtype=np.float32)).shape == (16,)
@@ -238,3 +246,35 @@ def test_an_eager_kernel_is_counted_once_under_its_function(tmp_path):
     assert done.returncode == 0, done.stderr
     kernels = json.loads((out / "census.json").read_text())["kernels"]
     assert [(k["name"], k["eager"], k["status"]) for k in kernels] == [("doubled", True, "ok")]
+
+
+# Checks the first kernel's output before building the second, and times it on the way.
+CHECKS_THEN_BUILDS = HEADER + eager_kernel("doubled", 2.0) + eager_kernel("tripled", 3.0) + \
+    textwrap.dedent('''
+
+    if __name__ == "__main__":
+        x = np.arange(16, dtype=np.float32)
+        assert (doubled(x) == 2 * x).all(), "doubled is wrong"
+        assert tilelang.profiler.do_bench(lambda: doubled(x), warmup=10000, rep=10000) > 0
+        assert (tripled(x) == 3 * x).all()
+''')
+
+
+@pytest.mark.parametrize("gpu", [False, True], ids=["compile-only", "run"])
+def test_a_census_that_runs_the_kernels_sees_their_outputs(tmp_path, gpu):
+    """--gpu: the kernels run for real (here on the interpreter), so a script's own check of
+    its first kernel passes and its second kernel is built; each timing runs once (the budgets
+    asked for, 10 s each, are not spent). Compile only, the unrun zeros fail the check."""
+    examples, out = tmp_path / "examples", tmp_path / "out"
+    (examples / "demo").mkdir(parents=True)
+    (examples / "demo" / "checks.py").write_text(CHECKS_THEN_BUILDS)
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "compat_census.py"),
+                           str(examples), str(out), "--target", "interp", "--jobs", "1",
+                           "--timeout", "100"] + (["--gpu"] if gpu else []),
+                          capture_output=True, text=True, cwd=ROOT, timeout=200)
+    assert done.returncode == 0, done.stderr
+    census = json.loads((out / "census.json").read_text())
+    status = {k["name"]: k["status"] for k in census["kernels"]}
+    assert status == {"doubled": "ok", "tripled": "ok" if gpu else "not-reached"}
+    assert census["gpu"] is gpu
+    assert ("kernels built and run" in (out / "census.md").read_text()) is gpu

@@ -1,9 +1,9 @@
 """One example file run for the census, in its own process:
 
-    python3 -m tools.census.child EXAMPLES_ROOT RELPATH EVENTS.jsonl
+    python3 -m tools.census.child EXAMPLES_ROOT RELPATH EVENTS.jsonl [gpu]
 
 `tilelang` resolves to tilecraft (importalias), kernels compile for the arch in
-TILECRAFT_TARGET and are not run (compile_only). The entries are the file's `__main__` block
+TILECRAFT_TARGET and are not run (compile_only), unless `gpu` is given: then they run. The entries are the file's `__main__` block
 (run with its default arguments) or, for a test file, each `test_*` function; a file with
 neither is imported. Every event (an entry's start and end, each kernel attempt) is written
 to EVENTS as one JSON line, flushed at once, so a run stopped by the timeout keeps what it
@@ -94,7 +94,9 @@ def _phase(exc, root) -> str:
 
 
 def main(argv=None) -> int:
-    root, rel, events = (argv or sys.argv[1:])[:3]
+    args = argv or sys.argv[1:]
+    root, rel, events = args[:3]
+    gpu = args[3:4] == ["gpu"]
     root = os.path.abspath(root)
     path = os.path.join(root, rel)
     emit = _writer(events)
@@ -103,7 +105,8 @@ def main(argv=None) -> int:
     sys.path.insert(0, folder)
     sys.argv = [path]
     importalias.install()
-    torch_on_cpu.install()
+    if not gpu:
+        torch_on_cpu.install()
     scans: dict = {}
 
     def scan_of(relpath):
@@ -118,7 +121,7 @@ def main(argv=None) -> int:
         return os.path.relpath(full, root) if full.startswith(root + os.sep) else full
 
     recorder = compile_only.Recorder(emit, relpath)
-    compile_only.install(recorder, scan_of)
+    compile_only.install(recorder, scan_of, run_kernels=gpu)
     module_globals: dict = {}
     for entry, test in entries_of(scan_of(rel)):
         outcome = _run_entry(path, entry, test, module_globals, emit, recorder)

@@ -1,17 +1,17 @@
 """Compile-only mode for a census run: every kernel an example builds is compiled for the
-target arch (TILECRAFT_TARGET, sm_90a) and recorded; the first call of a compiled kernel (or
-its profiler ends the entry being run, since measuring needs the GPU this machine lacks; a
-call returns its outputs unrun (zeros of the right shape and dtype, after the usual argument
-checks), so that the kernels an example builds after its first call are built too.
-torch calls that ask for a CUDA device get the CPU instead, so that a script gets as far as
-building its kernels.
+target arch (TILECRAFT_TARGET, sm_90a) and recorded; asking for a kernel's profiler ends the
+entry being run, since measuring needs the GPU this machine lacks; a call returns its outputs
+unrun (zeros of the right shape and dtype, after the usual argument checks), so that the
+kernels an example builds after its first call are built too. torch calls that ask for a CUDA
+device get the CPU instead (torch_on_cpu), so that a script gets as far as building its
+kernels. On a machine with a GPU (the census's --gpu) kernels and profilers run for real and
+torch keeps its device: a script's own checks then see computed outputs.
 
 Each kernel is identified by where it is defined: (file, first line of the decorated
 function), the same key the static scan (scan.py) gives it."""
 from __future__ import annotations
 
 import functools
-import sys
 
 from .classify import classify
 
@@ -47,9 +47,10 @@ def _recorded(exc) -> bool:
     return getattr(exc, "_census_recorded", False)
 
 
-def install(recorder: Recorder, scans) -> None:
+def install(recorder: Recorder, scans, run_kernels: bool = False) -> None:
     """Wrap tilecraft's prim_func, jit and kernel object for the census. `scans(relpath)` gives
-    the static scan of an example file (for the kernels a jit factory defines)."""
+    the static scan of an example file (for the kernels a jit factory defines). run_kernels (a
+    machine with a GPU): kernel calls and profilers run for real, each timing one run."""
     import importlib
     import tilecraft.language as T
     import tilecraft.language.proxy as proxy
@@ -97,8 +98,11 @@ def install(recorder: Recorder, scans) -> None:
     def profiled(self, *args, **kwargs):
         raise StopEntry(f"profiler of kernel {self.func.name} asked for")
 
-    jit_module.JITKernel.__call__ = called
-    jit_module.JITKernel.get_profiler = profiled
+    if run_kernels:
+        _time_one_run()
+    else:
+        jit_module.JITKernel.__call__ = called
+        jit_module.JITKernel.get_profiler = profiled
 
     factory_call = jit_module.JITImpl.__call__
 
@@ -135,6 +139,20 @@ def _eager_kernels_by_function(recorder: Recorder):
         return done
 
     eager.EagerJIT._program = traced
+
+
+def _time_one_run():
+    """Every timing through tilecraft's profiler runs its function once, warmed up once: the
+    census asks whether kernels build and run, and the examples' benchmarks would take most of
+    a run's time budget."""
+    from tilecraft.profiler import bench as bench_module, kernel_profiler
+    original = bench_module.bench
+
+    def once(fn, **options):
+        options.update(n_warmup=1, n_repeat=1, early_stop_baseline=None)
+        return original(fn, **options)
+
+    bench_module.bench = kernel_profiler.bench = once
 
 
 def _first_config_only():
