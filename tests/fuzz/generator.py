@@ -8,8 +8,8 @@ float -> int32 conversions never wrap).
 
 Constructs the generator leaves out, each refused by the compiler with a clear error, not
 valid on CUDA, or outside the language's defined behaviour:
-- T.reduce_* of a shared tile: "the CUDA backend reduces fragments; copy x into a
-  T.alloc_fragment tile first".
+- T.reduce_* of a shared region of run-time extents: "the region of x has extents known
+  only at run time".
 - a gemm's A operand in registers with other than float16 / bfloat16 operands: "register
   operands need float16 or bfloat16 tensor-core operands".
 - gemm tiles that do not split over the block's warps in whole 16x8 atoms: "a 16x16 tile

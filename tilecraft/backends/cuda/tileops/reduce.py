@@ -123,9 +123,11 @@ def _held_where_computed(src_layout, dst_layout, dim: int, threads: int) -> bool
 def lower_reduce(op, ctx):
     src, dst = op.src.buffer, op.dst.buffer
     if src.scope != FRAGMENT or dst.scope != FRAGMENT:
-        raise TileError(f"T.reduce_{op.kind}: the CUDA backend reduces fragments; copy "
-                        f"{src.name if src.scope != FRAGMENT else dst.name} into a "
-                        "T.alloc_fragment tile first", op.span)
+        # reduce_through_fragments moved every region of static extents into registers
+        which = src.name if src.scope != FRAGMENT else dst.name
+        raise TileError(f"T.reduce_{op.kind}: the region of {which} has extents known only at "
+                        "run time, and the CUDA backend reduces it through a fragment of its "
+                        "shape; reduce a region of constant extents (mask the rest)", op.span)
     s_layout, d_layout = ctx.layouts.buffer(src), ctx.layouts.buffer(dst)
     if not _held_where_computed(s_layout, d_layout, op.dim, ctx.num_threads):
         raise TileError(
