@@ -14,9 +14,7 @@ valid on CUDA, or outside the language's defined behaviour:
   operands need float16 or bfloat16 tensor-core operands".
 - gemm tiles that do not split over the block's warps in whole 16x8 atoms: "a 16x16 tile
   cannot be split over 4 warps in whole 16x8 tensor-core atoms ...".
-- a gemm's B operand in registers, and atomic_max / atomic_min on float16 / bfloat16: the
-  mma.sync path reads B from shared memory and CUDA has no such atomics (today nvcc is what
-  rejects both; they belong with the user mistakes the compiler should refuse itself).
+- atomic_max / atomic_min on float16 / bfloat16: CUDA has no such atomics.
 - tl.enable_persistent_tiles with tl.enable_producer_preload: "cannot be combined: a
   persistent kernel's consumers load their own query tiles".
 - float16 and bfloat16 in one operation without a cast: the result takes the left operand's

@@ -156,22 +156,6 @@ def gemm_with_b_in(scope, target, transpose_B=False):
     return program
 
 
-def test_gemm_b_in_registers_on_sm80():
-    expect(gemm_with_b_in("local.fragment", "emulator"),
-           "T.gemm: operand B (b) is a fragment; on sm_80 the tensor cores read B from shared "
-           "memory: T.copy it into a T.alloc_shared tile first", "T.gemm(")
-
-
-def test_gemm_b_in_registers_on_sm90a():
-    expect(gemm_with_b_in("local.fragment", "emulator:sm_90a"),
-           "T.gemm: operand B (b) is a fragment; on sm_90a", "T.gemm(")
-
-
-def test_gemm_transposed_b_in_registers():
-    expect(gemm_with_b_in("local.fragment", "emulator", transpose_B=True),
-           "operand B (b) is a fragment", "T.gemm(")
-
-
 def test_gemm_b_in_a_local_buffer():
     expect(gemm_with_b_in("local", "emulator"),
            "T.gemm: operand B (b) is in local memory", "T.gemm(")

@@ -29,7 +29,7 @@ from ...passes.fold_loop_extents import fold_loop_extents
 from ...passes.insert_barriers import insert_barriers
 from .schedule.pipeline_loops import pipeline_loops
 from .schedule.operand_ahead import operand_ahead
-from .schedule.reduce_through_fragments import reduce_through_fragments
+from .schedule.stage_tile_operands import stage_tile_operands
 from .schedule.widen_tma_rows import widen_tma_rows
 from .schedule.prefetch_fragments import prefetch_fragments
 from .lower_tile_ops import lower_tile_ops
@@ -64,7 +64,7 @@ def _tile_prefix(target, configs, smem_limit, hopper: bool) -> list:
     arch = arch_of(target)
     steps = [("fold_loop_extents", fold_loop_extents),
              ("split_loop_tiles", split_loop_tiles),
-             ("reduce_through_fragments", reduce_through_fragments),
+             ("stage_tile_operands", stage_tile_operands),
              ("choose_rasterization", lambda f: choose_rasterization(f, target, configs))]
     if hopper:
         steps += [("stage_epilogue", lambda f: stage_epilogue(f, target, configs, smem_limit)),

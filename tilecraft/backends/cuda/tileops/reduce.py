@@ -123,7 +123,7 @@ def _held_where_computed(src_layout, dst_layout, dim: int, threads: int) -> bool
 def lower_reduce(op, ctx):
     src, dst = op.src.buffer, op.dst.buffer
     if src.scope != FRAGMENT or dst.scope != FRAGMENT:
-        # reduce_through_fragments moved every region of static extents into registers
+        # stage_tile_operands moved every region of static extents into registers
         which = src.name if src.scope != FRAGMENT else dst.name
         raise TileError(f"T.reduce_{op.kind}: the region of {which} has extents known only at "
                         "run time, and the CUDA backend reduces it through a fragment of its "
