@@ -190,3 +190,51 @@ def test_gpu_inputs_import_torch_for_a_script_that_never_did():
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["torch", "torch.float16", "[0.0,", "1.0,", "2.0,", "3.0]"]
+
+
+@tilecraft.jit(out_idx=[-1], target="interp")
+def add_one_static(n=48):
+    @T.prim_func
+    def main(A: T.Tensor((n,), "float32"), B: T.Tensor((n,), "float32")):
+        with T.Kernel(T.ceildiv(n, 32), threads=32) as bx:
+            for i in T.Parallel(32):
+                if bx * 32 + i < n:
+                    B[bx * 32 + i] = A[bx * 32 + i] + 1
+    return main
+
+
+def test_func_manual_assert_close_and_assert_consistent():
+    """TileLang's other Profiler members: func (the kernel, as its examples call it),
+    manual_assert_close with the user's check, assert_consistent over repeated runs (a kernel
+    whose outputs drift between runs fails it)."""
+    profiler = add_one_static().get_profiler()
+    x = np.arange(48, dtype=np.float32)
+    np.testing.assert_array_equal(profiler.func(x), x + 1)
+    seen = []
+    profiler.manual_assert_close(lambda a: a + 1, input_tensors=[x],
+                                 manual_check_prog=lambda got, want: seen.append(
+                                     (np.array_equal(got[0], want[0]), len(got))))
+    assert seen == [(True, 1)]
+    with pytest.raises(AssertionError):
+        profiler.manual_assert_close(lambda a: a + 2, input_tensors=[x],
+                                     manual_check_prog=lambda got, want: np.testing.
+                                     assert_array_equal(got[0], want[0]))
+    with pytest.raises(TileError, match="manual_check_prog must be a function"):
+        profiler.manual_assert_close(lambda a: a + 1)
+    profiler.assert_consistent(repeat=3)
+    kernel = profiler.func
+
+    class Drifting:
+        """The kernel, but each run adds its run count (a racy kernel's symptom)."""
+        runs = 0
+
+        def __getattr__(self, name):
+            return getattr(kernel, name)
+
+        def __call__(self, *args):
+            Drifting.runs += 1
+            return kernel(*args) + (Drifting.runs > 2)
+
+    profiler.kernel = Drifting()
+    with pytest.raises(AssertionError, match="output B of run 3 differs from the first"):
+        profiler.assert_consistent(repeat=4)

@@ -46,6 +46,11 @@ def _size_bindings(params, constraints) -> dict:
     return sizes
 
 
+def _as_list(outputs) -> list:
+    """A kernel's or a reference's result as a list of outputs."""
+    return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+
+
 class Profiler:
     def __init__(self, kernel, supply=None):
         self.kernel = kernel
@@ -73,20 +78,50 @@ class Profiler:
         inputs = list(input_tensors) if input_tensors is not None else self._inputs()
         return (func or self.kernel)(*inputs)
 
+    @property
+    def func(self):
+        """The kernel as a callable (TileLang's Profiler.func: what do_bench times by default)."""
+        return self.kernel
+
+    def _outputs_and_reference(self, reference_program, input_tensors):
+        """(kernel outputs, reference outputs), each a list, on the same inputs."""
+        inputs = list(input_tensors) if input_tensors is not None else self._inputs()
+        return _as_list(self.kernel(*inputs)), _as_list(reference_program(*inputs))
+
     def assert_allclose(self, reference_program, input_tensors=None, atol=1e-2, rtol=1e-2,
                         max_mismatched_ratio=0.01):
         """Run the kernel and reference_program on the same random inputs and compare."""
-        inputs = list(input_tensors) if input_tensors is not None else self._inputs()
-        got = self.kernel(*inputs)
-        want = reference_program(*inputs)
-        got = got if isinstance(got, (list, tuple)) else [got]
-        want = want if isinstance(want, (list, tuple)) else [want]
+        got, want = self._outputs_and_reference(reference_program, input_tensors)
         if len(got) != len(want):
             raise AssertionError(f"the kernel returned {len(got)} output(s), the reference "
                                  f"{len(want)}")
         names = [self.kernel.params[i].name for i in self.kernel.out_idx] or ["output"]
         for name, g, w in zip(names, got, want):
             compare(name, g, w, atol, rtol, max_mismatched_ratio)
+
+    def manual_assert_close(self, reference_program, input_tensors=None,
+                            manual_check_prog=None):
+        """Run the kernel and reference_program on the same inputs and hand both outputs to
+        manual_check_prog(outputs, reference_outputs), which raises where they differ."""
+        if not callable(manual_check_prog):
+            raise TileError("manual_assert_close: manual_check_prog must be a function of "
+                            "(outputs, reference_outputs)")
+        got, want = self._outputs_and_reference(reference_program, input_tensors)
+        manual_check_prog(got, want)
+
+    def assert_consistent(self, repeat: int = 10):
+        """Run the kernel `repeat` times on the same inputs: every run's outputs must equal the
+        first's bit for bit (a race or an uninitialized read shows as a difference)."""
+        inputs = self._inputs()
+        first = _as_list(self.kernel(*inputs))
+        names = [self.kernel.params[i].name for i in self.kernel.out_idx] or ["output"]
+        for run in range(1, repeat):
+            for name, a, b in zip(names, first, _as_list(self.kernel(*inputs))):
+                a, b = (arrays.to_numpy(x.cpu() if arrays.is_torch(x) else x, name)
+                        for x in (a, b))
+                if a.tobytes() != b.tobytes():
+                    raise AssertionError(f"assert_consistent: output {name} of run {run + 1} "
+                                         "differs from the first run's")
 
     def _device(self, inputs, device):
         """The CUDA device a GPU kernel's timing runs on (its inputs'), None on the host."""
