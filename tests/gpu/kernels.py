@@ -266,6 +266,8 @@ def corpus():
     out.append(("paired_elementwise", paired_elementwise(50, 100, "float16")))
     for src in ("int8", "uint16"):
         out.append((f"nibble_fields_{src}", nibble_fields(40, 120, src)))
+    out.append(("shared_reductions", shared_reductions(64, 48, 32)))
+    out.append(("gemm_b_in_registers", gemm_with_computed_b(50, 37, 29, False)))
     return out
 
 
@@ -315,4 +317,47 @@ def nibble_fields(M, N, src_dtype, dtype="float16", bm=16, bn=64, threads=64):
                 w[i, j] = T.cast(T.cast(nibble, "int32") - 8, dtype)
             T.copy(w, W[by * bm, bx * bn])
 
+    return main
+
+
+def shared_reductions(M, N, half):
+    """R, C, H = row sums of A, column maxima of A (at least -1), row sums of A's first
+    `half` rows: reductions of a shared tile, one into a shared vector (stage_tile_operands)."""
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), R: T.Tensor((M,), "float32"),
+             C: T.Tensor((N,), "float32"), H: T.Tensor((half,), "float32")):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((M, N), "float32")
+            r = T.alloc_fragment((M,), "float32")
+            c_s = T.alloc_shared((N,), "float32")
+            h = T.alloc_fragment((half,), "float32")
+            T.copy(A, A_s)
+            T.reduce_sum(A_s, r, dim=1)                     # shared -> fragment
+            T.fill(c_s, -1.0)
+            T.reduce_max(A_s, c_s, dim=0, clear=False)      # shared -> shared, accumulated
+            T.reduce_sum(A_s[0:half, :], h, dim=1)          # a sub-tile of the shared buffer
+            T.copy(r, R)
+            T.copy(c_s, C)
+            T.copy(h, H)
+    return main
+
+
+def gemm_with_computed_b(M, N, K, transpose_B):
+    """C = A @ (2 B - 1) with the 64x64x32 tile's B computed in a fragment (staged through a
+    shared tile for the tensor cores, stage_tile_operands); M, N, K up to the tile."""
+    b_shape = (N, K) if transpose_B else (K, N)
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor(b_shape, "float16"),
+             C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=128):
+            a = T.alloc_shared((64, 32), "float16")
+            b = T.alloc_fragment((64, 32) if transpose_B else (32, 64), "float16")
+            c = T.alloc_fragment((64, 64), "float32")
+            T.copy(A[0, 0], a)
+            T.copy(B[0, 0], b)
+            for i, j in T.Parallel(*b.shape):
+                b[i, j] = b[i, j] * 2 - 1                  # computed in registers
+            T.gemm(a, b, c, transpose_B=transpose_B, clear_accum=True)
+            T.copy(c, C[0, 0])
     return main

@@ -138,3 +138,30 @@ def test_flash_attention(causal, seq, stages, block, threads):
         is_causal=causal).transpose(1, 2)
     assert not torch.isnan(out).any()
     assert rel_error(out, ref) < 1e-2
+
+
+@pytest.mark.parametrize("M,N", [(64, 48), (37, 29)])
+def test_reductions_of_and_into_shared_tiles(M, N):
+    """T.reduce_* whose operand is a shared tile, staged through fragments (stage_tile_operands)."""
+    half = (M + 1) // 2
+    k = cuda(kernels.shared_reductions(M, N, half))
+    a = rand(M, N)
+    r, c, h = (poisoned(n, dtype=torch.float32) for n in (M, N, half))
+    k(a, r, c, h)
+    torch.testing.assert_close(r, a.double().sum(1).float(), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(c, a.max(0).values.clamp_min(-1.0))
+    torch.testing.assert_close(h, a[:half].double().sum(1).float(), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("M,N,K,transpose_B", [(64, 64, 32, False), (50, 37, 29, False),
+                                               (64, 64, 32, True)])
+def test_gemm_with_b_computed_in_registers(M, N, K, transpose_B):
+    """T.gemm whose B is a fragment, staged through a shared tile (stage_tile_operands)."""
+    k = cuda(kernels.gemm_with_computed_b(M, N, K, transpose_B))
+    a = rand(M, K, dtype=torch.float16)
+    b = rand(*((N, K) if transpose_B else (K, N)), dtype=torch.float16)
+    c = poisoned(M, N, dtype=torch.float32)
+    k(a, b, c)
+    w = (b * 2 - 1).double()
+    torch.testing.assert_close(c.double(), a.double() @ (w.T if transpose_B else w),
+                               atol=2e-3, rtol=2e-3)

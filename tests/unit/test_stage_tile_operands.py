@@ -6,29 +6,14 @@ and a sub-tile of the shared buffer."""
 import numpy as np
 import pytest
 
+import sys
+from pathlib import Path
+
 import tilecraft
-import tilecraft.language as T
 from tilecraft.backends.cuda import pipeline
 
-
-def shared_reductions(M, N, half):
-    @T.prim_func
-    def main(A: T.Tensor((M, N), "float32"), R: T.Tensor((M,), "float32"),
-             C: T.Tensor((N,), "float32"), H: T.Tensor((half,), "float32")):
-        with T.Kernel(1, threads=128):
-            A_s = T.alloc_shared((M, N), "float32")
-            r = T.alloc_fragment((M,), "float32")
-            c_s = T.alloc_shared((N,), "float32")
-            h = T.alloc_fragment((half,), "float32")
-            T.copy(A, A_s)
-            T.reduce_sum(A_s, r, dim=1)                     # shared -> fragment
-            T.fill(c_s, -1.0)
-            T.reduce_max(A_s, c_s, dim=0, clear=False)      # shared -> shared, accumulated
-            T.reduce_sum(A_s[0:half, :], h, dim=1)          # a sub-tile of the shared buffer
-            T.copy(r, R)
-            T.copy(c_s, C)
-            T.copy(h, H)
-    return main
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
+from kernels import gemm_with_computed_b, shared_reductions  # noqa: E402
 
 
 @pytest.mark.parametrize("target", ["interp", "emulator", "emulator:sm_90a"])
@@ -55,25 +40,6 @@ def test_the_reductions_run_on_fragments_after_the_pass():
     assert len(reduces) == 3
     assert all(r.src.buffer.scope == "local.fragment" and r.dst.buffer.scope ==
                "local.fragment" for r in reduces)
-
-
-def gemm_with_computed_b(M, N, K, transpose_B):
-    b_shape = (N, K) if transpose_B else (K, N)
-
-    @T.prim_func
-    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor(b_shape, "float16"),
-             C: T.Tensor((M, N), "float32")):
-        with T.Kernel(1, threads=128):
-            a = T.alloc_shared((64, 32), "float16")
-            b = T.alloc_fragment((64, 32) if transpose_B else (32, 64), "float16")
-            c = T.alloc_fragment((64, 64), "float32")
-            T.copy(A[0, 0], a)
-            T.copy(B[0, 0], b)
-            for i, j in T.Parallel(*b.shape):
-                b[i, j] = b[i, j] * 2 - 1                  # computed in registers
-            T.gemm(a, b, c, transpose_B=transpose_B, clear_accum=True)
-            T.copy(c, C[0, 0])
-    return main
 
 
 @pytest.mark.parametrize("target", ["interp", "emulator", "emulator:sm_90a"])
