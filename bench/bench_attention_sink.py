@@ -21,7 +21,7 @@ from torch.nn.attention import SDPBackend
 from common import OUT, add_arm_options, clean_timer, in_rounds, show_results, warm_gpu
 from attention_sink import attention_sink
 
-CONFIGS = "128x128x2x256,64x64x1x128,128x64x2x256,128x64x2x128,128x128x2x128,128x64x3x256"
+CONFIGS = "128x128x3x256,128x128x2x256,64x64x1x128,128x64x2x256,128x64x2x128,128x128x2x128,128x64x3x256"
 
 
 def sdpa(backend, q, k, v):

@@ -22,8 +22,13 @@ LOG2E = 1.44269504088896
 
 @tilecraft.jit(out_idx=[-1], pass_configs={tilecraft.PassConfigKey.TL_ENABLE_FAST_MATH: True})
 def attention_sink(batch, heads, seq_len, dim, window_size=None, block_M=128, block_N=128,
-                   num_stages=2, threads=256, dtype="float16", accum_dtype="float",
+                   num_stages=None, threads=256, dtype="float16", accum_dtype="float",
                    kv_heads=None):
+    """num_stages: the K / V tiles in flight; by default three at head dims up to 64 (a third
+    stage lets the compiler overlap one tile's softmax with the next tile's products; at 128
+    the three stages of 128-row tiles would not fit in shared memory), else two."""
+    if num_stages is None:
+        num_stages = 3 if dim <= 64 else 2
     kv_heads = heads if kv_heads is None else kv_heads
     assert heads % kv_heads == 0, "the query heads must split evenly into kv_heads groups"
     group = heads // kv_heads
