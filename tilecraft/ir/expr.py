@@ -20,9 +20,23 @@ COMPARE_OPS = ("<", "<=", ">", ">=", "==", "!=")
 LOGIC_OPS = ("and", "or")
 
 
+# What ir/linear.py remembers on an expression node: its structural key and its simplified
+# form (both depend only on the node's fields, which never change after it is built).
+STRUCTURAL_KEY, LINEAR_FORM = "_structural_key", "_linear_form"
+_REMEMBERED = (STRUCTURAL_KEY, LINEAR_FORM)
+
+
 class Expr:
     dtype: DType
     span: Span | None
+
+    def __getstate__(self):
+        # Copies and pickles leave out what ir/linear.py remembered: a deep copy or an
+        # unpickled tree has new variables, and a key names variables by identity.
+        state = self.__dict__
+        if any(k in state for k in _REMEMBERED):
+            state = {k: v for k, v in state.items() if k not in _REMEMBERED}
+        return state
 
     # --- arithmetic -------------------------------------------------------
     def __add__(self, o): return binary("+", self, o)

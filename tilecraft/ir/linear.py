@@ -6,7 +6,8 @@ structurally.
 """
 from __future__ import annotations
 
-from .expr import COMPARE_OPS, Binary, Cast, Const, Expr, Unary, Var, const, convert
+from .expr import (COMPARE_OPS, LINEAR_FORM, STRUCTURAL_KEY, Binary, Cast, Const, Expr, Unary,
+                   Var, const, convert)
 
 
 def structural_key(e) -> tuple:
@@ -16,13 +17,17 @@ def structural_key(e) -> tuple:
     if isinstance(e, Const):
         return ("const", e.value, e.dtype.name)
     if isinstance(e, Expr) and hasattr(e, "__dataclass_fields__"):
-        parts = [type(e).__name__]
-        for name in e.__dataclass_fields__:
-            if name == "span":
-                continue
-            v = getattr(e, name)
-            parts.append(structural_key(v))
-        return tuple(parts)
+        # Expressions are never changed in place, so a node keeps its key (Expr.__getstate__
+        # leaves it out of copies that may rename the variables under it).
+        key = e.__dict__.get(STRUCTURAL_KEY)
+        if key is None:
+            parts = [type(e).__name__]
+            for name in e.__dataclass_fields__:
+                if name == "span":
+                    continue
+                parts.append(structural_key(getattr(e, name)))
+            key = e.__dict__[STRUCTURAL_KEY] = tuple(parts)
+        return key
     if isinstance(e, (tuple, list)):
         return tuple(structural_key(x) for x in e)
     if hasattr(e, "name") and hasattr(e, "scope"):  # a Buffer
@@ -77,6 +82,13 @@ def simplify(e):
     """Canonical linear form of an integer expression (other expressions unchanged)."""
     if not isinstance(e, Expr) or not e.dtype.is_int:
         return e
+    done = e.__dict__.get(LINEAR_FORM)
+    if done is None:
+        done = e.__dict__[LINEAR_FORM] = _simplified(e)
+    return done
+
+
+def _simplified(e):
     terms, c = linear_form(e)
     out = None
     for atom, coeff in terms.values():
