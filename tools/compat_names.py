@@ -28,6 +28,7 @@ FAMILIES = {
     "layouts": "layout and scheduling annotations",
     "registers": "layout and scheduling annotations", "tileop": "tile operators",
     "threads": "thread and block indices", "warp": "warps and synchronization",
+    "warp_specialize": "warps and synchronization",
     "allreduce": "warps and synchronization",
 }
 def tables() -> str:

@@ -149,6 +149,20 @@ class AttrFrame:
         self.builder.reduce_scope = self.outer
 
 
+class WarpGroupFrame:
+    """`with T.ws(g):` (or several warpgroups): the body runs on those warpgroups' threads
+    only (language/warp_specialize.py; the parser emits the region as an `if` on this
+    condition, which the interpreter takes as true and manual_warpgroups lowers)."""
+
+    def __init__(self, groups, span):
+        self.groups, self.span = groups, span
+
+    def condition(self):
+        from ..ir.annotations import WS_REGION
+        from ..ir.expr import Call, const
+        return Call(WS_REGION, tuple(const(g) for g in self.groups), dt.boolean, self.span)
+
+
 class IndexLoop(LoopFrame):
     """`for i in T.thread_binding(0, n, thread="threadIdx.x")`, TVMScript's loop over a thread
     (or block) index: inside a T.Kernel every thread already runs the body once with its own

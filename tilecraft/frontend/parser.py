@@ -16,7 +16,7 @@ from . import builder as bld
 from .access_bounds import check_access_bounds
 from .remap_accesses import remap_accesses
 from .expressions import _BINOPS, ExpressionEvaluator, _Return
-from .frames import AttrFrame, IndexLoop, KernelFrame, LoopFrame
+from .frames import AttrFrame, IndexLoop, KernelFrame, LoopFrame, WarpGroupFrame
 from .thread_checks import check_thread_uses
 from .scopes import AFTER_IF, AFTER_KERNEL, AFTER_LOOP, Scope
 from ..errors import Span, TileError, current_span, span_scope
@@ -322,6 +322,11 @@ class Parser(ExpressionEvaluator):
                 self.body(node.body)
             finally:
                 frame.close()
+            return
+        if isinstance(frame, WarpGroupFrame) and item.optional_vars is None:
+            b = bld.active("T.ws")
+            body = self.device_block(node.body, "the T.ws region", node, AFTER_IF)
+            b.emit(IfThenElse(frame.condition(), body, None, span))
             return
         if not isinstance(frame, KernelFrame):
             raise TileError(f"`with` takes T.Kernel(...) here, got {type(frame).__name__}", span)

@@ -12,6 +12,7 @@ import itertools
 import numpy as np
 
 from ..errors import TileError
+from ..ir.annotations import MANUAL_BARRIER_CALLS
 from ..ir.buffer import GLOBAL, Buffer, BufferRegion
 from ..ir.stmt import (Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt)
 from ..ir.tileop import TileOp, contract_of
@@ -193,8 +194,10 @@ class Machine:
         array[sel] = np.broadcast_to(value, shape)[live]
 
     def exec_Evaluate(self, s: Evaluate, mask):
-        if getattr(s.value, "name", None) in BARRIERS:
-            return   # every thread runs each statement together: there is nothing to wait for
+        if getattr(s.value, "name", None) in BARRIERS + MANUAL_BARRIER_CALLS:
+            # Every thread runs each statement together, and T.ws regions in program order:
+            # there is nothing to wait for (nor to count).
+            return
         self.ev.eval(s.value, mask)
 
     # --- regions ----------------------------------------------------------------

@@ -29,7 +29,9 @@ __all__ = ["PERSISTENT_TILES", "FRAGMENT_LOOP", "ROTATED", "WARPGROUP_FRAGMENTS"
            "IM2COL", "IM2COL_ROW", "IM2COL_COL", "im2col_output_size", "INSTRUCTION",
            "TMA_UNFIT", "ASYNC_COPY", "SCHEDULED", "TMA_BARRIER", "TMA_MULTICAST", "TILE_RANK",
            "BLOCK_BARRIER", "WARPGROUP_INDEX", "FUNC_PASS_CONFIGS", "FUNC_COMPILE_FLAGS",
-           "sync_stmt", "is_sync", "is_warpgroup_branch"]
+           "sync_stmt", "is_sync", "is_warpgroup_branch", "WS_REGION", "MBARRIER_INIT_CALL",
+           "MBARRIER_ARRIVE_CALL", "MBARRIER_WAIT_CALL", "TMA_COPY_BARRIER", "MANUAL_WARPGROUPS",
+           "MANUAL_BARRIER_CALLS"]
 
 FRAGMENT_LOOP = "mma_fragments"
 ROTATED = "wgmma_rotated"
@@ -121,6 +123,17 @@ SCHEDULED = "scheduled"
 TMA_BARRIER = "tma_barrier"
 TMA_MULTICAST = "tma_multicast"
 TILE_RANK = "tile_rank"
+
+# Warp specialization written by hand (language/warp_specialize.py): the condition of a
+# `with T.ws(g)` region, the mbarrier statements, the mbarrier a T.tma_copy signals, and the
+# kernel attribute schedule/manual_warpgroups.py sets on a kernel it lowered them in.
+WS_REGION = "tl.ws"
+MBARRIER_INIT_CALL = "tl.mbarrier_init"
+MBARRIER_ARRIVE_CALL = "tl.mbarrier_arrive"
+MBARRIER_WAIT_CALL = "tl.mbarrier_wait_parity"
+MANUAL_BARRIER_CALLS = (MBARRIER_INIT_CALL, MBARRIER_ARRIVE_CALL, MBARRIER_WAIT_CALL)
+TMA_COPY_BARRIER = "tma_copy_barrier"
+MANUAL_WARPGROUPS = "manual_warpgroups"
 
 BLOCK_BARRIER = "tc::syncthreads"       # every thread of the block waits for every other
 WARPGROUP_INDEX = "tc::warpgroup_index"  # which 128-thread warpgroup runs this thread

@@ -33,6 +33,8 @@ from .warp import (sync_threads, sync_warp, shfl_xor, shfl_down, shfl_up, shfl_s
 from .im2col import c2d_im2col, im2col
 from .views import reshape, view
 from .allreduce import attr, comm_reducer, tvm_thread_allreduce
+from .warp_specialize import (alloc_barrier, barrier_arrive, barrier_wait, mbarrier_arrive,
+                              mbarrier_wait_parity, tma_copy, ws)
 from .unsupported import not_supported_yet as __getattr__  # TileLang's other names: TileError
 from .eager import const, empty, annotate_pass_configs, annotate_compile_flags
 

@@ -69,16 +69,13 @@ def _regions(what: str, src, dst):
     return region_of(src), region_of(dst)
 
 
-def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None):
-    """Copy a tile between any two scopes, converting dtype; out-of-bounds global elements
-    read as zero and are not written."""
-    what = "T.copy"
-    b = bld.active(what)
+def copy_regions(what: str, src, dst):
+    """(source region, destination region) of a tile copy, checked (in bounds, the same
+    extents but for unit dimensions); None for an element-to-element copy."""
     src, dst = _operand(what, "source", src), _operand(what, "destination", dst)
     regions = _regions(what, src, dst)
-    if regions is None:  # element to element: a plain store
-        b.emit(BufferStore(dst.buffer, dst.indices, cast(src, dst.buffer.dtype), current_span()))
-        return
+    if regions is None:
+        return None
     s, d = regions
     _check_in_bounds(what, "source", s)
     _check_in_bounds(what, "destination", d)
@@ -87,6 +84,20 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
         raise TileError(f"{what}: source {s.buffer.name} tile {_shape_text(s.extents)} and "
                         f"destination {d.buffer.name} tile {_shape_text(d.extents)} do not have "
                         "the same extents", current_span())
+    return s, d
+
+
+def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None):
+    """Copy a tile between any two scopes, converting dtype; out-of-bounds global elements
+    read as zero and are not written."""
+    what = "T.copy"
+    b = bld.active(what)
+    regions = copy_regions(what, src, dst)
+    if regions is None:  # element to element: a plain store
+        src, dst = _operand(what, "source", src), _operand(what, "destination", dst)
+        b.emit(BufferStore(dst.buffer, dst.indices, cast(src, dst.buffer.dtype), current_span()))
+        return
+    s, d = regions
     annotations = {}
     if coalesced_width is not None:
         annotations["coalesced_width"] = coalesced_width

@@ -25,7 +25,7 @@ from ..ir.stmt import BufferStore, For, IfThenElse, Kernel, seq, stmts_of
 from ..ir.thread_varying import ThreadVarying
 from ..ir.tileop import Reduce, TileOp
 from ..ir.visitor import children, map_kernels, walk
-from ..ir.annotations import (LAYOUTS, SCHEDULED, SMEM_OFFSETS, is_sync, is_warpgroup_branch,
+from ..ir.annotations import (LAYOUTS, MANUAL_WARPGROUPS, SCHEDULED, SMEM_OFFSETS, is_sync, is_warpgroup_branch,
                               sync_stmt)
 import dataclasses
 
@@ -140,7 +140,12 @@ class _Inserter:
         if is_warpgroup_branch(s):
             # Each warpgroup runs its own branch (seesaw_warpgroups), which orders its shared
             # accesses with named barriers of its own; a block barrier inside would deadlock.
-            # What the branches touch is settled before them, as for one statement.
+            # What the branches touch is settled before them, as for one statement. A T.ws
+            # region (manual_warpgroups) gets the barriers its own statements need, which
+            # finalize_barriers makes barriers of the region's warpgroup.
+            if self.kernel is not None and self.kernel.attrs.get(MANUAL_WARPGROUPS):
+                inner = seq(self.block(stmts_of(s.then_body), _State()))
+                s = dataclasses.replace(s, then_body=inner)
             return self.plain(s, state)
         if isinstance(s, IfThenElse):  # outside T.Parallel: the same branch for every thread
             prefix = []

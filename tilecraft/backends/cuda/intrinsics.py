@@ -93,6 +93,9 @@ MBARRIER_ARRIVE_WARP = Intrinsic("tc::mbarrier_arrive_warp", 1, SM80,
                                  "one arrival for the calling warp")
 MBARRIER_ARRIVE_EXPECT_TX = Intrinsic("tc::mbarrier_arrive_expect_tx", 2, SM90A,
                                       "arrive and expect this many bytes of TMA transactions")
+MBARRIER_ARRIVE = Intrinsic("tc::mbarrier_arrive", 1, SM80, "one arrival for the calling thread")
+MBARRIER_EXPECT_TX = Intrinsic("tc::mbarrier_expect_tx", 2, SM90A,
+                               "expect this many more bytes of TMA transactions, no arrival")
 FENCE_BARRIER_INIT = Intrinsic("tc::fence_barrier_init", 0, SM90A,
                                "make mbarrier initialisations visible to the cluster")
 FENCE_PROXY_ASYNC_SHARED = Intrinsic("tc::fence_proxy_async_shared", 0, SM90A,
@@ -251,7 +254,8 @@ TABLE = tuple(v for v in list(globals().values()) if isinstance(v, Intrinsic))
 
 # Families that start alike, for the passes that look for any of them.
 MBARRIER_CALLS = (MBARRIER_INIT, MBARRIER_WAIT_PARITY, MBARRIER_ARRIVE_WARP,
-                  MBARRIER_ARRIVE_EXPECT_TX, MBARRIER_ARRIVE_WARP_CLUSTER)
+                  MBARRIER_ARRIVE_EXPECT_TX, MBARRIER_ARRIVE_WARP_CLUSTER, MBARRIER_ARRIVE,
+                  MBARRIER_EXPECT_TX)
 TMA_LOADS = (TMA_LOAD, TMA_LOAD_MULTICAST, TMA_LOAD_IM2COL)
 TMA_STORES = (TMA_STORE, TMA_STORE_ADD, TMA_STORE_COMMIT, TMA_STORE_WAIT)
 WGMMA_ISSUES = (WGMMA, WGMMA_RS, WGMMA_FP8)

@@ -33,7 +33,7 @@ from ...passes.infer_layouts import infer_layouts
 from ...passes.parallel_nests import on_warpgroup_fragments
 from ...passes.plan_shared_memory import footprint
 from ...ir.annotations import (LAYOUTS, OPERAND_AHEAD, SMEM_ARENA, SMEM_BYTES, SMEM_OFFSETS, SOFTWARE_PIPELINED,
-                               TENSOR_MAPS, TMA_BARRIER, USE_SWIZZLE, WARPGROUP_FRAGMENTS,
+                               MANUAL_WARPGROUPS, TENSOR_MAPS, TMA_BARRIER, USE_SWIZZLE, WARPGROUP_FRAGMENTS,
                                WARPGROUP_THREAD, WARP_SPECIALIZED, is_warpgroup_branch)
 from .rules import CUDA_RULES
 
@@ -66,8 +66,11 @@ class _KernelLowering:
         # Ops on one warpgroup's fragments (seesaw_warpgroups) run as if in a block of its
         # 128 threads, numbered wtx = tx % 128; they share everything else with the kernel.
         self.local = set(kernel.attrs.get(WARPGROUP_FRAGMENTS, ()))
+        # A kernel of T.ws regions (manual_warpgroups): every op of a region runs on its
+        # warpgroup's threads, whether or not it touches one of its fragments.
+        self.manual = bool(kernel.attrs.get(MANUAL_WARPGROUPS))
         self.wg_ctx = None
-        if self.local:
+        if self.local or self.manual:
             c = self.ctx
             wtx = Var("wtx")
             self.wg_ctx = ThreadContext(
@@ -78,7 +81,8 @@ class _KernelLowering:
             c.var_bounds[id(wtx)] = (0, WARPGROUP - 1)
 
     def context(self, op) -> ThreadContext:
-        if self.wg_ctx is not None and on_warpgroup_fragments(op, self.local):
+        if self.wg_ctx is not None and (on_warpgroup_fragments(op, self.local) or
+                                        self.manual and self.in_warpgroup_branch):
             return self.wg_ctx
         return self.ctx
 

@@ -30,6 +30,7 @@ from ...passes.insert_barriers import insert_barriers
 from .schedule.pipeline_loops import pipeline_loops
 from .schedule.operand_ahead import operand_ahead
 from .schedule.stage_tile_operands import stage_tile_operands
+from .schedule.manual_warpgroups import manual_warpgroups
 from .schedule.widen_tma_rows import widen_tma_rows
 from .schedule.prefetch_fragments import prefetch_fragments
 from .lower_tile_ops import lower_tile_ops
@@ -62,7 +63,8 @@ def _tile_prefix(target, configs, smem_limit, hopper: bool) -> list:
     the shared arena. On sm_90a also epilogue staging, warp specialization, the direction of
     k in persistent GEMMs and warpgroup splitting."""
     arch = arch_of(target)
-    steps = [("fold_loop_extents", fold_loop_extents),
+    steps = [("manual_warpgroups", lambda f: manual_warpgroups(f, target)),
+             ("fold_loop_extents", fold_loop_extents),
              ("split_loop_tiles", split_loop_tiles),
              ("stage_tile_operands", stage_tile_operands),
              ("choose_rasterization", lambda f: choose_rasterization(f, target, configs))]

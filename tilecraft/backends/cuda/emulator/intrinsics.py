@@ -27,7 +27,8 @@ from ..intrinsics import (ATOMIC, ATOMIC_ADD_V2, ATOMIC_ADD_X2, BARRIER_ALL, CHE
                           CP_ASYNC_COMMIT, CP_ASYNC_WAIT, CP_ASYNC_WAIT_ALL, FENCE_BARRIER_INIT,
                           FENCE_PROXY_ASYNC_SHARED, IS_BLOCK_LEADER, IS_PRODUCER_LEADER,
                           IS_PRODUCER_THREAD, L2_POLICY, LAUNCH_WAVE_PARITY, LDMATRIX,
-                          LDMATRIX_TRANS, MAKE_SMEM_DESC, MBARRIER_ARRIVE_EXPECT_TX,
+                          LDMATRIX_TRANS, MAKE_SMEM_DESC, MBARRIER_ARRIVE, MBARRIER_ARRIVE_EXPECT_TX,
+                          MBARRIER_EXPECT_TX,
                           MBARRIER_ARRIVE_WARP, MBARRIER_INIT, MBARRIER_WAIT_PARITY, MMA,
                           NAMED_BARRIER_ARRIVE, NAMED_BARRIER_SYNC, NAMESPACE, PACK_BF162,
                           PACK_HALF2, PREFETCH_L2, SETMAXNREG_DEC, SETMAXNREG_INC, SHFL_GROUP,
@@ -312,6 +313,8 @@ _SM90 = {
     MBARRIER_INIT: lambda m, b, h, ptr, count: b.init(ptr, count),
     MBARRIER_ARRIVE_WARP: lambda m, b, h, ptr: b.arrive(ptr, per_warp=True),
     MBARRIER_ARRIVE_EXPECT_TX: lambda m, b, h, ptr, tx: b.arrive(ptr, tx=tx),
+    MBARRIER_ARRIVE: lambda m, b, h, ptr: b.arrive(ptr),
+    MBARRIER_EXPECT_TX: lambda m, b, h, ptr, tx: b.expect_tx(ptr, tx),
     NAMED_BARRIER_ARRIVE: lambda m, b, h, i, n: b.named_arrive(i, n, wait=False),
     NAMED_BARRIER_SYNC: lambda m, b, h, i, n: _must_pass(m, b.named_arrive(i, n),
                                                          "named_barrier_sync"),
@@ -321,8 +324,6 @@ _SM90 = {
 # Header functions the compiler does not write today (not in the table), for hand-built IR.
 _UNLISTED = {
     "smem_desc_advance": _advance,
-    "mbarrier_arrive": lambda m, b, h, ptr: b.arrive(ptr),
-    "mbarrier_expect_tx": lambda m, b, h, ptr, tx: b.expect_tx(ptr, tx),
     "mbarrier_try_wait_parity": _try_wait,
 }
 

@@ -15,6 +15,8 @@
 - In a warp-specialized kernel (warp_specialize) the producer warpgroup never reaches the
   consumers' barriers, so those synchronize the T consumer threads only: named barrier 1 over
   T threads (barrier 0 stays __syncthreads, used once after the mbarriers are initialized).
+- A barrier inside a T.ws(g) region (manual_warpgroups) synchronizes that warpgroup only:
+  named barrier REGION_BARRIER + g over its 128 threads.
 
 A barrier that follows another in the same statement list leaves out the fence when the
 statements between them write no shared tile the async proxy reads (a reduction's scratch
@@ -29,16 +31,18 @@ from __future__ import annotations
 import dataclasses
 
 from ....ir.buffer import is_shared
-from ....ir.expr import BufferLoad, Call, const
+from ....ir.expr import Binary, BufferLoad, Call, Const, const
 from ....ir.stmt import BufferStore, Evaluate, Kernel, SeqStmt, call_stmt, seq
 from ....ir.visitor import Mutator, map_kernels, walk
-from ....ir.annotations import PRODUCER_THREADS, is_sync
+from ....ir.annotations import MANUAL_WARPGROUPS, PRODUCER_THREADS, is_sync, is_warpgroup_branch
+from ..tileops.wgmma import WARPGROUP
 from ..intrinsics import (FENCE_PROXY_ASYNC_SHARED, LD_SHARED, LDMATRIX, LDMATRIX_TRANS,
                           MAKE_SMEM_DESC, MBARRIER_ARRIVE_WARP, MBARRIER_ARRIVE_WARP_CLUSTER, MBARRIER_CALLS,
                           NAMED_BARRIER_SYNC, TMA_LOADS, TMA_STORE_WAIT,
                           TMA_STORES, WGMMA_ISSUES, NAMESPACE, is_call_to)
 
 CONSUMER_BARRIER = 1
+REGION_BARRIER = 6     # + the warpgroup of a T.ws region (seesaw_warpgroups uses 2 to 5)
 
 
 def _issues(kernel: Kernel, *entries) -> bool:
@@ -97,12 +101,24 @@ def _generic_writes(stmts) -> set:
 
 class _Barriers(Mutator):
     def __init__(self, fence: bool, consumers: int | None, stores: bool, async_read: set,
-                 stage_stores: bool):
+                 stage_stores: bool, manual: bool = False):
         self.fence = fence
         self.consumers = consumers
         self.stores = stores
         self.async_read = async_read
         self.stage_stores = stage_stores
+        self.manual = manual
+        self.region = None    # the warpgroup of the T.ws region being visited
+
+    def visit_IfThenElse(self, s):
+        group = _region_group(s) if self.manual else None
+        if group is None:
+            return self.generic_visit(s)
+        outer, self.region = self.region, group
+        try:
+            return self.generic_visit(s)
+        finally:
+            self.region = outer
 
     def visit_SeqStmt(self, s: SeqStmt):
         out, since = [], None  # the statements since this list's last barrier
@@ -128,7 +144,10 @@ class _Barriers(Mutator):
         """What the barrier s becomes; since: the statements between it and the previous
         barrier of its list (None: it is the list's first)."""
         out = [s]
-        if self.consumers is not None:
+        if self.region is not None:
+            out = [call_stmt(NAMED_BARRIER_SYNC.name, const(REGION_BARRIER + self.region),
+                             const(WARPGROUP), span=s.span)]
+        elif self.consumers is not None:
             out = [call_stmt(NAMED_BARRIER_SYNC.name, const(CONSUMER_BARRIER),
                              const(self.consumers), span=s.span)]
         if self.stores:
@@ -138,15 +157,25 @@ class _Barriers(Mutator):
         return seq(out) if len(out) > 1 else out[0]
 
 
+def _region_group(s) -> int | None:
+    """g of a T.ws(g) region's `if (warpgroup_index() == g)` (None for anything else, and for
+    a region of several warpgroups, whose barriers stay block barriers)."""
+    if not is_warpgroup_branch(s) or not isinstance(s.cond, Binary) or s.cond.op != "==":
+        return None
+    b = s.cond.b
+    return int(b.value) if isinstance(b, Const) else None
+
+
 def finalize_barriers(func):
     def finalize(k):
         consumers = k.num_threads if k.attrs.get(PRODUCER_THREADS) else None
+        manual = bool(k.attrs.get(MANUAL_WARPGROUPS))
         stores = _issues(k, *TMA_STORES)
         fence = stores or _issues(k, *WGMMA_ISSUES)
-        if consumers is None and not fence:
+        if consumers is None and not fence and not manual:
             return k
         kernel = _Barriers(fence, consumers, stores, _async_read(k),
-                           stores and _stores_from_stages(k)).visit(k)
+                           stores and _stores_from_stages(k), manual).visit(k)
         if stores:
             kernel = dataclasses.replace(kernel, body=seq(
                 [kernel.body, call_stmt(STORE_READ_WAIT, span=kernel.span)]))

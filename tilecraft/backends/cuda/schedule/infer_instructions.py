@@ -40,8 +40,8 @@ from ....ir.visitor import Mutator, map_kernels, walk
 from ....target import parse_arch
 from ....pass_config import PassConfigKey
 from ..tileops.tma import tma_add_unfit_reason, tma_plan
-from ..tileops.wgmma import accumulator_layout, wgmma_unfit_reason
-from ....ir.annotations import INSTRUCTION, TMA_UNFIT
+from ..tileops.wgmma import WARPGROUP, accumulator_layout, wgmma_unfit_reason
+from ....ir.annotations import INSTRUCTION, TMA_UNFIT, WARPGROUP_FRAGMENTS
 
 WGMMA_ARCHS = ("sm_90a",)
 
@@ -88,9 +88,12 @@ def atomic_unsupported(kind: str, dtype: str, arch: str) -> str | None:
 
 class _Choose(Mutator):
     def __init__(self, arch: str, threads: int, wgmma: bool, tma_store: bool = False,
-                 stmatrix: bool = False):
+                 stmatrix: bool = False, local: frozenset = frozenset()):
         self.arch = arch
         self.threads = threads
+        # Fragments of one warpgroup (a T.ws region's, manual_warpgroups): a gemm into one
+        # runs on that warpgroup's 128 threads.
+        self.local = local
         self.wgmma = wgmma
         self.tma_store = tma_store
         self.stmatrix = stmatrix
@@ -129,7 +132,8 @@ class _Choose(Mutator):
             raise TileError(f"T.gemm: operand B ({b.name}) is {held}; on {self.arch} the "
                             "tensor cores read B from shared memory: T.copy it into a "
                             "T.alloc_shared tile first", op.span)
-        reason = wgmma_unfit_reason(op, op.dims(), self.threads)
+        threads = WARPGROUP if op.C.buffer.name in self.local else self.threads
+        reason = wgmma_unfit_reason(op, op.dims(), threads)
         if op.instruction == "wgmma" and reason is not None:
             raise TileError(f"T.gemm is pinned to wgmma but cannot use it: {reason}", op.span)
         if op.instruction:
@@ -187,7 +191,8 @@ def infer_instructions(func, arch: str | None = None, configs: dict | None = Non
         not configs.get(PassConfigKey.TL_DISABLE_TMA_STORE)
 
     def choose(k):
-        chooser = _Choose(arch, k.num_threads, wgmma, tma_store, stmatrix=hopper)
+        chooser = _Choose(arch, k.num_threads, wgmma, tma_store, stmatrix=hopper,
+                          local=frozenset(k.attrs.get(WARPGROUP_FRAGMENTS, ())))
         pinned = {id(n) for n in walk(k.body) if isinstance(n, Gemm) and n.instruction}
         body = chooser.visit(k.body)
         # the pinned ones keep their identity through the chooser (it returns them as given)

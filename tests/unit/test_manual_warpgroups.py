@@ -1,0 +1,200 @@
+"""Warp specialization written by hand (T.ws, T.alloc_barrier, T.barrier_wait / arrive,
+T.tma_copy; schedule/manual_warpgroups.py): the forms of TileLang's warp-specialized GEMM
+examples, on random inputs with poisoned outputs and ragged sizes, agree with numpy on the
+interpreter and on the sm_90a emulator (mbarriers, TMA and wgmma modelled, race checker on,
+nothing reported), and compile with nvcc without spills or serialized wgmma; misuse is refused
+at its line."""
+import numpy as np
+import pytest
+
+import tilecraft
+import tilecraft.language as T
+from tilecraft.errors import TileError
+
+
+def producer_consumer(M, N, K, bm=128, bn=128, bk=64, producer=0):
+    """A producer warpgroup loads A and B tiles by TMA; the consumer multiplies them. Two
+    mbarriers hand the one tile pair back and forth."""
+    consumer = 1 - producer
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
+             C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=256) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), "float16")
+            B_s = T.alloc_shared((bk, bn), "float16")
+            C_l = T.alloc_fragment((bm, bn), "float32")
+            ready = T.alloc_barrier(arrive_count=128)
+            done = T.alloc_barrier(arrive_count=128)
+            with T.ws(consumer):
+                T.clear(C_l)
+            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=0):
+                with T.ws(producer):
+                    T.barrier_wait(done, (ko + 1) % 2)
+                    T.tma_copy(A[by * bm, ko * bk], A_s, barrier=ready)
+                    T.tma_copy(B[ko * bk, bx * bn], B_s, barrier=ready)
+                    T.barrier_arrive(ready)
+                with T.ws(consumer):
+                    T.barrier_wait(ready, ko % 2)
+                    T.gemm(A_s, B_s, C_l)
+                    T.barrier_arrive(done)
+            with T.ws(consumer):
+                T.copy(C_l, C[by * bm, bx * bn])
+    return main
+
+
+def two_halves(M, N, K, bm=64, bn=128, bk=32):
+    """Both warpgroups multiply: each owns half of the output tile's columns and loads its own
+    B tile in its region; the A tile all threads load is shared."""
+    half = bn // 2
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
+             C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=256) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), "float16")
+            B0 = T.alloc_shared((bk, half), "float16")
+            B1 = T.alloc_shared((bk, half), "float16")
+            C0 = T.alloc_fragment((bm, half), "float32")
+            C1 = T.alloc_fragment((bm, half), "float32")
+            with T.ws(1):
+                T.clear(C1)
+            with T.ws(0):
+                T.clear(C0)
+            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=0):
+                T.copy(A[by * bm, ko * bk], A_s)
+                with T.ws(1):
+                    T.copy(B[ko * bk, bx * bn + half], B1)
+                    T.gemm(A_s, B1, C1)
+                with T.ws(0):
+                    T.copy(B[ko * bk, bx * bn], B0)
+                    T.gemm(A_s, B0, C0)
+            with T.ws(1):
+                T.copy(C1, C[by * bm, bx * bn + half])
+            with T.ws(0):
+                T.copy(C0, C[by * bm, bx * bn])
+    return main
+
+
+def two_stage_ring(M, N, K, bm=128, bn=128, bk=64, stages=2):
+    """The producer runs up to `stages` tiles ahead: a ring of tiles, a full and an empty
+    mbarrier per stage (one T.alloc_barrier of 2 * stages)."""
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
+             C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=256) as (bx, by):
+            A_s = T.alloc_shared((stages, bm, bk), "float16")
+            B_s = T.alloc_shared((stages, bk, bn), "float16")
+            C_l = T.alloc_fragment((bm, bn), "float32")
+            bars = T.alloc_barrier([128] * (2 * stages))
+            with T.ws(0):
+                T.clear(C_l)
+            for ko in range(T.ceildiv(K, bk)):
+                with T.ws(1):
+                    T.mbarrier_wait_parity(mbarrier=bars[ko % stages + stages],
+                                           parity=((ko // stages) % 2) ^ 1)
+                    T.tma_copy(A[by * bm:(by + 1) * bm, ko * bk:(ko + 1) * bk],
+                               A_s[ko % stages, :, :], barrier=bars[ko % stages])
+                    T.tma_copy(B[ko * bk:(ko + 1) * bk, bx * bn:(bx + 1) * bn],
+                               B_s[ko % stages, :, :], barrier=bars[ko % stages])
+                    T.mbarrier_arrive(mbarrier=bars[ko % stages])
+                with T.ws(0):
+                    T.mbarrier_wait_parity(mbarrier=bars[ko % stages], parity=(ko // stages) % 2)
+                    T.gemm(A_s[ko % stages, :, :], B_s[ko % stages, :, :], C_l)
+                    T.mbarrier_arrive(mbarrier=bars[ko % stages + stages])
+            with T.ws(0):
+                T.copy(C_l, C[by * bm, bx * bn])
+    return main
+
+
+CASES = [
+    pytest.param(producer_consumer, (256, 256, 192), {}, id="producer0"),
+    pytest.param(producer_consumer, (200, 136, 192), {"producer": 1}, id="producer1-ragged"),
+    pytest.param(two_halves, (100, 200, 96), {}, id="two-halves-ragged"),
+    pytest.param(two_stage_ring, (256, 128, 320), {}, id="ring"),
+]
+
+
+@pytest.mark.parametrize("target", ["interp", "emulator:sm_90a"])
+@pytest.mark.parametrize("factory, shape, options", CASES)
+def test_hand_specialized_gemms_agree_with_numpy(factory, shape, options, target):
+    M, N, K = shape
+    rng = np.random.default_rng(M + N + K)
+    A = rng.uniform(-1, 1, (M, K)).astype(np.float16)
+    B = rng.uniform(-1, 1, (K, N)).astype(np.float16)
+    C = np.full((M, N), np.nan, np.float16)
+    kernel = tilecraft.compile(factory(M, N, K, **options), target=target)
+    kernel(A, B, C)
+    if target != "interp":
+        assert kernel.reports == []
+    want = A.astype(np.float64) @ B.astype(np.float64)
+    np.testing.assert_allclose(C.astype(np.float64), want, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("factory, shape, options", CASES)
+def test_hand_specialized_gemms_compile_without_spills(factory, shape, options):
+    kernel = tilecraft.compile(factory(*shape, **options), target="sm_90a")
+    source = kernel.get_kernel_source()
+    assert "tc::warpgroup_index() == " in source
+    assert ("tc::mbarrier_init(" in source) == (factory is not two_halves)
+    assert kernel.n_regs > 0 and kernel.n_spills == 0 and not kernel.wgmma_serialized
+
+
+def lowered_source(func, target="sm_90a"):
+    from tilecraft.backends.cuda import pipeline
+    from tilecraft.backends.cuda.codegen.cuda import emit_cuda
+    return emit_cuda(pipeline.lower(func, target))[0]
+
+
+def test_what_the_regions_become():
+    """The region's TMA loads are issued by its first thread after counting their bytes on
+    the barrier; a barrier inside a region is a named barrier of its warpgroup; the loop is a
+    plain loop (no compiler pipeline or producer warpgroup of its own)."""
+    text = lowered_source(producer_consumer(256, 256, 192, producer=1))
+    assert "if (tc::is_producer_leader(128)) {\n" in text
+    assert "tc::mbarrier_expect_tx((&ready[0]), 16384);" in text
+    assert "tc::setmaxnreg" not in text and "tma_full" not in text
+    halves = lowered_source(two_halves(128, 256, 64))
+    assert "tc::named_barrier_sync(7, 128);" in halves     # warpgroup 1's own barrier
+    assert "tc::named_barrier_sync(6, 128);" in halves
+
+
+def refused(body_kind):
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "float16"), C: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=256):
+            A_s = T.alloc_shared((64, 64), "float16")
+            C_l = T.alloc_fragment((64, 64), "float32")
+            bar = T.alloc_barrier(128)
+            if body_kind == "fragment-in-two":
+                with T.ws(0):
+                    T.clear(C_l)
+                with T.ws(1):
+                    T.copy(C_l, C)
+            elif body_kind == "group-out-of-range":
+                with T.ws(2):
+                    T.clear(C_l)
+            elif body_kind == "tma-not-shared":
+                T.tma_copy(A, C_l, barrier=bar)
+            elif body_kind == "not-a-barrier":
+                T.barrier_arrive(A_s)
+            else:
+                T.copy(A, A_s)
+    return main
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("fragment-in-two", "fragment C_l is used T.ws(1) and T.ws(0)"),
+    ("group-out-of-range", "the block has 256 threads, 2 whole warpgroup(s)"),
+    ("tma-not-shared", "T.tma_copy: copies a tile of a global tensor into shared memory"),
+    ("not-a-barrier", "T.barrier_arrive: expected an mbarrier of T.alloc_barrier"),
+])
+def test_misuse_is_refused_at_its_line(kind, message):
+    with pytest.raises(TileError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        lowered_source(refused(kind))
+
+
+def test_tma_copy_needs_sm90a():
+    with pytest.raises(TileError, match="T.tma_copy loads by TMA, which needs sm_90a"):
+        lowered_source(producer_consumer(128, 128, 64), "sm_80")

@@ -1,0 +1,197 @@
+"""manual_warpgroups: warp specialization written by hand (language/warp_specialize.py).
+
+A kernel that uses `T.ws` regions, `T.alloc_barrier` mbarriers or `T.tma_copy` is lowered
+here into the forms the rest of the pipeline already knows:
+
+- `with T.ws(g):` becomes `if (warpgroup_index() == g)`, a warpgroup branch: every tile
+  operator inside runs on the warpgroup's 128 threads (lower_tile_ops), the fragments used
+  there are that warpgroup's own (WARPGROUP_FRAGMENTS: laid out over 128 threads, and each
+  gemm into one is split over one warpgroup), the barriers insert_barriers puts inside are
+  named barriers of those 128 threads (finalize_barriers), and where regions of different
+  warpgroups share a tile the block barrier between them orders it;
+- the mbarriers are initialized by the block's first thread before anything else runs
+  (then a fence and a block barrier), and T.barrier_wait / T.barrier_arrive become the
+  mbarrier wait on a parity and a per-thread arrival;
+- `T.tma_copy(src, dst, barrier=b)` becomes, on the first thread of the region running it,
+  the expected-bytes count on b followed by the TMA loads completing on b (sm_90a only);
+- a T.Pipelined loop of such a kernel runs as a plain loop: the program's own mbarriers are
+  its pipeline (the compiler's warp specialization and software pipelining stay out).
+
+A fragment used both inside a region and outside any, or by regions of different warpgroups,
+and a region of several warpgroups that uses fragments, are refused at their line.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ....errors import TileError
+from ....ir import dtypes as dt
+from ....ir.annotations import (INSTRUCTION, MANUAL_BARRIER_CALLS, MANUAL_WARPGROUPS,
+                                MBARRIER_ARRIVE_CALL, MBARRIER_INIT_CALL, MBARRIER_WAIT_CALL,
+                                NUM_STAGES, SCHEDULED, TMA_BARRIER, TMA_COPY_BARRIER,
+                                WARPGROUP_FRAGMENTS, WARPGROUP_INDEX, WS_REGION)
+from ....ir.expr import Call, address_of, const, logical
+from ....ir.stmt import (Allocate, Evaluate, For, IfThenElse, Kernel, SeqStmt, call_stmt, seq,
+                         stmts_of)
+from ....ir.tileop import Copy
+from ....ir.visitor import Mutator, map_kernels, walk
+from ....passes.parallel_nests import fragments_of
+from ....target import arch_of
+from ..intrinsics import (BARRIER_ALL, FENCE_BARRIER_INIT, IS_BLOCK_LEADER, IS_PRODUCER_LEADER,
+                          MBARRIER_ARRIVE, MBARRIER_EXPECT_TX, MBARRIER_INIT,
+                          MBARRIER_WAIT_PARITY)
+from ..tileops.tma import tma_plan
+
+WARPGROUP = 128
+
+
+def is_manual(k: Kernel) -> bool:
+    """Whether the kernel uses T.ws, T.alloc_barrier or T.tma_copy."""
+    for n in walk(k.body):
+        if isinstance(n, Call) and (n.name == WS_REGION or n.name in MANUAL_BARRIER_CALLS):
+            return True
+        if isinstance(n, Copy) and TMA_COPY_BARRIER in n.annotations:
+            return True
+    return False
+
+
+def _address(load):
+    return address_of(load.buffer, *load.indices)
+
+
+class _Lower(Mutator):
+    def __init__(self, kernel: Kernel, hopper: bool):
+        self.threads = kernel.num_threads
+        self.hopper = hopper
+        self.groups = None        # the warpgroups of the region being lowered (None: all)
+        self.inits: list = []     # mbarrier_init statements, for the prologue
+        self.owner: dict = {}     # id(fragment) -> (warpgroup or None, buffer, span)
+
+    def note_fragments(self, op, span):
+        """Record where each fragment op touches is used; refuse mixed uses."""
+        group = self.groups[0] if self.groups and len(self.groups) == 1 else None
+        for b in fragments_of(op):
+            if self.groups is not None and len(self.groups) > 1:
+                raise TileError(f"fragment {b.name} is used in a T.ws region of several "
+                                f"warpgroups {self.groups}: a fragment lives in the threads of "
+                                "one warpgroup (use one region per warpgroup)", span)
+            seen = self.owner.setdefault(id(b), (group, b, span))
+            if seen[0] != group:
+                where = lambda g: f"T.ws({g})" if g is not None else "outside any T.ws region"
+                raise TileError(f"fragment {b.name} is used {where(group)} and {where(seen[0])} "
+                                "(at line {}): a fragment of a region lives in its "
+                                "warpgroup's threads".format(seen[2].line if seen[2] else "?"),
+                                span)
+
+    def visit_IfThenElse(self, s: IfThenElse):
+        if not (isinstance(s.cond, Call) and s.cond.name == WS_REGION):
+            return self.generic_visit(s)
+        groups = tuple(int(g.value) for g in s.cond.args)
+        count = self.threads // WARPGROUP
+        if self.threads % WARPGROUP or any(g >= count for g in groups):
+            raise TileError(f"T.ws{groups}: the block has {self.threads} threads, "
+                            f"{count} whole warpgroup(s) of 128 (T.ws names warpgroups "
+                            f"0..{max(count - 1, 0)})", s.span)
+        if self.groups is not None:
+            raise TileError("T.ws regions cannot be nested", s.span)
+        self.groups = groups
+        try:
+            body = self.visit(s.then_body)
+        finally:
+            self.groups = None
+        index = Call(WARPGROUP_INDEX, (), dt.int32, s.span)
+        cond = None
+        for g in groups:
+            one = index == const(g)
+            cond = one if cond is None else logical("or", cond, one)
+        return IfThenElse(cond, body, None, s.span)
+
+    def visit_For(self, s: For):
+        if s.kind == "pipelined" or NUM_STAGES in s.annotations:
+            s = dataclasses.replace(s, kind="serial", annotations={})
+        return self.generic_visit(s)
+
+    def visit_Evaluate(self, s: Evaluate):
+        call = s.value
+        if not isinstance(call, Call) or call.name not in MANUAL_BARRIER_CALLS:
+            return s
+        bar = _address(call.args[0])
+        if call.name == MBARRIER_INIT_CALL:
+            self.inits.append(call_stmt(MBARRIER_INIT.name, bar, call.args[1], span=s.span))
+            return seq([])
+        if call.name == MBARRIER_ARRIVE_CALL:
+            return call_stmt(MBARRIER_ARRIVE.name, bar, span=s.span)
+        assert call.name == MBARRIER_WAIT_CALL
+        return call_stmt(MBARRIER_WAIT_PARITY.name, bar, call.args[1], span=s.span)
+
+    def visit_Copy(self, op: Copy):
+        self.note_fragments(op, op.span)
+        mbar = op.annotations.get(TMA_COPY_BARRIER)
+        if mbar is None:
+            return op
+        if not self.hopper:
+            raise TileError("T.tma_copy loads by TMA, which needs sm_90a; use T.copy here",
+                            op.span)
+        notes = {k: v for k, v in op.annotations.items() if k != TMA_COPY_BARRIER}
+        load = dataclasses.replace(op, annotations={**notes, INSTRUCTION: "tma",
+                                                    TMA_BARRIER: mbar, SCHEDULED: True})
+        plan = tma_plan(load)
+        if plan is None:
+            raise TileError(f"T.tma_copy: the tile of {op.src.buffer.name} is not one TMA can "
+                            "load (static shape, 16-byte aligned rows, a box of the tensor)",
+                            op.span)
+        if self.groups is not None and len(self.groups) == 1:
+            leader = Call(IS_PRODUCER_LEADER.name, (const(self.groups[0] * WARPGROUP),),
+                          dt.boolean, op.span)
+        else:
+            leader = Call(IS_BLOCK_LEADER.name, (), dt.boolean, op.span)
+        expect = call_stmt(MBARRIER_EXPECT_TX.name, _address(mbar), const(plan.bytes),
+                           span=op.span)
+        return IfThenElse(leader, seq([expect, load]), None, op.span)
+
+    def generic_visit(self, node):
+        from ....ir.tileop import TileOp
+        if isinstance(node, TileOp) and not isinstance(node, Copy):
+            self.note_fragments(node, node.span)
+        if isinstance(node, For) and node.kind == "parallel":
+            self.note_fragments(node, node.span)
+        return super().generic_visit(node)
+
+
+def _check_barriers_at_top(k: Kernel):
+    """T.alloc_barrier belongs with the kernel's allocations: its mbarriers are initialized
+    once, before anything else runs."""
+    top = {id(s) for s in stmts_of(k.body)}
+    for n in walk(k.body):
+        if isinstance(n, Evaluate) and isinstance(n.value, Call) and \
+                n.value.name == MBARRIER_INIT_CALL and id(n) not in top:
+            raise TileError("T.alloc_barrier belongs in the T.Kernel body itself, with the "
+                            "kernel's other allocations, not inside a loop, an `if` or a "
+                            "T.ws region", n.span)
+
+
+def _lower_kernel(k: Kernel, hopper: bool) -> Kernel:
+    if not is_manual(k):
+        return k
+    _check_barriers_at_top(k)
+    lowering = _Lower(k, hopper)
+    body = lowering.visit(k.body)
+    stmts = [s for s in stmts_of(body) if not (isinstance(s, SeqStmt) and not s.stmts)]
+    # after the allocations in front of the kernel's work (the mbarriers' among them)
+    at = next((i for i, s in enumerate(stmts) if not isinstance(s, Allocate)), len(stmts))
+    prologue = []
+    if lowering.inits:
+        init = lowering.inits + ([call_stmt(FENCE_BARRIER_INIT.name)] if hopper else [])
+        prologue = [IfThenElse(Call(IS_BLOCK_LEADER.name, (), dt.boolean), seq(init), None),
+                    call_stmt(BARRIER_ALL.name)]
+    local = tuple(b.name for g, b, _ in lowering.owner.values() if g is not None)
+    attrs = {**k.attrs, MANUAL_WARPGROUPS: True}
+    if local:
+        attrs[WARPGROUP_FRAGMENTS] = tuple(dict.fromkeys(
+            (*k.attrs.get(WARPGROUP_FRAGMENTS, ()), *local)))
+    return dataclasses.replace(k, body=seq(stmts[:at] + prologue + stmts[at:]), attrs=attrs)
+
+
+def manual_warpgroups(func, target=None):
+    hopper = arch_of(target) == "sm_90a"
+    return map_kernels(func, lambda k: _lower_kernel(k, hopper))
