@@ -39,7 +39,8 @@ from .free_layout_cost import free_cost
 from .parallel_nests import (access_map, allocated, fragment_accesses, fragments_of,
                              is_identity_access, is_twin_copy, merged_access, nest_extents,
                              nest_vars, on_warpgroup_fragments, store_run, tile_ops)
-from ..ir.annotations import INSTRUCTION, LAYOUTS, TMA_TILES, WARPGROUP_FRAGMENTS
+from ..ir.annotations import (INSTRUCTION, LAYOUTS, MANUAL_WARPGROUPS, TMA_TILES,
+                              WARPGROUP_FRAGMENTS, is_warpgroup_branch)
 from ..ir.visitor import map_kernels
 
 
@@ -141,6 +142,9 @@ class _Inference:
         self.map = LayoutMap(self.T)
         # Fragments of one warpgroup (seesaw_warpgroups) are laid out over its 128 threads.
         self.local = set(kernel.attrs.get(WARPGROUP_FRAGMENTS, ()))
+        # The ops of T.ws regions (manual_warpgroups) run on their warpgroup's threads.
+        self.in_regions = {id(n) for b in walk(kernel.body) if kernel.attrs.get(
+            MANUAL_WARPGROUPS) and is_warpgroup_branch(b) for n in walk(b.then_body)}
         self.ops = tile_ops(kernel.body)
         self.fragments = [b for b in allocated(kernel.body) if b.scope == FRAGMENT]
         self.shared = [b for b in allocated(kernel.body) if is_shared(b.scope)]
@@ -316,9 +320,10 @@ class _Inference:
         return self.rules.warpgroup_threads if b.name in self.local else self.T
 
     def op_threads(self, op) -> int:
-        """The threads an op runs on: one warpgroup's if it touches one's fragments."""
-        return self.rules.warpgroup_threads if on_warpgroup_fragments(op, self.local) \
-            else self.T
+        """The threads an op runs on: one warpgroup's if it touches one's fragments or lies in
+        a T.ws region."""
+        return self.rules.warpgroup_threads if on_warpgroup_fragments(op, self.local) or \
+            id(op) in self.in_regions else self.T
 
     # --- strict -------------------------------------------------------------------
     def strict(self, op):
