@@ -211,17 +211,15 @@ def test_tma_copy_needs_sm90a():
 
 @pytest.mark.parametrize("target", ["interp", "emulator:sm_90a"])
 def test_a_region_filling_tiles_with_ordinary_stores(target):
-    """Tiles one region writes with ordinary stores and another's wgmma reads: the arrival
-    after the stores is fenced for the async proxy, and a block barrier orders the regions
-    (the emulator's race checker sees no ordering in an mbarrier handshake, so none is left
-    to one); the emulator finds no race and the right numbers."""
+    """Tiles one region writes with ordinary stores and another's wgmma reads: a block barrier
+    (fenced for the async proxy) orders the regions where they share the tiles, besides the
+    program's mbarrier handshake; the emulator finds no race and the right numbers."""
     M, N, K = 100, 72, 96
     func = producer_consumer(M, N, K, bm=64, bn=64, bk=32, producer=1, tma=False)
     if target != "interp":
         text = lowered_source(func)
         loop = text[text.index("for (int ko"):]
-        assert re.search(r"tc::fence_proxy_async_shared\(\);\s*tc::mbarrier_arrive\(\(&ready",
-                         loop)
+        assert re.search(r"tc::fence_proxy_async_shared\(\);\s*tc::syncthreads\(\);", loop)
     rng = np.random.default_rng(9)
     A = rng.uniform(-1, 1, (M, K)).astype(np.float16)
     B = rng.uniform(-1, 1, (K, N)).astype(np.float16)

@@ -16,9 +16,7 @@
   consumers' barriers, so those synchronize the T consumer threads only: named barrier 1 over
   T threads (barrier 0 stays __syncthreads, used once after the mbarriers are initialized).
 - A barrier inside a T.ws(g) region (manual_warpgroups) synchronizes that warpgroup only:
-  named barrier REGION_BARRIER + g over its 128 threads. Regions of different warpgroups are
-  ordered by the program's mbarriers instead, so in a kernel that issues wgmma each
-  T.barrier_arrive is preceded by the proxy fence too.
+  named barrier REGION_BARRIER + g over its 128 threads.
 
 A barrier that follows another in the same statement list leaves out the fence when the
 statements between them write no shared tile the async proxy reads (a reduction's scratch
@@ -38,7 +36,7 @@ from ....ir.stmt import BufferStore, Evaluate, Kernel, SeqStmt, call_stmt, seq
 from ....ir.visitor import Mutator, map_kernels, walk
 from ....ir.annotations import MANUAL_WARPGROUPS, PRODUCER_THREADS, is_sync, is_warpgroup_branch
 from ..tileops.wgmma import WARPGROUP
-from ..intrinsics import (FENCE_PROXY_ASYNC_SHARED, LD_SHARED, LDMATRIX, LDMATRIX_TRANS, MBARRIER_ARRIVE,
+from ..intrinsics import (FENCE_PROXY_ASYNC_SHARED, LD_SHARED, LDMATRIX, LDMATRIX_TRANS,
                           MAKE_SMEM_DESC, MBARRIER_ARRIVE_WARP, MBARRIER_ARRIVE_WARP_CLUSTER, MBARRIER_CALLS,
                           NAMED_BARRIER_SYNC, TMA_LOADS, TMA_STORE_WAIT,
                           TMA_STORES, WGMMA_ISSUES, NAMESPACE, is_call_to)
@@ -137,11 +135,6 @@ class _Barriers(Mutator):
     def visit_Evaluate(self, s: Evaluate):
         if is_sync(s):
             return self.barrier(s, None)
-        if self.manual and self.fence and isinstance(s.value, Call) and \
-                is_call_to(s.value.name, MBARRIER_ARRIVE):
-            # A T.barrier_arrive may publish tiles the region wrote with ordinary stores to
-            # another region's wgmma (the async proxy): the arriving thread fences first.
-            return seq([call_stmt(FENCE_PROXY_ASYNC_SHARED.name, span=s.span), s])
         if self.stage_stores and isinstance(s.value, Call) and \
                 is_call_to(s.value.name, *STAGE_RELEASES):
             return seq([call_stmt(STORE_READ_WAIT, span=s.span), s])
