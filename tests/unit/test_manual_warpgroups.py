@@ -230,3 +230,50 @@ def test_a_region_filling_tiles_with_ordinary_stores(target):
         assert kernel.reports == []
     np.testing.assert_allclose(C.astype(np.float64), 2 * A.astype(np.float64) @ B.astype(
         np.float64), rtol=1e-2, atol=2e-2)
+
+
+def consumer_first(arrivals=128, producer_first=False):
+    """The consumer's region comes before the producer's that completes its phase (or after
+    it, with producer_first)."""
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "float16"), C: T.Tensor((64, 64), "float16")):
+        with T.Kernel(1, threads=256):
+            A_s = T.alloc_shared((64, 64), "float16")
+            ready = T.alloc_barrier(arrivals)
+            if producer_first:
+                with T.ws(1):
+                    T.copy(A, A_s)
+                    T.barrier_arrive(ready)
+            with T.ws(0):
+                T.barrier_wait(ready, 0)
+                T.copy(A_s, C)
+            if not producer_first:
+                with T.ws(1):
+                    T.copy(A, A_s)
+                    T.barrier_arrive(ready)
+    return main
+
+
+def test_the_interpreter_refuses_a_wait_its_program_order_cannot_pass():
+    """The interpreter runs regions in program order and counts each mbarrier's arrivals: a
+    wait for a phase only a later region completes is an error naming the barrier, not a
+    silently wrong answer. The CUDA code orders the two regions, which share A_s, with a block
+    barrier: valid only where program order is a valid order, so the emulator reports the
+    deadlock it makes here."""
+    from tilecraft.backends.cuda.emulator import EmulatorError
+    A = np.random.default_rng(3).uniform(-1, 1, (64, 64)).astype(np.float16)
+    with pytest.raises(TileError, match=r"T.barrier_wait on mbarrier ready \(parity 0\) would "
+                                        r"block here: 0 of its 128 arrivals are in"):
+        tilecraft.compile(consumer_first(), target="interp")(A, np.zeros_like(A))
+    with pytest.raises(EmulatorError, match="deadlock: ready: threads 0-127 wait"):
+        tilecraft.compile(consumer_first(), target="emulator:sm_90a")(A, np.zeros_like(A))
+
+
+def test_more_arrivals_than_a_phase_expects_is_an_error_on_the_interpreter():
+    A = np.random.default_rng(4).uniform(-1, 1, (64, 64)).astype(np.float16)
+    C = np.full_like(A, np.nan)
+    tilecraft.compile(consumer_first(producer_first=True), target="interp")(A, C)
+    np.testing.assert_array_equal(C, A)
+    with pytest.raises(TileError, match="128 arrivals on mbarrier ready in one phase, which "
+                                        "expects 64"):
+        tilecraft.compile(consumer_first(64, producer_first=True), target="interp")(A, C)

@@ -12,7 +12,12 @@ import itertools
 import numpy as np
 
 from ..errors import TileError
-from ..ir.annotations import MANUAL_BARRIER_CALLS
+from ..ir.annotations import (MANUAL_BARRIER_CALLS, MBARRIER_ARRIVE_CALL, MBARRIER_INIT_CALL,
+                              WS_REGION)
+from ..ir.expr import Call
+from .mbarriers import PhaseBook
+
+WARPGROUP = 128
 from ..ir.buffer import GLOBAL, Buffer, BufferRegion
 from ..ir.stmt import (Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt)
 from ..ir.tileop import TileOp, contract_of
@@ -45,6 +50,8 @@ class Machine:
         self.depth = 0  # number of enclosing T.Parallel axes
         self.current_kernel = None
         self.threads = None  # the thread axis of a kernel of per-thread code (threads.py)
+        self.mbarriers = PhaseBook()
+        self.region_threads = None  # the threads of the T.ws region being run
         self.ev = Evaluator(self)
 
     # --- state ----------------------------------------------------------------
@@ -149,7 +156,27 @@ class Machine:
         finally:
             self.depth -= 1
 
+    def mbarrier_call(self, call):
+        """T.alloc_barrier's initialization, an arrival or a wait (interp/mbarriers.py)."""
+        load = call.args[0]
+        key = (id(load.buffer), int(self.scalar(load.indices[0])))
+        if call.name == MBARRIER_INIT_CALL:
+            self.mbarriers.init(key, self.scalar(call.args[1]), load.buffer.name)
+        elif call.name == MBARRIER_ARRIVE_CALL:
+            threads = self.region_threads or self.current_kernel.num_threads
+            self.mbarriers.arrive(key, threads, call.span)
+        else:
+            self.mbarriers.wait(key, self.scalar(call.args[1]), call.span)
+
     def exec_IfThenElse(self, s: IfThenElse, mask):
+        if isinstance(s.cond, Call) and s.cond.name == WS_REGION:
+            # a T.ws region: run once for the block, its arrivals those of its warpgroups
+            outer, self.region_threads = self.region_threads, WARPGROUP * len(s.cond.args)
+            try:
+                self.exec(s.then_body, mask)
+            finally:
+                self.region_threads = outer
+            return
         c = np.asarray(self.ev.eval(s.cond, mask), dtype=bool)
         if c.ndim == 0 and mask is None:
             branch = s.then_body if c else s.else_body
@@ -194,10 +221,11 @@ class Machine:
         array[sel] = np.broadcast_to(value, shape)[live]
 
     def exec_Evaluate(self, s: Evaluate, mask):
-        if getattr(s.value, "name", None) in BARRIERS + MANUAL_BARRIER_CALLS:
-            # Every thread runs each statement together, and T.ws regions in program order:
-            # there is nothing to wait for (nor to count).
-            return
+        name = getattr(s.value, "name", None)
+        if name in BARRIERS:
+            return   # every thread runs each statement together: there is nothing to wait for
+        if name in MANUAL_BARRIER_CALLS:
+            return self.mbarrier_call(s.value)
         self.ev.eval(s.value, mask)
 
     # --- regions ----------------------------------------------------------------

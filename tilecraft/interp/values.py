@@ -14,7 +14,6 @@ import numpy as np
 
 from ..errors import TileError
 from ..ir import dtypes as dt
-from ..ir.annotations import WS_REGION
 from ..ir.buffer import GLOBAL
 from ..ir.expr import Binary, BufferLoad, Call, Cast, Const, Select, Unary, Var
 from ..ir.thread_varying import LANE_CALLS
@@ -225,8 +224,6 @@ class Evaluator:
             array = self.m.array_of(load.buffer)
             idx = [int(self.eval(i, mask)) for i in load.indices]
             return Pointer(array, np.ravel_multi_index(idx, array.shape))
-        if e.name == WS_REGION:
-            return np.True_   # the block runs a T.ws region's tile operators once, in order
         if e.name == "call_extern":
             return self.m.call_extern(e, [a if isinstance(a, str) else self.eval(a, mask)
                                           for a in e.args[1:]])
