@@ -14,7 +14,7 @@ import tilecraft.language as T
 from tilecraft.errors import TileError
 
 
-def producer_consumer(M, N, K, bm=128, bn=128, bk=64, producer=0, tma=True):
+def producer_consumer(M, N, K, bm=128, bn=128, bk=64, producer=0, tma=True, num_stages=0):
     """A producer warpgroup loads A and B tiles (by TMA, or with ordinary copies doubling A on
     the way); the consumer multiplies them. Two mbarriers hand the one tile pair back and
     forth."""
@@ -31,7 +31,7 @@ def producer_consumer(M, N, K, bm=128, bn=128, bk=64, producer=0, tma=True):
             done = T.alloc_barrier(arrive_count=128)
             with T.ws(consumer):
                 T.clear(C_l)
-            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=0):
+            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=num_stages):
                 with T.ws(producer):
                     T.barrier_wait(done, (ko + 1) % 2)
                     if tma:
@@ -116,10 +116,56 @@ def two_stage_ring(M, N, K, bm=128, bn=128, bk=64, stages=2):
     return main
 
 
+def one_producer_two_consumers(M, N, K, bm=64, bn=128, bk=64):
+    """Three warpgroups: warpgroup 2 loads A and both halves of B by TMA; warpgroups 0 and 1
+    each multiply A by their half into a fragment of their own, and both must release the
+    tiles (256 arrivals) before the producer refills them."""
+    half = bn // 2
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
+             C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=384) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), "float16")
+            B0 = T.alloc_shared((bk, half), "float16")
+            B1 = T.alloc_shared((bk, half), "float16")
+            C0 = T.alloc_fragment((bm, half), "float32")
+            C1 = T.alloc_fragment((bm, half), "float32")
+            ready = T.alloc_barrier(128)
+            done = T.alloc_barrier(256)
+            with T.ws(0):
+                T.clear(C0)
+            with T.ws(1):
+                T.clear(C1)
+            for ko in T.serial(T.ceildiv(K, bk)):
+                with T.ws(2):
+                    T.barrier_wait(done, (ko + 1) % 2)
+                    T.tma_copy(A[by * bm, ko * bk], A_s, barrier=ready)
+                    T.tma_copy(B[ko * bk, bx * bn], B0, barrier=ready)
+                    T.tma_copy(B[ko * bk, bx * bn + half], B1, barrier=ready)
+                    T.barrier_arrive(ready)
+                with T.ws(0):
+                    T.barrier_wait(ready, ko % 2)
+                    T.gemm(A_s, B0, C0)
+                    T.barrier_arrive(done)
+                with T.ws(1):
+                    T.barrier_wait(ready, ko % 2)
+                    T.gemm(A_s, B1, C1)
+                    T.barrier_arrive(done)
+            with T.ws(0):
+                T.copy(C0, C[by * bm, bx * bn])
+            with T.ws(1):
+                T.copy(C1, C[by * bm, bx * bn + half])
+    return main
+
+
 CASES = [
     pytest.param(producer_consumer, (256, 256, 192), {}, id="producer0"),
     pytest.param(producer_consumer, (200, 136, 192), {"producer": 1}, id="producer1-ragged"),
+    # as TileLang's softpipe example writes it: the loop's num_stages has nothing to pipeline
+    pytest.param(producer_consumer, (128, 128, 256), {"num_stages": 2}, id="pipelined-loop"),
     pytest.param(two_halves, (100, 200, 96), {}, id="two-halves-ragged"),
+    pytest.param(one_producer_two_consumers, (128, 200, 192), {}, id="three-warpgroups"),
     pytest.param(two_stage_ring, (256, 128, 320), {}, id="ring"),
 ]
 
