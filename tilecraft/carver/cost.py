@@ -45,11 +45,12 @@ from ..ir.visitor import walk
 from ..passes.parallel_nests import allocated, gather_targets
 from ..analysis.counts import MMA_DTYPES, LaunchCounts, _stages, tile_counts, with_hbm_reads
 from ..target import Target, get_target
-from ..ir.annotations import LAYOUTS, MIN_BLOCKS_PER_SM, PRODUCER_THREADS, SMEM_BYTES
+from ..ir.annotations import (LAYOUTS, MIN_BLOCKS_PER_SM, PRODUCER_THREADS, SMEM_BYTES,
+                              WARPGROUP_THREADS)
 
 REG_OVERHEAD = 32      # addresses, loop counters, indices, predicates (estimate)
 REG_GRANULE = 8        # registers per thread are allocated in multiples of 8
-WARPGROUP = 128        # threads of a warpgroup: what setmaxnreg moves registers between
+WARPGROUP = WARPGROUP_THREADS   # what setmaxnreg moves registers between
 MEMORY_UNITS = ("hbm", "l2", "smem")
 COMPUTE_UNITS = ("tensor", "cuda", "sfu")
 

@@ -12,7 +12,8 @@ from ..errors import Span, TileError, current_span
 from . import builder as bld
 from ..grid_limits import check_static_grid
 from ..ir import dtypes as dt
-from ..ir.expr import Const, Expr, Var, convert
+from ..ir.annotations import WS_REGION
+from ..ir.expr import Call, Const, Expr, Var, const, convert
 from ..ir.stmt import For, Kernel
 
 
@@ -158,8 +159,6 @@ class WarpGroupFrame:
         self.groups, self.span = groups, span
 
     def condition(self):
-        from ..ir.annotations import WS_REGION
-        from ..ir.expr import Call, const
         return Call(WS_REGION, tuple(const(g) for g in self.groups), dt.boolean, self.span)
 
 

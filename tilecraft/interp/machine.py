@@ -13,14 +13,12 @@ import numpy as np
 
 from ..errors import TileError
 from ..ir.annotations import (MANUAL_BARRIER_CALLS, MBARRIER_ARRIVE_CALL, MBARRIER_INIT_CALL,
-                              WS_REGION)
-from ..ir.expr import Call
-from .mbarriers import PhaseBook
-
-WARPGROUP = 128
+                              WARPGROUP_THREADS, WS_REGION)
 from ..ir.buffer import GLOBAL, Buffer, BufferRegion
+from ..ir.expr import Call
 from ..ir.stmt import (Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt)
 from ..ir.tileop import TileOp, contract_of
+from .mbarriers import PhaseBook
 from .threads import BARRIERS, ThreadAxis
 from .values import Evaluator, first_bad, in_bounds, to_dtype
 
@@ -171,7 +169,7 @@ class Machine:
     def exec_IfThenElse(self, s: IfThenElse, mask):
         if isinstance(s.cond, Call) and s.cond.name == WS_REGION:
             # a T.ws region: run once for the block, its arrivals those of its warpgroups
-            outer, self.region_threads = self.region_threads, WARPGROUP * len(s.cond.args)
+            outer, self.region_threads = self.region_threads, WARPGROUP_THREADS * len(s.cond.args)
             try:
                 self.exec(s.then_body, mask)
             finally:

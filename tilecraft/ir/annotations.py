@@ -31,7 +31,7 @@ __all__ = ["PERSISTENT_TILES", "FRAGMENT_LOOP", "ROTATED", "WARPGROUP_FRAGMENTS"
            "BLOCK_BARRIER", "WARPGROUP_INDEX", "FUNC_PASS_CONFIGS", "FUNC_COMPILE_FLAGS",
            "sync_stmt", "is_sync", "is_warpgroup_branch", "WS_REGION", "MBARRIER_INIT_CALL",
            "MBARRIER_ARRIVE_CALL", "MBARRIER_WAIT_CALL", "TMA_COPY_BARRIER", "MANUAL_WARPGROUPS",
-           "MANUAL_BARRIER_CALLS"]
+           "MANUAL_BARRIER_CALLS", "WARPGROUP_THREADS"]
 
 FRAGMENT_LOOP = "mma_fragments"
 ROTATED = "wgmma_rotated"
@@ -137,6 +137,7 @@ MANUAL_WARPGROUPS = "manual_warpgroups"
 
 BLOCK_BARRIER = "tc::syncthreads"       # every thread of the block waits for every other
 WARPGROUP_INDEX = "tc::warpgroup_index"  # which 128-thread warpgroup runs this thread
+WARPGROUP_THREADS = 128                  # the threads of a warpgroup (what T.ws(g) names)
 
 
 def sync_stmt(span=None) -> Evaluate:

@@ -11,8 +11,9 @@ signal them, and regions of the block run by one warpgroup each.
 
 The tile operators inside `T.ws(g)` run on the warpgroup's 128 threads, and the fragments
 they use live in those threads (schedule/manual_warpgroups.py lowers the regions). Regions of
-different warpgroups order their shared tiles only through the mbarriers the program waits
-on. The interpreter runs the regions in program order and has nothing to wait for.
+different warpgroups that share a tile written by ordinary stores are also ordered by a block
+barrier, so their program order must be a valid order; the interpreter runs them in program
+order and refuses a wait that order cannot pass (interp/mbarriers.py).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from ..frontend.frames import WarpGroupFrame
 from ..ir import dtypes as dt
 from ..ir.annotations import (MBARRIER_ARRIVE_CALL, MBARRIER_INIT_CALL, MBARRIER_WAIT_CALL,
                               TMA_COPY_BARRIER)
-from ..ir.buffer import SHARED, Buffer
+from ..ir.buffer import GLOBAL, SHARED, Buffer, is_shared
 from ..ir.expr import BufferLoad, Call, Expr, const, convert, is_python_number
 from ..ir.stmt import Allocate, Evaluate
 from ..ir import tileop as top
@@ -100,8 +101,8 @@ def tma_copy(src, dst, barrier=None):
                         current_span())
     mbar = _barrier(what, barrier)
     regions = copy_regions(what, src, dst)
-    if regions is None or regions[0].buffer.scope != "global" or \
-            not regions[1].buffer.scope.startswith("shared"):
+    if regions is None or regions[0].buffer.scope != GLOBAL or \
+            not is_shared(regions[1].buffer.scope):
         raise TileError(f"{what}: copies a tile of a global tensor into shared memory",
                         current_span())
     s, d = regions

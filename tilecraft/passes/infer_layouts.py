@@ -143,8 +143,9 @@ class _Inference:
         # Fragments of one warpgroup (seesaw_warpgroups) are laid out over its 128 threads.
         self.local = set(kernel.attrs.get(WARPGROUP_FRAGMENTS, ()))
         # The ops of T.ws regions (manual_warpgroups) run on their warpgroup's threads.
-        self.in_regions = {id(n) for b in walk(kernel.body) if kernel.attrs.get(
-            MANUAL_WARPGROUPS) and is_warpgroup_branch(b) for n in walk(b.then_body)}
+        regions = [b for b in walk(kernel.body) if is_warpgroup_branch(b)] \
+            if kernel.attrs.get(MANUAL_WARPGROUPS) else []
+        self.in_regions = {id(n) for b in regions for n in walk(b.then_body)}
         self.ops = tile_ops(kernel.body)
         self.fragments = [b for b in allocated(kernel.body) if b.scope == FRAGMENT]
         self.shared = [b for b in allocated(kernel.body) if is_shared(b.scope)]

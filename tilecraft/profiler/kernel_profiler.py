@@ -78,6 +78,9 @@ class Profiler:
         inputs = list(input_tensors) if input_tensors is not None else self._inputs()
         return (func or self.kernel)(*inputs)
 
+    def _output_names(self) -> list:
+        return [self.kernel.params[i].name for i in self.kernel.out_idx] or ["output"]
+
     @property
     def func(self):
         """The kernel as a callable (TileLang's Profiler.func: what do_bench times by default)."""
@@ -95,7 +98,7 @@ class Profiler:
         if len(got) != len(want):
             raise AssertionError(f"the kernel returned {len(got)} output(s), the reference "
                                  f"{len(want)}")
-        names = [self.kernel.params[i].name for i in self.kernel.out_idx] or ["output"]
+        names = self._output_names()
         for name, g, w in zip(names, got, want):
             compare(name, g, w, atol, rtol, max_mismatched_ratio)
 
@@ -114,7 +117,7 @@ class Profiler:
         first's bit for bit (a race or an uninitialized read shows as a difference)."""
         inputs = self._inputs()
         first = _as_list(self.kernel(*inputs))
-        names = [self.kernel.params[i].name for i in self.kernel.out_idx] or ["output"]
+        names = self._output_names()
         for run in range(1, repeat):
             for name, a, b in zip(names, first, _as_list(self.kernel(*inputs))):
                 a, b = (arrays.to_numpy(x.cpu() if arrays.is_torch(x) else x, name)

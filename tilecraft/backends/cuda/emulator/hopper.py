@@ -24,12 +24,13 @@ import numpy as np
 
 from ....errors import TileError
 from ....ir import dtypes as dt
+from ....ir.annotations import WARPGROUP_THREADS
 from ....ir.buffer import is_shared
 from .checker import Site
 from .memory import Pointer
 from .operand_reads import OperandReads
 
-WARPGROUP = 128
+WARPGROUP = WARPGROUP_THREADS
 SWIZZLE_BITS = {0: 0, 1: 7, 2: 3, 3: 1}       # descriptor mode -> mask of address bits 7..
 SWIZZLE_WIDTH = {1: 128, 2: 64, 3: 32}         # bytes in one swizzle-atom row
 TMA_MODES = {"none": 0, "128B": 1, "64B": 2, "32B": 3}

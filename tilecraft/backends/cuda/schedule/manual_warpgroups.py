@@ -33,7 +33,7 @@ from ....ir.annotations import (INSTRUCTION, MANUAL_BARRIER_CALLS, MANUAL_WARPGR
 from ....ir.expr import Call, address_of, const, logical
 from ....ir.stmt import (Allocate, Evaluate, For, IfThenElse, Kernel, SeqStmt, call_stmt, seq,
                          stmts_of)
-from ....ir.tileop import Copy
+from ....ir.tileop import Copy, TileOp
 from ....ir.visitor import Mutator, map_kernels, walk
 from ....passes.parallel_nests import fragments_of
 from ....target import arch_of
@@ -41,8 +41,7 @@ from ..intrinsics import (BARRIER_ALL, FENCE_BARRIER_INIT, IS_BLOCK_LEADER, IS_P
                           MBARRIER_ARRIVE, MBARRIER_EXPECT_TX, MBARRIER_INIT,
                           MBARRIER_WAIT_PARITY)
 from ..tileops.tma import tma_plan
-
-WARPGROUP = 128
+from ..tileops.wgmma import WARPGROUP
 
 
 def is_manual(k: Kernel) -> bool:
@@ -75,13 +74,12 @@ class _Lower(Mutator):
                 raise TileError(f"fragment {b.name} is used in a T.ws region of several "
                                 f"warpgroups {self.groups}: a fragment lives in the threads of "
                                 "one warpgroup (use one region per warpgroup)", span)
-            seen = self.owner.setdefault(id(b), (group, b, span))
-            if seen[0] != group:
-                where = lambda g: f"T.ws({g})" if g is not None else "outside any T.ws region"
-                raise TileError(f"fragment {b.name} is used {where(group)} and {where(seen[0])} "
-                                "(at line {}): a fragment of a region lives in its "
-                                "warpgroup's threads".format(seen[2].line if seen[2] else "?"),
-                                span)
+            seen, _, first = self.owner.setdefault(id(b), (group, b, span))
+            if seen != group:
+                line = first.line if first else "?"
+                raise TileError(f"fragment {b.name} is used {_place(group)} and {_place(seen)} "
+                                f"(at line {line}): a fragment of a region lives in its "
+                                "warpgroup's threads", span)
 
     def visit_IfThenElse(self, s: IfThenElse):
         if not (isinstance(s.cond, Call) and s.cond.name == WS_REGION):
@@ -150,12 +148,15 @@ class _Lower(Mutator):
         return IfThenElse(leader, seq([expect, load]), None, op.span)
 
     def generic_visit(self, node):
-        from ....ir.tileop import TileOp
         if isinstance(node, TileOp) and not isinstance(node, Copy):
             self.note_fragments(node, node.span)
         if isinstance(node, For) and node.kind == "parallel":
             self.note_fragments(node, node.span)
         return super().generic_visit(node)
+
+
+def _place(group) -> str:
+    return f"T.ws({group})" if group is not None else "outside any T.ws region"
 
 
 def _check_barriers_at_top(k: Kernel):

@@ -26,6 +26,7 @@ from __future__ import annotations
 from ....ir.linear import constant_value
 from ....errors import TileError
 from ....ir import dtypes as dt
+from ....ir.annotations import WARPGROUP_THREADS
 from ....ir.buffer import FRAGMENT, LOCAL, Buffer, is_shared
 from ....ir.expr import BufferLoad, Call, address_of, const, select
 from ....ir.stmt import Allocate, BufferStore, For, call_stmt, seq
@@ -37,7 +38,7 @@ from .lowering import packed_pair
 from ..intrinsics import (MAKE_SMEM_DESC, WGMMA, WGMMA_COMMIT_GROUP, WGMMA_FENCE,
                           WGMMA_FENCE_REGISTERS, WGMMA_FP8, WGMMA_RS, WGMMA_WAIT_GROUP)
 
-WARPGROUP = 128
+WARPGROUP = WARPGROUP_THREADS
 _SUFFIX = {"float16": "f16", "bfloat16": "bf16"}
 _FP8 = {"float8_e4m3": "e4m3", "float8_e5m2": "e5m2"}
 _DESC_MODE = {"128B": 1, "64B": 2, "32B": 3}
