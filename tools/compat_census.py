@@ -6,9 +6,9 @@ changed, and why the others do not.
 EXAMPLES is the folder tools/fetch_tilelang_examples.py filled. Each example file runs in its
 own process (tools/census/child.py) with `tilelang` resolved to tilecraft and every kernel
 compiled for sm_90a without a GPU (tools/census/compile_only.py); with --gpu, on a machine
-that has one, the kernels also run (and the scripts' checks see their outputs). OUT receives census.json
-(per-kernel results and every file's runs), census.md (the summary with one line per file)
-and summary.md (the summary alone)."""
+that has one, the kernels also run (and the scripts' checks see their outputs). OUT receives
+census.json (per-kernel results and every file's runs), census.md (the summary with one line
+per file) and summary.md (the summary alone)."""
 from __future__ import annotations
 
 import argparse
@@ -61,9 +61,9 @@ def run_file(root: str, rel: str, timeout: float, target: str, gpu: bool = False
         env.pop("TILECRAFT_DEBUG", None)
         start = time.perf_counter()
         try:
-            done = subprocess.run([sys.executable, "-m", "tools.census.child", root, rel,
-                                   events.name] + (["gpu"] if gpu else []), env=env, cwd=REPO, capture_output=True,
-                                  text=True, timeout=timeout)
+            command = [sys.executable, "-m", "tools.census.child", root, rel, events.name]
+            done = subprocess.run(command + (["gpu"] if gpu else []), env=env, cwd=REPO,
+                                  capture_output=True, text=True, timeout=timeout)
             stderr = done.stderr
         except subprocess.TimeoutExpired as e:
             stderr = (e.stderr or b"").decode(errors="replace") if isinstance(

@@ -70,12 +70,13 @@ def _regions(what: str, src, dst):
 
 
 def copy_regions(what: str, src, dst):
-    """(source region, destination region) of a tile copy, checked (in bounds, the same
-    extents but for unit dimensions); None for an element-to-element copy."""
+    """(source, destination, regions) of a copy: its operands, and the (source, destination)
+    regions of a tile copy, checked (in bounds, the same extents but for unit dimensions), or
+    None for an element-to-element copy."""
     src, dst = _operand(what, "source", src), _operand(what, "destination", dst)
     regions = _regions(what, src, dst)
     if regions is None:
-        return None
+        return src, dst, None
     s, d = regions
     _check_in_bounds(what, "source", s)
     _check_in_bounds(what, "destination", d)
@@ -84,7 +85,7 @@ def copy_regions(what: str, src, dst):
         raise TileError(f"{what}: source {s.buffer.name} tile {_shape_text(s.extents)} and "
                         f"destination {d.buffer.name} tile {_shape_text(d.extents)} do not have "
                         "the same extents", current_span())
-    return s, d
+    return src, dst, (s, d)
 
 
 def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None):
@@ -92,9 +93,8 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
     read as zero and are not written."""
     what = "T.copy"
     b = bld.active(what)
-    regions = copy_regions(what, src, dst)
+    src, dst, regions = copy_regions(what, src, dst)
     if regions is None:  # element to element: a plain store
-        src, dst = _operand(what, "source", src), _operand(what, "destination", dst)
         b.emit(BufferStore(dst.buffer, dst.indices, cast(src, dst.buffer.dtype), current_span()))
         return
     s, d = regions

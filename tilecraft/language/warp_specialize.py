@@ -100,7 +100,7 @@ def tma_copy(src, dst, barrier=None):
         raise TileError(f"{what}: barrier= is required: the mbarrier the loads signal",
                         current_span())
     mbar = _barrier(what, barrier)
-    regions = copy_regions(what, src, dst)
+    _, _, regions = copy_regions(what, src, dst)
     if regions is None or regions[0].buffer.scope != GLOBAL or \
             not is_shared(regions[1].buffer.scope):
         raise TileError(f"{what}: copies a tile of a global tensor into shared memory",

@@ -25,8 +25,8 @@ from ..ir.stmt import BufferStore, For, IfThenElse, Kernel, seq, stmts_of
 from ..ir.thread_varying import ThreadVarying
 from ..ir.tileop import Reduce, TileOp
 from ..ir.visitor import children, map_kernels, walk
-from ..ir.annotations import (LAYOUTS, MANUAL_WARPGROUPS, SCHEDULED, SMEM_OFFSETS, is_sync, is_warpgroup_branch,
-                              sync_stmt)
+from ..ir.annotations import (LAYOUTS, MANUAL_WARPGROUPS, SCHEDULED, SMEM_OFFSETS, is_sync,
+                              is_warpgroup_branch, sync_stmt)
 import dataclasses
 
 from ..pass_config import PassConfigKey

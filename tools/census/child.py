@@ -3,8 +3,9 @@
     python3 -m tools.census.child EXAMPLES_ROOT RELPATH EVENTS.jsonl [gpu]
 
 `tilelang` resolves to tilecraft (importalias), kernels compile for the arch in
-TILECRAFT_TARGET and are not run (compile_only), unless `gpu` is given: then they run. The entries are the file's `__main__` block
-(run with its default arguments) or, for a test file, each `test_*` function; a file with
+TILECRAFT_TARGET and are not run (compile_only), unless `gpu` is given: then they run. The
+entries are the file's `__main__` block (run with its default arguments) or, for a test file,
+each `test_*` function; a file with
 neither is imported. Every event (an entry's start and end, each kernel attempt) is written
 to EVENTS as one JSON line, flushed at once, so a run stopped by the timeout keeps what it
 saw."""

@@ -33,8 +33,9 @@ from ...passes.infer_layouts import infer_layouts
 from ...passes.parallel_nests import on_warpgroup_fragments
 from ...passes.plan_shared_memory import footprint
 from ...ir.annotations import (LAYOUTS, OPERAND_AHEAD, SMEM_ARENA, SMEM_BYTES, SMEM_OFFSETS, SOFTWARE_PIPELINED,
-                               MANUAL_WARPGROUPS, TENSOR_MAPS, TMA_BARRIER, USE_SWIZZLE, WARPGROUP_FRAGMENTS,
-                               WARPGROUP_THREAD, WARP_SPECIALIZED, is_warpgroup_branch)
+                               MANUAL_WARPGROUPS, TENSOR_MAPS, TMA_BARRIER, USE_SWIZZLE,
+                               WARPGROUP_FRAGMENTS, WARPGROUP_THREAD, WARP_SPECIALIZED,
+                               is_warpgroup_branch)
 from .rules import CUDA_RULES
 
 

@@ -34,7 +34,8 @@ from ....ir.buffer import is_shared
 from ....ir.expr import Binary, BufferLoad, Call, Const, const
 from ....ir.stmt import BufferStore, Evaluate, Kernel, SeqStmt, call_stmt, seq
 from ....ir.visitor import Mutator, map_kernels, walk
-from ....ir.annotations import MANUAL_WARPGROUPS, PRODUCER_THREADS, is_sync, is_warpgroup_branch
+from ....ir.annotations import (MANUAL_WARPGROUPS, PRODUCER_THREADS, is_sync,
+                                is_warpgroup_branch)
 from ..tileops.wgmma import WARPGROUP
 from ..intrinsics import (FENCE_PROXY_ASYNC_SHARED, LD_SHARED, LDMATRIX, LDMATRIX_TRANS,
                           MAKE_SMEM_DESC, MBARRIER_ARRIVE_WARP, MBARRIER_ARRIVE_WARP_CLUSTER, MBARRIER_CALLS,
