@@ -17,6 +17,7 @@ from .access_bounds import check_access_bounds
 from .remap_accesses import remap_accesses
 from .expressions import _BINOPS, ExpressionEvaluator, _Return
 from .frames import AttrFrame, IndexLoop, KernelFrame, LoopFrame, WarpGroupFrame
+from .parallel_accumulation import check_parallel_accumulations
 from .thread_checks import check_thread_uses
 from .scopes import AFTER_IF, AFTER_KERNEL, AFTER_LOOP, Scope
 from ..errors import Span, TileError, current_span, span_scope
@@ -350,6 +351,7 @@ class Parser(ExpressionEvaluator):
             b.kernel = None
         kernel = frame.build(body)
         check_thread_uses(kernel)
+        check_parallel_accumulations(kernel)
         b.emit(kernel)
 
     def stmt_Assert(self, node):
