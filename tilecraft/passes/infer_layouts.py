@@ -7,7 +7,9 @@ Three phases over a kernel's tile ops, as in the paper:
   the layout of a fragment it indexes with its own variables, or with coarsened ones
   (x[i, j // 2]: iterations (i, 2m) and (i, 2m + 1) run where element (i, m) is), and passes it
   on to the fragments it indexes the same way, or a row/column projection or coarsening of it to
-  the others, each element held by every thread whose iterations read it; a reduction derives
+  the others, each element held by every thread whose iterations read it (a fragment indexed
+  with the variables of a T.serial loop inside the nest as well, `x[i, k]`, `x[t * 8 + e]`,
+  follows the nest with those dims walked in the thread's registers); a reduction derives
   its output from its input; fragment copies share layouts);
 - free (paper appendix E, phase III): the fragments left are grouped by the ops that tie them
   together; each group is seeded in turn from each fragment that decides the others with each
@@ -37,8 +39,9 @@ from .. import layout as lay
 from ..layout.derive import coarsens, expand_fragment, project_loop, same_layout
 from .free_layout_cost import free_cost
 from .parallel_nests import (access_map, allocated, fragment_accesses, fragments_of,
-                             is_identity_access, is_twin_copy, merged_access, nest_extents,
-                             nest_vars, on_warpgroup_fragments, store_run, tile_ops)
+                             inner_loop_access, is_identity_access, is_twin_copy, merged_access,
+                             nest_extents, nest_vars, on_warpgroup_fragments, store_run,
+                             tile_ops, walked_in_registers)
 from ..ir.annotations import (INSTRUCTION, LAYOUTS, MANUAL_WARPGROUPS, TMA_TILES,
                               WARPGROUP_FRAGMENTS, is_warpgroup_branch)
 from ..ir.visitor import map_kernels
@@ -192,6 +195,9 @@ class _Inference:
                 continue
             reads = [n for n in walk(loop) if isinstance(n, (BufferLoad, BufferStore))
                      and n.buffer is b]
+            if reads and all(inner_loop_access(loop, n.indices, b.static_shape()) is not None
+                             for n in reads):
+                continue    # each iteration's inner loop reads all of it: a broadcast
             shown = []
             for n in reads:
                 text = f"{b.name}[{', '.join(repr(i) for i in n.indices)}]"
@@ -204,8 +210,9 @@ class _Inference:
                           f"{b.name} ({math.prod(b.static_shape())} elements): this T.Parallel "
                           f"loop reads it {why}, which no layout of it across threads "
                           f"follows, so each of the {layout.num_threads} threads keeps all of "
-                          f"it; index it with the loop's own variables (x[i], x[i // c]) or "
-                          f"read it from a shared tile")
+                          f"it; index it with the loop's own variables (x[i], x[i // c], or "
+                          f"x[t * 8 + e] with e a T.serial loop's inside it) or read it from a "
+                          f"shared tile")
 
     # --- free -----------------------------------------------------------------------
     def free_components(self) -> list:
@@ -356,7 +363,8 @@ class _Inference:
             for b, indices in fragment_accesses(op):
                 patterns.setdefault(id(b), (b, set()))[1].add(structural_key(tuple(indices)))
                 if access_map(indices, loop_vars) is None and \
-                        not is_identity_access(indices, loop_vars, b, op):
+                        not is_identity_access(indices, loop_vars, b, op) and \
+                        inner_loop_access(op, indices, b.static_shape()) is None:
                     patterns[id(b)][1].add(("computed",))
             for b, keys in patterns.values():
                 if len(keys) > 1 and not self.map.has(b):
@@ -445,8 +453,10 @@ class _Inference:
             amap = access_map(indices, loop_vars)
             if len(patterns[id(b)]) > 1 or (amap is None and
                                             not is_identity_access(indices, loop_vars, b, loop)):
-                changed |= m.set(b, lay.fully_replicated(b.static_shape(),
-                                                         self.buffer_threads(b)), loop)
+                walked = None if len(patterns[id(b)]) > 1 else \
+                    walked_in_registers(frag, loop, indices, b.static_shape())
+                changed |= m.set(b, walked if walked is not None else lay.fully_replicated(
+                    b.static_shape(), self.buffer_threads(b)), loop)
                 continue
             if is_identity_access(indices, loop_vars, b, loop):
                 changed |= m.set(b, frag, loop)

@@ -1,7 +1,8 @@
 """What the layout passes ask of a kernel body: its tile ops and outermost T.Parallel nests in
 program order, the fragments each touches, and how a nest's fragment accesses relate to its loop
 variables (the same indices, a row / column projection of them, or a coarsening: `x[i, j // 2]`,
-where several iterations read one element)."""
+where several iterations read one element), also counting the T.serial loops inside a nest's
+body (walked_in_registers)."""
 from __future__ import annotations
 
 from ..arith.bounds import simplify
@@ -13,6 +14,7 @@ from ..ir.linear import linear_form
 from ..ir.stmt import Allocate, BufferStore, For, Stmt, flat_stmts
 from ..ir.tileop import TileOp
 from ..ir.visitor import children, substitute, walk
+from ..layout.derive import coarsens, expand_fragment, project_loop
 
 
 def tile_ops(body) -> list:
@@ -131,10 +133,11 @@ def access_map(indices, loop_vars):
 
 
 def merged_access(indices, loop_vars, extents, shape):
-    """(view shape, access map) when each index is a loop variable or a row-major merge of
-    consecutive ones (`b * H + c`, c's extent H) covering the fragment's whole dim, the
-    variables distinct and in loop order: the fragment is then read as if reshaped to those
-    loop dims (a T.reshape of it, written through), at their own iteration. None otherwise."""
+    """(view shape, access map) when each index is a loop variable, a coarsening `v // c` of
+    one, or a row-major merge of consecutive ones (`b * H + c`, c's extent H; `b * H + c // 2`,
+    H being c's extent halved) covering the fragment's whole dim, the variables distinct and in
+    loop order: the fragment is then read as if reshaped to those loop dims (a T.reshape of it,
+    written through), at their own iteration, coarsened where divided. None otherwise."""
     view, amap = [], []
     for idx, size in zip(indices, shape):
         terms, constant = linear_form(idx)
@@ -142,21 +145,25 @@ def merged_access(indices, loop_vars, extents, shape):
             return None
         dims = []
         for atom, coeff in terms.values():
+            div = 1
+            if isinstance(atom, Binary) and atom.op == "//" and isinstance(atom.b, Const) and \
+                    isinstance(atom.b.value, int) and atom.b.value > 0:
+                atom, div = atom.a, atom.b.value
             match = [p for p, v in enumerate(loop_vars) if v is atom]
-            if not match:
+            if not match or extents[match[0]] % div:
                 return None
-            dims.append((match[0], coeff))
+            dims.append((match[0], coeff, div))
         dims.sort()
         stride = 1
         for k in range(len(dims) - 1, -1, -1):
-            p, coeff = dims[k]
+            p, coeff, div = dims[k]
             if coeff != stride or (k + 1 < len(dims) and dims[k + 1][0] != p + 1):
                 return None
-            stride *= extents[p]
+            stride *= extents[p] // div
         if stride != size:
             return None
-        view += [extents[p] for p, _ in dims]
-        amap += [(p, 1) for p, _ in dims]
+        view += [extents[p] // div for p, _, div in dims]
+        amap += [(p, div) for p, _, div in dims]
     positions = [p for p, _ in amap]
     if positions != sorted(positions) or len(set(positions)) != len(positions):
         return None
@@ -248,3 +255,49 @@ def gather_targets(s) -> tuple | None:
                                for n in walk(part)):
             return None
     return tuple({id(x.buffer): x.buffer for x in stores}.values())
+
+
+def walked_in_registers(frag, loop: For, indices, shape):
+    """The layout of a fragment a T.Parallel nest laid out as `frag` indexes with the variables
+    of T.serial / T.unroll loops inside its body as well as its own (`x[i, k]`, `x[t * 8 + e]`,
+    `b[i, t * 4 + e // 2]`): each thread runs an iteration's inner loops whole, so the inner
+    dims are walked in its registers, and the fragment is the projection (or coarsening) of
+    that extended iteration space. None where the indices are no such access."""
+    access = inner_loop_access(loop, indices, shape)
+    if access is None:
+        return None
+    extents, amap, view, nest = access
+    walked = expand_fragment(frag, extents, list(range(nest)))
+    derived = project_loop(walked, extents, amap, view)
+    if derived is None:
+        return None
+    return derived if tuple(derived.shape) == tuple(shape) else derived.reshape(tuple(shape))
+
+
+def inner_loop_access(loop: For, indices, shape):
+    """(extents, access map, view shape, nest dims) of an access that is a projection,
+    coarsening or row-major merge of the nest's variables and those of the inner loops it
+    uses (walked_in_registers); None otherwise."""
+    used = [(v, n) for v, n in _inner_loops(nest_body(loop))
+            if any(x is v for i in indices for x in walk(i))]
+    if not used:
+        return None
+    loop_vars = nest_vars(loop) + [v for v, _ in used]
+    extents = tuple(nest_extents(loop)) + tuple(n for _, n in used)
+    amap, view = access_map(indices, loop_vars), tuple(shape)
+    if amap is None:
+        merged = merged_access(indices, loop_vars, extents, shape)
+        if merged is None:
+            return None
+        view, amap = merged
+    if not coarsens(amap, extents, view):
+        return None
+    return extents, amap, view, len(extents) - len(used)
+
+
+def _inner_loops(body) -> list:
+    """(var, extent) of the T.serial / T.unroll loops of constant extent from 0 in a nest's
+    body, outermost first."""
+    return [(n.var, n.extent.value) for n in walk(body)
+            if isinstance(n, For) and n.kind in ("serial", "unroll") and
+            isinstance(n.extent, Const) and isinstance(n.start, Const) and n.start.value == 0]

@@ -40,6 +40,14 @@ def parallel_nest(loop: For):
 
 def lower_parallel(loop: For, ctx: ThreadContext) -> object:
     loop_vars, extents, body, starts = parallel_nest(loop)
+    # The ranges of the loops inside an iteration, so that a register index walking a
+    # fragment with their variables (x[t * 8 + e], infer_layouts.walked_in_registers)
+    # simplifies to one that names no thread.
+    for inner in walk(body):
+        if isinstance(inner, For) and inner.kind != "parallel" and \
+                isinstance(inner.start, Const) and isinstance(inner.extent, Const):
+            ctx.var_bounds.setdefault(id(inner.var), (inner.start.value,
+                                                      inner.start.value + inner.extent.value - 1))
     frag = ctx.layouts.loop(loop)
     n = frag.locals_per_thread
     l = ctx.fresh("l", n)
