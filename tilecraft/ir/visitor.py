@@ -10,7 +10,7 @@ import dataclasses
 
 from .buffer import Buffer, BufferRegion
 from .dtypes import DType
-from .expr import Expr
+from .expr import Binary, BufferLoad, Cast, Const, Expr, Select, Unary, Var
 from .stmt import Stmt
 
 
@@ -40,6 +40,11 @@ _LEAVES = {int, float, str, bool, type(None), DType, Buffer}
 
 def children(node):
     """Child nodes in field order (buffers are leaves, not children)."""
+    fast = _FAST_CHILDREN.get(type(node))
+    if fast is not None:
+        found = fast(node)
+        if found is not None:
+            return found
     out = []
     for name in field_names(node):
         v = getattr(node, name)
@@ -58,6 +63,38 @@ def _flatten_into(v, out: list):
     elif isinstance(v, dict):
         for x in v.values():
             _flatten_into(x, out)
+
+
+def _no_children(node):
+    return []
+
+
+def _operand_fields(*names):
+    """The children of an expression class whose `names` fields hold its operands: a list
+    without the generic path's per-field type tests, or None (the generic path) where one
+    holds something else."""
+    def fast(node):
+        out = [getattr(node, name) for name in names]
+        for x in out:
+            if not isinstance(x, _NODE_TYPES):
+                return None
+        return out
+    return fast
+
+
+def _indices_only(node):
+    out = list(node.indices)
+    for x in out:
+        if not isinstance(x, _NODE_TYPES):
+            return None
+    return out
+
+
+# The expression classes walks meet most, by far (every index and operand): their children
+# read straight from their operand fields.
+_FAST_CHILDREN = {Const: _no_children, Var: _no_children, Binary: _operand_fields("a", "b"),
+                  Unary: _operand_fields("a"), Cast: _operand_fields("value"),
+                  Select: _operand_fields("cond", "a", "b"), BufferLoad: _indices_only}
 
 
 class Visitor:
