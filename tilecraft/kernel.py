@@ -47,6 +47,7 @@ class JITKernel:
             self.lowered = lower(func, self.arch, configs)
         else:
             _dump_tile_ir(func, configs)   # the interpreter runs the tile IR as it is
+            _no_layouts_to_show(configs)
         self.reports = []  # the emulator checker's findings of the last call
         self._grid_extents = symbolic_extents(func)  # checked at each call
         self._calls = call_cache.CallCache()
@@ -290,6 +291,18 @@ class JITKernel:
 
 def _name_of(params, key) -> str:
     return next(p.name for p in params if id(p) == key)
+
+
+def _no_layouts_to_show(configs) -> None:
+    """tl.layout_visualization_enable on the interpreter, which infers no layouts: said once
+    per kernel rather than ignored."""
+    from .pass_config import PassConfigKey
+    if (configs or {}).get(PassConfigKey.TL_LAYOUT_VISUALIZATION_ENABLE):
+        import warnings
+        warnings.warn("tilecraft: tl.layout_visualization_enable shows the layouts inferred when "
+                      "compiling for a GPU target (sm_80, sm_90a or the emulator); the "
+                      "interpreter runs the tile program without layouts, so there are none to "
+                      "show", stacklevel=3)
 
 
 def _dump_tile_ir(func, configs) -> None:

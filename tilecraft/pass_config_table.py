@@ -40,6 +40,16 @@ def register_level(value) -> str | None:
     return None if ok else "takes an int in [0, 10] (ptxas --register-usage-level)"
 
 
+def visual_formats(value) -> str | None:
+    """tl.layout_visualization_formats: "", "all", or comma-separated txt / png / pdf / svg."""
+    if value is None or value == "":
+        return None
+    names = [f.strip().lower() for f in value.split(",")] if isinstance(value, str) else None
+    ok = names is not None and (names == ["all"] or
+                                all(n in ("txt", "png", "pdf", "svg") for n in names))
+    return None if ok else 'takes "", "all" or formats among txt, png, pdf, svg (e.g. "svg,txt")'
+
+
 def directory(value) -> str | None:
     return None if value is None or isinstance(value, str) else "takes a directory path"
 
@@ -71,6 +81,12 @@ HONOURED = {
     "tl.enable_dump_ir": (False, boolean, "write the IR after every compiler pass and the "
                           "generated CUDA into tl.dump_ir_path (as TILECRAFT_DUMP_IR does)"),
     "tl.dump_ir_path": ("./dump_ir/", directory, "where tl.enable_dump_ir writes"),
+    "tl.layout_visualization_enable": (False, boolean, "print the layout inference chose for "
+                                       "each fragment when the kernel is compiled for a GPU "
+                                       "target (passes/show_layouts.py)"),
+    "tl.layout_visualization_formats": ("", visual_formats, "also draw each to ./tmp in these "
+                                        "formats (tilecraft.tools.plot_layout; images need "
+                                        "matplotlib)"),
     "cuda.kernels_output_dir": ("", directory, "write each compiled program's CUDA source "
                                 "there (<kernel name>.cu)"),
     "tl.disable_warp_specialized": (False, boolean, "pipelined loops on cp.async, no "
@@ -180,8 +196,6 @@ DEFAULT_ONLY = {
     "tl.if_stmt_binding_inline_replayable_binds": ((True, None), _NO_TVM),
     "tl.force_let_inline": ((False, None), _NO_TVM),
     "tl.ast_print_enable": ((False, None), "print kernel.func.script() for the tile IR"),
-    "tl.layout_visualization_enable": ((False, None), "use tilecraft.layout.render_fragment"),
-    "tl.layout_visualization_formats": ((None, ""), "use tilecraft.layout.render_fragment"),
     "tl.storage_rewrite_detect_inplace": ((False, None), _NO_TVM),
     "tl.pass_profile": ((False, None), "tilecraft does not time its passes"),
     "tl.pass_profile_threshold_ms": ((0, None), "tilecraft does not time its passes"),

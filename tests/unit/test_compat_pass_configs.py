@@ -205,3 +205,37 @@ def test_kernel_source_names(capsys):
         kernel.get_host_source()
     assert tilecraft.Layout is tilecraft.layout.Layout and tilecraft.Fragment is \
         tilecraft.layout.Fragment
+
+
+@tilecraft.jit
+def scale_kernel(n):
+    @T.prim_func
+    def main(A: T.Tensor((n,), "float32"), B: T.Tensor((n,), "float32")):
+        with T.Kernel(1, threads=32):
+            frag = T.alloc_fragment((n,), "float32")
+            T.copy(A, frag)
+            for i in T.Parallel(n):
+                frag[i] = frag[i] * 2
+            T.copy(frag, B)
+    return main
+
+
+def test_layout_visualization_prints_and_draws_each_fragments_layout(tmp_path, monkeypatch,
+                                                                     capsys):
+    """tl.layout_visualization_enable prints the layout of each fragment (its owner thread and
+    register per element), formats="txt" also writes it under ./tmp; the interpreter, which
+    infers no layouts, says so instead of staying silent."""
+    monkeypatch.chdir(tmp_path)
+    K = PassConfigKey
+    configs = {K.TL_LAYOUT_VISUALIZATION_ENABLE: True, K.TL_LAYOUT_VISUALIZATION_FORMATS: "txt"}
+    tilecraft.compile(scale_kernel.get_tir(64), target="emulator", pass_configs=configs)
+    shown = capsys.readouterr().out
+    assert shown.startswith("frag inferenced layout:\nFragment(64,) over 32 threads"), shown
+    assert " T0:0" in shown and " T15:1" in shown          # the first 32 columns are printed
+    written = (tmp_path / "tmp" / "main_frag.txt").read_text()
+    assert written.startswith("Fragment(64,)") and "T31:1" in written  # all 64 are written
+    with pytest.warns(UserWarning, match="the interpreter runs the tile program without "
+                                         "layouts"):
+        tilecraft.compile(scale_kernel.get_tir(64), target="interp", pass_configs=configs)
+    with pytest.raises(TileError, match="takes \"\", \"all\" or formats among txt, png"):
+        check_pass_configs({K.TL_LAYOUT_VISUALIZATION_FORMATS: "gif"})

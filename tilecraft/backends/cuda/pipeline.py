@@ -23,6 +23,7 @@ from .schedule.choose_rasterization import choose_rasterization
 from .schedule.finalize_barriers import finalize_barriers
 from .schedule.infer_instructions import infer_instructions
 from ...passes.infer_layouts import infer_layouts
+from ...passes.show_layouts import show_layouts
 from ...passes.infer_pipeline import infer_pipeline
 from ...passes.split_loop_tiles import split_loop_tiles
 from ...passes.fold_loop_extents import fold_loop_extents
@@ -79,7 +80,7 @@ def _tile_prefix(target, configs, smem_limit, hopper: bool) -> list:
                   ("seesaw_warpgroups", lambda f: seesaw_warpgroups(f, arch, configs)),
                   ("operand_ahead", lambda f: operand_ahead(f, configs, smem_limit))]
     steps += [("pipeline_loops", pipeline_loops),
-              ("infer_layouts", lambda f: infer_layouts(f, CUDA_RULES)),
+              ("infer_layouts", lambda f: show_layouts(infer_layouts(f, CUDA_RULES), configs)),
               ("prefetch_fragments", prefetch_fragments),
               ("plan_shared_memory", lambda f: plan_shared_memory(
                   f, CUDA_RULES, smem_limit,
