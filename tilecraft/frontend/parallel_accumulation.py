@@ -19,20 +19,17 @@ from ..ir.linear import structural_key
 from ..ir.printer import expr_text
 from ..ir.stmt import Allocate, BufferStore, For
 from ..ir.visitor import walk
+from ..passes.parallel_nests import nest_body, nest_extents, nest_vars, tile_ops
 
 
 def check_parallel_accumulations(kernel) -> None:
-    for node in walk(kernel.body):
-        if isinstance(node, For) and node.kind == "parallel":
-            _check_nest(node)
+    for op in tile_ops(kernel.body):        # each outermost T.Parallel nest once
+        if isinstance(op, For):
+            _check_nest(op)
 
 
-def _check_nest(loop: For) -> None:
-    loop_vars, extents = [], []
-    while isinstance(loop, For) and loop.kind == "parallel":
-        loop_vars.append(loop.var)
-        extents.append(loop.extent.value if isinstance(loop.extent, Const) else None)
-        loop = loop.body
+def _check_nest(nest: For) -> None:
+    loop_vars, extents, loop = nest_vars(nest), nest_extents(nest), nest_body(nest)
     own = {id(n.buffer) for n in walk(loop) if isinstance(n, Allocate)}
     for store in walk(loop):
         if not isinstance(store, BufferStore) or id(store.buffer) in own or \

@@ -69,25 +69,24 @@ def _no_children(node):
     return []
 
 
+def _nodes_or_none(values: list):
+    """values when every one is a node, else None (the generic path decides)."""
+    for x in values:
+        if not isinstance(x, _NODE_TYPES):
+            return None
+    return values
+
+
 def _operand_fields(*names):
-    """The children of an expression class whose `names` fields hold its operands: a list
-    without the generic path's per-field type tests, or None (the generic path) where one
-    holds something else."""
+    """The children of an expression class whose `names` fields hold its operands, read
+    without the generic path's per-field type tests."""
     def fast(node):
-        out = [getattr(node, name) for name in names]
-        for x in out:
-            if not isinstance(x, _NODE_TYPES):
-                return None
-        return out
+        return _nodes_or_none([getattr(node, name) for name in names])
     return fast
 
 
 def _indices_only(node):
-    out = list(node.indices)
-    for x in out:
-        if not isinstance(x, _NODE_TYPES):
-            return None
-    return out
+    return _nodes_or_none(list(node.indices))
 
 
 # The expression classes walks meet most, by far (every index and operand): their children

@@ -1,7 +1,8 @@
 """show_layouts: TileLang's layout visualization (tl.layout_visualization_enable): after layout
 inference, the layout chosen for each fragment of each kernel is printed as its description
 and grid (tilecraft.layout.render_fragment: the owning thread and register of every element),
-and with tl.layout_visualization_formats also drawn to ./tmp (layout/plot.write_layout, as tilecraft.tools.plot_layout draws).
+and with tl.layout_visualization_formats also drawn to ./tmp (layout/plot.write_layout, as
+tilecraft.tools.plot_layout draws).
 It runs where layouts are inferred, when a program is compiled for a GPU target (the emulator
 included); a program the disk cache returns was not compiled and prints nothing.
 """
