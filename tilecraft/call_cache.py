@@ -6,7 +6,8 @@ packs: tens of microseconds of Python, longer than a small kernel runs. All of i
 on what the arguments look like — each tensor's dtype, shape, device and contiguity, and each
 scalar's value — so the first call with a given look records its plan (where each parameter's
 value comes from, the outputs to allocate, every parameter's shape) and later calls that look
-the same only allocate the outputs and launch. The program's side of it (runtime/program.py,
+the same only allocate the outputs and launch; once a plan has run, the same is done in C
+(runtime/fastcall.py), and the Python path here is taken only where that declines. The program's side of it (runtime/program.py,
 PreparedCall) keeps the grids and the packed arguments, which change only with the tensors'
 addresses, and the device the tensors are on, whose context and stream its launches use (the
 device is part of the look, so reading it costs no more than the look). Anything that is not
@@ -63,6 +64,8 @@ class CallPlan:
         empty_like = sys.modules["torch"].empty_like if "torch" in sys.modules else None
         self.makers = [(empty_like if empty_like is not None and look == (shape, dtype, True)
                         else None, shape, dtype) for shape, dtype in outputs]
+        self.fast = None       # the plan in C once it ran (runtime/fastcall.py), or None
+        self._refresher = None
 
     def run(self, program, args):
         first = args[self.like]
@@ -74,6 +77,10 @@ class CallPlan:
         if prepared is None:
             prepared = self.prepared = program.prepared(values, self.dims)
         prepared.run(values)
+        if self._refresher is None:
+            from .backends.cuda.runtime.fastcall import Refresher
+            self._refresher = Refresher()
+        self.fast = self._refresher.after_run(self, prepared, args, values)
         return made
 
 

@@ -51,6 +51,7 @@ class JITKernel:
         self.reports = []  # the emulator checker's findings of the last call
         self._grid_extents = symbolic_extents(func)  # checked at each call
         self._calls = call_cache.CallCache()
+        self._fast = None   # the FastCall of the plan that ran last (runtime/fastcall.py)
         # the kernel as a torch operator, for torch.compile (torch_op.py)
         self._torch_op = self._is_compiling = None
         self._op_tried = False
@@ -62,6 +63,11 @@ class JITKernel:
     def __call__(self, *args):
         if self._is_compiling is not None and self._is_compiling():
             return self._torch_op(*args)     # traced by torch.compile: one graph node
+        fast = self._fast
+        if fast is not None:   # the last plan in C: NotImplemented where it does not apply
+            out = fast.run(args)
+            if out is not NotImplemented:
+                return out
         if self._torch_op is None and not self._op_tried and "torch" in sys.modules:
             self._attach_torch_op()
         return self.call_eager(args)
@@ -86,6 +92,7 @@ class JITKernel:
         plan = self._calls.get(key)
         if plan is not None:  # seen before, checked then (call_cache.py)
             outputs = plan.run(self.program, args)
+            self._fast = plan.fast
             return (outputs[0] if len(outputs) == 1 else outputs) if outputs else None
         names = [self.params[i].name for i in self.inputs]
         if len(args) != len(self.inputs):

@@ -56,6 +56,7 @@ class RecordingKernel:
 
     def __init__(self, launches):
         self.launches, self.places = launches, []
+        self._functions = {}   # loaded in no context: no C call plan (runtime/fastcall.py)
 
     def packable(self, args):
         return [a.data_ptr() if hasattr(a, "data_ptr") else a for a in args]
@@ -165,6 +166,8 @@ def test_outputs_like_the_first_tensor_come_from_empty_like_and_the_others_from_
     assert [maker for maker, *_ in strided.makers] == [None, None]
 
     class Prepared:
+        device = None   # no device: no C call plan either (runtime/fastcall.py)
+
         def run(self, values):
             self.values = values
     program = type("Program", (), {"prepared": lambda self, values, dims: Prepared()})()

@@ -4,21 +4,14 @@ given, here ctypes callbacks standing in for cuCtxGetCurrent and cuLaunchKernel,
 argument passed through unchanged."""
 import ctypes
 import os
-import shutil
 
 import numpy as np
 import pytest
 
 from tilecraft.backends.cuda.runtime import fastlaunch
+from driver_stand_ins import GET_CONTEXT, LAUNCH, needs_c_compiler
 
-pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
-                                reason="no C compiler here")
-
-LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint,
-                          ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
-                          ctypes.c_uint, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
-                          ctypes.c_void_p)
-GET_CONTEXT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
+pytestmark = needs_c_compiler
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@
  *   current_context(cuCtxGetCurrent address) -> the current CUcontext, 0 for none or an error
  *   launch(cuLaunchKernel address, function, gx, gy, gz, bx, by, bz, smem, stream, argv)
  *       -> the CUresult; every argument a Python int (argv: the address of the void* array)
+ *   FastCall: a whole call of a kernel, for calls that look like an earlier one (fastcall.c)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -62,4 +63,10 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_tc_fastlaunch", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__tc_fastlaunch(void) { return PyModule_Create(&module); }
+int tc_add_fastcall(PyObject *module);  /* fastcall.c: the whole call of a seen look */
+
+PyMODINIT_FUNC PyInit__tc_fastlaunch(void) {
+  PyObject *m = PyModule_Create(&module);
+  if (m && tc_add_fastcall(m) < 0) Py_CLEAR(m);
+  return m;
+}

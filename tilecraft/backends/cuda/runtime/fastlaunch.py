@@ -26,7 +26,8 @@ import threading
 from .... import knobs
 
 NAME = "_tc_fastlaunch"
-SOURCE = os.path.join(os.path.dirname(__file__), "fastlaunch.c")
+SOURCES = tuple(os.path.join(os.path.dirname(__file__), name)
+                for name in ("fastlaunch.c", "fastcall.c"))
 _logger = logging.getLogger("tilecraft.launch")
 _lock = threading.Lock()
 _state: dict = {}   # "module": the loaded module or None, once tried
@@ -52,8 +53,10 @@ def _load():
 
 def _built() -> str:
     """The module's path in the cache, compiled first when it is not there."""
-    with open(SOURCE, "rb") as f:
-        source = f.read()
+    source = b""
+    for name in SOURCES:
+        with open(name, "rb") as f:
+            source += f.read()
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     key = hashlib.sha256(source + sys.version.encode() + sys.executable.encode()).hexdigest()
     folder = os.path.join(knobs.cache_dir(), "fastlaunch")
@@ -70,7 +73,7 @@ def _built() -> str:
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".", suffix=suffix)
     os.close(fd)
     try:
-        done = subprocess.run([compiler, "-O2", "-shared", "-fPIC", f"-I{include}", SOURCE,
+        done = subprocess.run([compiler, "-O2", "-shared", "-fPIC", f"-I{include}", *SOURCES,
                                "-o", tmp], capture_output=True, text=True, timeout=120)
         if done.returncode:
             raise RuntimeError(f"{compiler} failed: {done.stderr.strip() or done.stdout.strip()}")

@@ -119,11 +119,9 @@ def _parameter(spec) -> tuple:
     return (name, name)
 
 
-def _argument_buffer(params) -> tuple:
-    """(pack_into, buffer, argv) for parameter kinds: an 8-byte slot each, but 128 bytes on a
-    64-byte boundary for a tensor map. Without tensor maps the slots are simply consecutive. With
-    them the buffer is over-allocated so that the slots can start 64-byte aligned, and the leading
-    pad is part of the struct, so packing starts at offset 0 either way."""
+def _layout(params) -> tuple:
+    """(struct fields, each parameter's offset, bytes, alignment) of the argument buffer: an
+    8-byte slot each, but 128 bytes on a 64-byte boundary for a tensor map."""
     fields, offsets, offset, align_all = [], [], 0, _SLOT
     for kind, _ in params:
         if kind == "tensormap":
@@ -135,12 +133,31 @@ def _argument_buffer(params) -> tuple:
         fields.append(f"{pad}x{code}{size - struct.calcsize(code)}x")
         offset += pad + size
         align_all = max(align_all, align)
-    buffer = (ctypes.c_uint64 * (max(offset, _SLOT) // _SLOT + (align_all - _SLOT) // _SLOT))()
+    return fields, offsets, max(offset, _SLOT), align_all
+
+
+def _argument_buffer(params) -> tuple:
+    """(pack_into, buffer, argv) for parameter kinds (see _layout). Without tensor maps the
+    slots are simply consecutive. With them the buffer is over-allocated so that the slots can
+    start 64-byte aligned, and the leading pad is part of the struct, so packing starts at
+    offset 0 either way."""
+    fields, offsets, size, align_all = _layout(params)
+    buffer = (ctypes.c_uint64 * (size // _SLOT + (align_all - _SLOT) // _SLOT))()
     base = ctypes.addressof(buffer)
     lead = (-base) % align_all  # 0 without tensor maps: the array is 8-byte aligned
     pack = struct.Struct(f"<{lead}x" + "".join(fields)).pack_into
     argv = (ctypes.c_void_p * max(len(offsets), 1))(*[base + lead + o for o in offsets])
     return pack, buffer, argv
+
+
+def argument_image(params, values) -> tuple:
+    """(bytes, offsets): `values` (packable) packed as the argument buffer of a kernel with
+    parameter kinds `params`, for a copy that starts at a 64-byte boundary (fastcall.c), and
+    each parameter's offset in it."""
+    fields, offsets, size, _ = _layout(params)
+    image = bytearray(size)
+    struct.pack_into("<" + "".join(fields), image, 0, *values)
+    return bytes(image), tuple(offsets)
 
 
 class CudaModule:
