@@ -13,6 +13,7 @@ import numpy as np
 
 from . import arrays
 from .errors import TileError
+from .ir import dtypes as dt
 from .ir.expr import Const, Expr, Var
 from .ir.visitor import walk
 
@@ -55,7 +56,7 @@ def _check_declared(name: str, declaration, tensor):
         got = arrays.dtype_of(tensor)
     except (ValueError, TypeError):
         got = getattr(tensor, "dtype", type(tensor).__name__)
-    if got is not spec.dtype:
+    if not (isinstance(got, dt.DType) and spec.dtype.holds(got)):
         raise TileError(f"argument {name}: declared {spec.dtype}, got a {got} tensor",
                         notes=_note(declaration))
 

@@ -60,7 +60,7 @@ def check_tensor(p: Buffer, a: np.ndarray, sizes: dict):
     except (ValueError, TypeError):
         raise TileError(f"argument {p.name}: expected dtype {p.dtype}, got an array of "
                         f"unsupported dtype {getattr(a, 'dtype', type(a).__name__)}") from None
-    if got is not p.dtype:
+    if not p.dtype.holds(got):
         raise TileError(f"argument {p.name}: expected dtype {p.dtype}, got {got}")
     if a.ndim != len(p.shape):
         raise TileError(f"argument {p.name}: expected {len(p.shape)} dimension(s) "

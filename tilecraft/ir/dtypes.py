@@ -2,7 +2,9 @@
 
 A DType is interned by name, so identity and equality agree and dtypes can key dicts.
 Names follow TileLang ("float16", "float8_e4m3", ...); common aliases ("half", "float",
-"fp16", "float8_e4m3fn") resolve to the canonical name. As in TileLang, a DType is also a
+"fp16", "float8_e4m3fn") resolve to the canonical name. "tfloat32" (TF32, the tensor cores'
+19-bit format) is stored as float32: a torch float32 tensor is passed for a tfloat32 parameter,
+and casts between the two change no bits; T.gemm on tfloat32 operands runs TF32 mma. As in TileLang, a DType is also a
 string (its canonical name): `T.float16 == "float16"`, `getattr(torch, T.float16)` and
 `"%s" % T.int32` work, and `as_torch()` gives the torch dtype.
 """
@@ -18,7 +20,7 @@ _NUMPY = {
     "uint8": np.dtype(np.uint8), "uint16": np.dtype(np.uint16),
     "uint32": np.dtype(np.uint32), "uint64": np.dtype(np.uint64),
     "float16": np.dtype(np.float16), "float32": np.dtype(np.float32),
-    "float64": np.dtype(np.float64),
+    "float64": np.dtype(np.float64), "tfloat32": np.dtype(np.float32),
     "bfloat16": np.dtype(ml_dtypes.bfloat16),
     "float8_e4m3": np.dtype(ml_dtypes.float8_e4m3fn),
     "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2),
@@ -27,6 +29,7 @@ _NUMPY = {
 _ALIASES = {
     "float": "float32", "half": "float16", "double": "float64",
     "fp16": "float16", "fp32": "float32", "fp64": "float64", "bf16": "bfloat16",
+    "tf32": "tfloat32",
     "float8_e4m3fn": "float8_e4m3", "e4m3_float8": "float8_e4m3", "e5m2_float8": "float8_e5m2",
     "int": "int32", "uint": "uint32",
 }
@@ -37,12 +40,12 @@ _C_TYPES = {
     "uint8": "unsigned char", "uint16": "unsigned short", "uint32": "unsigned int",
     "uint64": "uint64_t", "float16": "half_t", "bfloat16": "bfloat16_t",
     "float32": "float", "float64": "double", "float8_e4m3": "fp8_e4_t", "float8_e5m2": "fp8_e5_t",
-    "handle": "void*",
+    "tfloat32": "float", "handle": "void*",
 }
 
 
 # torch names its e4m3 type after the finite-only variant ("fn"), which is the one we mean.
-_TORCH_NAMES = {"float8_e4m3": "float8_e4m3fn"}
+_TORCH_NAMES = {"float8_e4m3": "float8_e4m3fn", "tfloat32": "float32"}
 
 
 class DType(str):
@@ -81,6 +84,16 @@ class DType(str):
     @property
     def is_handle(self) -> bool:
         return self.kind == "handle"
+
+    @property
+    def storage(self) -> "DType":
+        """The type whose bits hold this one's values in memory (float32 for tfloat32)."""
+        return float32 if self.name == "tfloat32" else self
+
+    def holds(self, other: "DType") -> bool:
+        """Whether memory of dtype `other` (a tensor passed for a parameter of this type) holds
+        values of this type: the same type, or its storage type."""
+        return other is self or other is self.storage
 
     @property
     def bytes(self) -> int:
@@ -150,7 +163,7 @@ for _n in ("int8", "int16", "int32", "int64"):
 for _n in ("uint8", "uint16", "uint32", "uint64"):
     _register(_n, "uint", int(_n[4:]))
 for _n, _b in (("float16", 16), ("bfloat16", 16), ("float32", 32), ("float64", 64),
-               ("float8_e4m3", 8), ("float8_e5m2", 8)):
+               ("float8_e4m3", 8), ("float8_e5m2", 8), ("tfloat32", 32)):
     _register(_n, "float", _b)
 _register("bool", "bool", 1)
 _register("handle", "handle", 64)

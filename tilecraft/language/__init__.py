@@ -44,6 +44,7 @@ int8, int16, int32, int64 = _d["int8"], _d["int16"], _d["int32"], _d["int64"]
 uint8, uint16, uint32, uint64 = _d["uint8"], _d["uint16"], _d["uint32"], _d["uint64"]
 float16, bfloat16, float32, float64 = _d["float16"], _d["bfloat16"], _d["float32"], _d["float64"]
 float8_e4m3, float8_e5m2 = _d["float8_e4m3"], _d["float8_e5m2"]
+tfloat32 = _d["tfloat32"]
 float8_e4m3fn = float8_e4m3
 half, float = float16, float32  # noqa: A001
 del _d

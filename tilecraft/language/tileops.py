@@ -130,7 +130,7 @@ def _matrix(what: str, role: str, x) -> tuple[BufferRegion, list]:
 _ACCUM = {"float16": ("float32", "float16"), "bfloat16": ("float32",),
           "float32": ("float32",), "float64": ("float64",), "int8": ("int32",),
           "uint8": ("int32",), "float8_e4m3": ("float32", "float16"),
-          "float8_e5m2": ("float32", "float16")}
+          "float8_e5m2": ("float32", "float16"), "tfloat32": ("float32",)}
 
 
 def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=top.GemmWarpPolicy.Square,

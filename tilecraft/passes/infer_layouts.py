@@ -40,8 +40,8 @@ from ..layout.derive import coarsens, expand_fragment, project_loop, same_layout
 from .free_layout_cost import free_cost
 from .parallel_nests import (access_map, allocated, fragment_accesses, fragments_of,
                              inner_loop_access, is_identity_access, is_twin_copy, merged_access,
-                             nest_extents, nest_vars, on_warpgroup_fragments, store_run,
-                             tile_ops, walked_in_registers)
+                             nest_extents, nest_vars, on_warpgroup_fragments, outer_pinned,
+                             store_run, tile_ops, walked_in_registers)
 from ..ir.annotations import (INSTRUCTION, LAYOUTS, MANUAL_WARPGROUPS, TMA_TILES,
                               WARPGROUP_FRAGMENTS, is_warpgroup_branch)
 from ..ir.visitor import map_kernels
@@ -427,6 +427,10 @@ class _Inference:
                     amap = access_map(indices, loop_vars)
                     layout = m.buffers.get(id(b))
                     shape = b.static_shape()
+                    if amap is None and isinstance(layout, lay.Fragment):
+                        # x[i, jj * 4 + j] in a loop over jj: laid out as read at jj = 0
+                        indices = outer_pinned(indices, loop) or indices
+                        amap = access_map(indices, loop_vars)
                     if amap is None and isinstance(layout, lay.Fragment):
                         merged = merged_access(indices, loop_vars, extents, shape)
                         if merged is not None:   # b[i, j * H + k]: b seen as (.., .., H)

@@ -295,6 +295,20 @@ def inner_loop_access(loop: For, indices, shape):
     return extents, amap, view, len(extents) - len(used)
 
 
+def outer_pinned(indices, loop: For):
+    """The indices with the variables of the loops around the nest (and the block indices) set
+    to 0, when any appear; None when none do. A nest reading x[i, jj * 4 + j] in a loop over
+    jj runs in the threads holding what it reads at jj = 0: the lowering checks the read at
+    every jj (tileops/parallel.check_ownership) and reads through shared memory where another
+    thread holds it."""
+    own = {id(v) for v in nest_vars(loop)} | {id(v) for v, _ in _inner_loops(nest_body(loop))}
+    pinned = {id(v): Const(0, v.dtype) for i in indices for v in walk(i)
+              if isinstance(v, Var) and id(v) not in own}
+    if not pinned:
+        return None
+    return [simplify(substitute(i, pinned)) for i in indices]
+
+
 def _inner_loops(body) -> list:
     """(var, extent) of the T.serial / T.unroll loops of constant extent from 0 in a nest's
     body, outermost first."""

@@ -157,6 +157,11 @@ STMATRIX_X4 = Intrinsic("tc::stmatrix_x4", 5, SM90A, "store four 8x8 b16 matrice
 MMA = Intrinsic("tc::mma_m16n8k16_{types}", 4, SM80,
                 "warp mma.sync D = A B + C (f16_f32, bf16_f32, f16_f16)",
                 sample="tc::mma_m16n8k16_f16_f32")
+MMA_TF32 = Intrinsic("tc::mma_m16n8k8_tf32_f32", 4, SM80,
+                     "warp mma.sync D = A B + C on tf32 operands (m16n8k8), float32 C")
+TO_TF32 = Intrinsic("tc::to_tf32", 1, SM80, "a float rounded to tf32 (cvt.rna), as its bits")
+TF32_OF_BITS = Intrinsic("tc::tf32_of_bits", 1, SM80,
+                         "to_tf32 of a float given as its 32 bits")
 SHFL_XOR = Intrinsic("tc::shfl_xor", 2, SM80, "the value of lane ^ mask")
 SHFL_GROUP = Intrinsic("tc::shfl_{shuffle}_group<{width}>", 2, SM80,
                        "T.shfl_xor / _down / _up / _sync: a lane's value within groups of "

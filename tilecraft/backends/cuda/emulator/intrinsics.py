@@ -30,11 +30,12 @@ from ..intrinsics import (ATOMIC, ATOMIC_ADD_V2, ATOMIC_ADD_X2, BARRIER_ALL, CHE
                           LDMATRIX_TRANS, MAKE_SMEM_DESC, MBARRIER_ARRIVE,
                           MBARRIER_ARRIVE_EXPECT_TX, MBARRIER_EXPECT_TX,
                           MBARRIER_ARRIVE_WARP, MBARRIER_INIT, MBARRIER_WAIT_PARITY, MMA,
-                          NAMED_BARRIER_ARRIVE, NAMED_BARRIER_SYNC, NAMESPACE, PACK_BF162,
+                          MMA_TF32, NAMED_BARRIER_ARRIVE, NAMED_BARRIER_SYNC, NAMESPACE, PACK_BF162,
                           PACK_HALF2, PREFETCH_L2, SETMAXNREG_DEC, SETMAXNREG_INC, SHFL_GROUP,
                           SHFL_XOR, STMATRIX_X4, SYNCTHREADS, SYNCWARP, TMA_LOAD, TMA_LOAD_IM2COL,
                           TMA_STORE,
-                          TMA_STORE_ADD, TMA_STORE_COMMIT, TMA_STORE_WAIT, WARP_REDUCE, WARPGROUP,
+                          TMA_STORE_ADD, TMA_STORE_COMMIT, TMA_STORE_WAIT, TF32_OF_BITS, TO_TF32,
+                          WARP_REDUCE, WARPGROUP,
                           WGMMA_COMMIT_GROUP, WGMMA_FENCE, WGMMA_FENCE_REGISTERS, WGMMA_ISSUES,
                           WGMMA_WAIT_GROUP, is_call_to, lookup)
 
@@ -58,6 +59,8 @@ def _table(frag):
 
 _A_POS = _table(mma_a_fragment("float16"))
 _B_POS = _table(mma_b_fragment("float16"))
+_A_POS_TF32 = _table(mma_a_fragment("tfloat32"))
+_B_POS_TF32 = _table(mma_b_fragment("tfloat32"))
 _C_POS = _table(mma_c_fragment())
 
 
@@ -166,6 +169,34 @@ def mma_m16n8k16(m, in_dtype, d: Pointer, a: Pointer, b: Pointer, c: Pointer,
     _write_regs(m, d, D[:, _C_POS[0], _C_POS[1]].reshape(m.T, 4), m.lanes)
 
 
+def tf32_bits(bits) -> np.ndarray:
+    """cvt.rna.tf32.f32 of floats given as their bits: the 13 low mantissa bits rounded off,
+    to nearest with ties away from zero (NaN and infinity left as they are)."""
+    bits = np.asarray(bits).astype(np.uint32)
+    finite = (bits & 0x7F800000) != 0x7F800000
+    return np.where(finite, (bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000), bits)
+
+
+def mma_m16n8k8_tf32(m, d: Pointer, a: Pointer, b: Pointer, c: Pointer):
+    """D = A B + C of each warp on tf32 operands (A 16x8, B 8x8; the tensor cores read the
+    upper 19 bits of each register), float32 C and D."""
+    whole_warps(m, "mma.sync")
+    W = m.T // WARP
+    tf32 = np.uint32(0xFFFFE000)
+    av = (_read_regs(m, a, 4, np.uint32) & tf32).view(np.float32).reshape(W, WARP, 4)
+    bv = (_read_regs(m, b, 2, np.uint32) & tf32).view(np.float32).reshape(W, WARP, 2)
+    cv = _read_regs(m, c, 4, np.float32).reshape(W, WARP, 4)
+    A = np.zeros((W, 16, 8), np.float64)
+    B = np.zeros((W, 8, 8), np.float64)
+    C = np.zeros((W, 16, 8), np.float64)
+    A[:, _A_POS_TF32[0], _A_POS_TF32[1]] = av
+    B[:, _B_POS_TF32[0], _B_POS_TF32[1]] = bv
+    C[:, _C_POS[0], _C_POS[1]] = cv
+    with np.errstate(all="ignore"):
+        D = (np.matmul(A, B) + C).astype(np.float32)
+    _write_regs(m, d, D[:, _C_POS[0], _C_POS[1]].reshape(m.T, 4), m.lanes)
+
+
 # --- packing and atomics ---------------------------------------------------------------------
 def pack(m, elem_dtype, lo, hi):
     elem = dt.dtype(elem_dtype).numpy
@@ -214,6 +245,9 @@ _FIXED = {
     PACK_BF162: lambda m, lo, hi: pack(m, "bfloat16", lo, hi),
     ATOMIC_ADD_X2: atomic_pair,
     ATOMIC_ADD_V2: atomic_float_pair,
+    MMA_TF32: mma_m16n8k8_tf32,
+    TO_TF32: lambda m, x: tf32_bits(np.asarray(x, np.float32).view(np.uint32)),
+    TF32_OF_BITS: lambda m, bits: tf32_bits(bits),
 }
 
 

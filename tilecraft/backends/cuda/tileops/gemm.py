@@ -1,4 +1,5 @@
-"""T.gemm: the warp partition (policy), and lowering to ldmatrix + mma.sync (m16n8k16).
+"""T.gemm: the warp partition (policy), and lowering to ldmatrix + mma.sync (m16n8k16, and
+m16n8k8 for tfloat32).
 
 The block's warps tile C as wm x wn; warp (warp_m, warp_n) owns a (M/wm) x (N/wn) sub-tile made
 of MI x NI atoms of 16x8 (layout.gemm_c_fragment: register (mi * NI + ni) * 4 + r holds
@@ -8,9 +9,14 @@ ldmatrix.x4 (transposed when B is stored K x N), then issues MI x NI mma instruc
 registers (gemm_rs) uses layout.gemm_a_fragment, whose registers for (mi, k step) are exactly
 the eight halves of mma's A operand, so they are packed into four words in place.
 float16 operands accumulate in float32 or float16 (the half-accumulating mma, whose four
-accumulator halves per atom sit where the float32 ones do), bfloat16 ones in float32. Other
-operands (float32, float64, fp8, 8-bit integers), which have no such path here, multiply with
-scalar FMAs; those read A from shared memory only.
+accumulator halves per atom sit where the float32 ones do), bfloat16 ones in float32.
+tfloat32 operands run m16n8k8: counted in 32-bit words its A and B registers sit where
+m16n8k16's do, so the same ldmatrix loads fetch them where the operand is K-contiguous in
+shared memory (A stored M x K, B stored N x K); the other orientations, which ldmatrix's
+16-bit transpose cannot serve, read each word with a shared load. Every word is rounded to
+tf32 (cvt.rna) on its way into the instruction. Other operands (float32, float64, fp8, 8-bit
+integers), which have no such path here, multiply with scalar FMAs; those read A from shared
+memory only.
 """
 from __future__ import annotations
 
@@ -22,11 +28,13 @@ from ....ir.stmt import Allocate, BufferStore, Evaluate, For, seq
 from ....ir.tileop import Gemm, GemmWarpPolicy
 from ....ir.annotations import FRAGMENT_LOOP
 from .lowering import hoistable_offset, packed_pair
-from ..intrinsics import LDMATRIX, LDMATRIX_TRANS, MMA
+from ..intrinsics import LDMATRIX, LDMATRIX_TRANS, MMA, MMA_TF32, TF32_OF_BITS, TO_TF32
 
+# (A dtype, C dtype) -> (the mma.sync, the k of one instruction)
 _MMA = {("float16", "float32"): (MMA.format(types="f16_f32"), 16),
         ("bfloat16", "float32"): (MMA.format(types="bf16_f32"), 16),
-        ("float16", "float16"): (MMA.format(types="f16_f16"), 16)}
+        ("float16", "float16"): (MMA.format(types="f16_f16"), 16),
+        ("tfloat32", "float32"): (MMA_TF32.name, 8)}
 
 
 def warp_partition(op: Gemm, m: int, n: int, threads: int) -> tuple[int, int]:
@@ -60,9 +68,9 @@ def lower_gemm(op: Gemm, ctx) -> object:
     wm, wn = ctx.layouts.gemm_warps[id(op)]
     a_dtype = op.A.buffer.dtype
     key = (a_dtype.name, op.C.buffer.dtype.name)
-    if key not in _MMA or k % 16:
+    if key not in _MMA or k % _MMA[key][1]:
         return _lower_fma(op, ctx, m, n, k)
-    return _lower_mma(op, ctx, m, n, k, wm, wn, _MMA[key][0])
+    return _lower_mma(op, ctx, m, n, k, wm, wn, *_MMA[key])
 
 
 def _origin(region, transposed: bool):
@@ -77,11 +85,15 @@ def _shared_offset(ctx, region, row, col):
     return ctx.shared_offset(region.buffer, idx)
 
 
-def _lower_mma(op: Gemm, ctx, m, n, k, wm, wn, mma_name):
+def _lower_mma(op: Gemm, ctx, m, n, k, wm, wn, mma_name, k_step):
     tx = ctx.tx
     warp_m, warp_n, lane = warp_coords(tx, wm, wn)
     WM, WN = m // wm, n // wn
-    MI, NI, KI = WM // 16, WN // 8, k // 16
+    MI, NI, KI = WM // 16, WN // 8, k // k_step
+    words = k_step // 8     # operand elements per 32-bit register: 2, or 1 for tf32
+    half = 4 * words        # the elements of 16 bytes: one row of an 8x8 b16 matrix
+    tf32 = words == 1
+    g, t = lane // 4, lane % 4
     u32 = dt.dtype("uint32")
     body, allocs = [], []
     a_frag = Buffer(f"{op.C.buffer.name}_a", (MI * 4,), u32, LOCAL)
@@ -94,16 +106,22 @@ def _lower_mma(op: Gemm, ctx, m, n, k, wm, wn, mma_name):
     # --- A atoms --------------------------------------------------------------
     if A.scope == FRAGMENT:
         a_reg = ctx.register_array(A)
-        # gemm_a_fragment: registers (kk * MI + mi) * 8 + 0..7 are mma's a0..a7.
-        base = (kk * MI + mi) * 8
-        a_load = [BufferStore(a_frag, (mi * 4 + j,), packed_pair(
+        # gemm_a_fragment: registers (kk * MI + mi) * 4 * words + .. are mma's a0, a1, ...
+        base = (kk * MI + mi) * 4 * words
+        a_load = [BufferStore(a_frag, (mi * 4 + j,), Call(TO_TF32.name, (
+            BufferLoad(a_reg, (ctx.simplify(base + j),)),), u32) if tf32 else packed_pair(
             A.dtype.name, BufferLoad(a_reg, (ctx.simplify(base + 2 * j),)),
             BufferLoad(a_reg, (ctx.simplify(base + 2 * j + 1),))))
+            for j in range(4)]
+    elif tf32 and op.transpose_A:   # stored K x M: word j is A[m = g + 8 (j % 2), k = t + 4 (j // 2)]
+        a_load = [BufferStore(a_frag, (mi * 4 + j,), Call(TO_TF32.name, (_region_load(
+            ctx, op.A, (ctx.simplify(kk * 8 + t + 4 * (j // 2)),
+                        ctx.simplify(warp_m * WM + mi * 16 + g + 8 * (j % 2)))),), u32))
             for j in range(4)]
     else:
         if not op.transpose_A:
             row = warp_m * WM + mi * 16 + lane % 16
-            col = kk * 16 + (lane // 16) * 8
+            col = kk * k_step + (lane // 16) * half
             off = _shared_offset(ctx, op.A, ctx.simplify(row), ctx.simplify(col))
             fn = LDMATRIX.format(count=4)
         else:
@@ -114,25 +132,37 @@ def _lower_mma(op: Gemm, ctx, m, n, k, wm, wn, mma_name):
             fn = LDMATRIX_TRANS.format(count=4)
         off = hoistable_offset(off, ctx, [(kk, KI), (mi, MI)])
         a_load = [Evaluate(Call(fn, (address_of(a_frag, mi * 4), address_of(ctx.flat(A), off)), dt.handle))]
+        if tf32:
+            a_load += _rounded_to_tf32(a_frag, mi * 4, 4)
     body.append(For(mi, const(0), const(MI), "unroll", seq(a_load), {}, op.span))
     # --- B atoms: two per ldmatrix.x4 when the warp has an even number of them ---------
-    pair = 2 if NI % 2 == 0 else 1
-    ni = ctx.fresh("ni", NI // pair)
-    count = 4 if pair == 2 else 2
-    if not op.transpose_B:  # stored K x N: rows are k, transposed loads give col-major atoms
-        krow = kk * 16 + lane % 16
-        ncol = warp_n * WN + (ni * pair + (lane // 16) * (pair - 1)) * 8
-        fn = LDMATRIX_TRANS.format(count=count)
-    else:  # stored N x K: rows are n
-        q = lane // 8
-        krow = warp_n * WN + (ni * pair + (q // 2) * (pair - 1)) * 8 + lane % 8
-        ncol = kk * 16 + (q % 2) * 8
-        fn = LDMATRIX.format(count=count)
-    off = hoistable_offset(_shared_offset(ctx, op.B, ctx.simplify(krow), ctx.simplify(ncol)),
-                           ctx, [(kk, KI), (ni, NI // pair)])
-    b_load = Evaluate(Call(fn, (address_of(b_frag, ni * 2 * pair), address_of(ctx.flat(B), off)),
-                           dt.handle))
-    body.append(For(ni, const(0), const(NI // pair), "unroll", b_load, {}, op.span))
+    if tf32 and not op.transpose_B:   # stored K x N: word j is B[k = t + 4 j, n = g]
+        ni = ctx.fresh("ni", NI)
+        b_load = seq([BufferStore(b_frag, (ni * 2 + j,), Call(TO_TF32.name, (_region_load(
+            ctx, op.B, (ctx.simplify(kk * 8 + t + 4 * j),
+                        ctx.simplify(warp_n * WN + ni * 8 + g))),), u32)) for j in range(2)])
+        body.append(For(ni, const(0), const(NI), "unroll", b_load, {}, op.span))
+    else:
+        pair = 2 if NI % 2 == 0 else 1
+        ni = ctx.fresh("ni", NI // pair)
+        count = 4 if pair == 2 else 2
+        if not op.transpose_B:  # stored K x N: rows are k, transposed loads give col-major atoms
+            krow = kk * 16 + lane % 16
+            ncol = warp_n * WN + (ni * pair + (lane // 16) * (pair - 1)) * 8
+            fn = LDMATRIX_TRANS.format(count=count)
+        else:  # stored N x K: rows are n
+            q = lane // 8
+            krow = warp_n * WN + (ni * pair + (q // 2) * (pair - 1)) * 8 + lane % 8
+            ncol = kk * k_step + (q % 2) * half
+            fn = LDMATRIX.format(count=count)
+        off = hoistable_offset(_shared_offset(ctx, op.B, ctx.simplify(krow),
+                                              ctx.simplify(ncol)),
+                               ctx, [(kk, KI), (ni, NI // pair)])
+        b_load = [Evaluate(Call(fn, (address_of(b_frag, ni * 2 * pair),
+                                     address_of(ctx.flat(B), off)), dt.handle))]
+        if tf32:
+            b_load += _rounded_to_tf32(b_frag, ni * 2 * pair, 2 * pair)
+        body.append(For(ni, const(0), const(NI // pair), "unroll", seq(b_load), {}, op.span))
     # --- the MMAs --------------------------------------------------------------
     mi2, ni2 = ctx.fresh("mi", MI), ctx.fresh("ni", NI)
     c_at = ctx.simplify((mi2 * NI + ni2) * 4)
@@ -146,6 +176,12 @@ def _lower_mma(op: Gemm, ctx, m, n, k, wm, wn, mma_name):
     if op.clear_accum:
         out.insert(0, _clear(c_reg, ctx, op))
     return seq(out)
+
+
+def _rounded_to_tf32(frag: Buffer, start, count: int) -> list:
+    """The `count` words of frag from `start` (floats as ldmatrix left them) rounded to tf32."""
+    return [BufferStore(frag, (start + j,), Call(TF32_OF_BITS.name, (
+        BufferLoad(frag, (start + j,)),), frag.dtype)) for j in range(count)]
 
 
 def _clear(reg: Buffer, ctx, op):

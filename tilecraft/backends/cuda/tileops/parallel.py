@@ -187,7 +187,9 @@ def _per_local_values(e, ctx: ThreadContext, l: Var, n: int, buffer) -> np.ndarr
 
 def check_ownership(body, frag, ctx: ThreadContext, l: Var, loop: For, relayout: Relayout):
     """Every fragment element the body writes must live in the thread that runs it; a fragment
-    read at elements other threads hold is read through shared memory (relayout)."""
+    read at elements other threads hold is read through shared memory (relayout). Indices that
+    also use the variables of loops around the nest (`x[i, jj * 4 + j]` in a T.serial loop
+    over jj) are checked at every value of those the loops' constant ranges give."""
     T, n = ctx.num_threads, frag.locals_per_thread
     env = {id(ctx.tx): np.arange(T)[:, None], id(l): np.arange(n)[None, :]}
     active = _active_table(frag, ctx, l)
@@ -195,34 +197,53 @@ def check_ownership(body, frag, ctx: ThreadContext, l: Var, loop: For, relayout:
         if not isinstance(node, (BufferLoad, BufferStore)) or node.buffer.scope != FRAGMENT:
             continue
         inner = [v for i in node.indices for v in walk(i)]
-        free = {id(v) for v in inner if isinstance(v, Var)}
-        if not free <= set(env) or any(isinstance(v, (BufferLoad, Call)) for v in inner):
-            # Indices that depend on other variables or on loaded data (or the emulator's
-            # index checks, emulator/index_checks.py) are checked at run time only.
+        free = {id(v): v for v in inner if isinstance(v, Var) and id(v) not in env}
+        outer = _outer_values(free.values(), ctx)
+        if outer is None or any(isinstance(v, (BufferLoad, Call)) for v in inner):
+            # Indices that depend on loaded data, on variables of unknown range (or the
+            # emulator's index checks, emulator/index_checks.py) are checked at run time only.
             continue
-        layout = ctx.layouts.buffer(node.buffer)
-        idx = [np.broadcast_to(evaluate_table(i, env), (T, n)) for i in node.indices]
-        # The layout's thread expression evaluated on the index tables: the numbers
-        # thread_of(indices) would give, without building and simplifying it symbolically.
-        at = {id(v): i for v, i in zip(layout.in_vars, idx)}
-        owned = np.zeros((T, n), bool)
-        for rep in range(layout.replicate):
-            holder = evaluate_table(layout.thread, {**at, id(layout.rep_var): np.int64(rep)})
-            owned |= np.broadcast_to(holder, (T, n)) == np.arange(T)[:, None]
-        slot = misowned(active, owned)
-        if slot is None:
-            continue
-        t, k = slot
-        where = tuple(int(i[t, k]) for i in idx)
-        if isinstance(node, BufferLoad):
-            relayout.read_through_shared(node.buffer, node.span or loop.span, where, int(t))
-            continue
-        raise TileError(
-            f"T.Parallel: element {where} of fragment {node.buffer.name} is written by thread "
-            f"{t}, but the layout {where_chosen(ctx, node.buffer)} chose for "
-            f"{node.buffer.name} keeps it in another thread: a loop writes only the elements "
-            f"its threads hold; write {node.buffer.name} in a T.Parallel loop of its own. "
-            f"{ROWS_ADVICE}", node.span or loop.span)
+        for values in outer:
+            _check_element_owners(node, {**env, **values}, frag, ctx, loop, relayout, active)
+
+
+def _outer_values(variables, ctx: ThreadContext, limit: int = 4096):
+    """Every assignment ({id(var): value}) of variables bound by enclosing loops of constant
+    range, or None when one has no known range or there are more than `limit`."""
+    out = [{}]
+    for v in variables:
+        lo, hi = ctx.var_bounds.get(id(v), (0, float("inf")))
+        if hi == float("inf") or len(out) * (hi - lo + 1) > limit:
+            return None
+        out = [{**a, id(v): np.int64(x)} for a in out for x in range(int(lo), int(hi) + 1)]
+    return out
+
+
+def _check_element_owners(node, env, frag, ctx, loop, relayout, active):
+    T, n = ctx.num_threads, frag.locals_per_thread
+    layout = ctx.layouts.buffer(node.buffer)
+    idx = [np.broadcast_to(evaluate_table(i, env), (T, n)) for i in node.indices]
+    # The layout's thread expression evaluated on the index tables: the numbers
+    # thread_of(indices) would give, without building and simplifying it symbolically.
+    at = {id(v): i for v, i in zip(layout.in_vars, idx)}
+    owned = np.zeros((T, n), bool)
+    for rep in range(layout.replicate):
+        holder = evaluate_table(layout.thread, {**at, id(layout.rep_var): np.int64(rep)})
+        owned |= np.broadcast_to(holder, (T, n)) == np.arange(T)[:, None]
+    slot = misowned(active, owned)
+    if slot is None:
+        return
+    t, k = slot
+    where = tuple(int(i[t, k]) for i in idx)
+    if isinstance(node, BufferLoad):
+        relayout.read_through_shared(node.buffer, node.span or loop.span, where, int(t))
+        return
+    raise TileError(
+        f"T.Parallel: element {where} of fragment {node.buffer.name} is written by thread "
+        f"{t}, but the layout {where_chosen(ctx, node.buffer)} chose for "
+        f"{node.buffer.name} keeps it in another thread: a loop writes only the elements "
+        f"its threads hold; write {node.buffer.name} in a T.Parallel loop of its own. "
+        f"{ROWS_ADVICE}", node.span or loop.span)
 
 
 def _active_table(frag, ctx: ThreadContext, l: Var) -> np.ndarray:

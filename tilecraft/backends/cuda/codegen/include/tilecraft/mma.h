@@ -216,6 +216,9 @@ TC_DEVICE uint32_t to_tf32(float x) {
   return r;
 }
 
+// The same for a float held as its bits (what ldmatrix leaves in a register).
+TC_DEVICE uint32_t tf32_of_bits(uint32_t bits) { return to_tf32(__uint_as_float(bits)); }
+
 TC_DEVICE void mma_m16n8k8_tf32_f32(float* d, const uint32_t* a, const uint32_t* b,
                                     const float* c) {
   asm(

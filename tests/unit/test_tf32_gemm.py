@@ -1,0 +1,83 @@
+"""T.gemm on tfloat32 operands: the TF32 tensor-core path (mma.sync m16n8k8), in every operand
+orientation and with A in registers, run on the thread-level emulator against a float64
+product of the same float32 data (TF32 keeps 10 mantissa bits, so agreement to ~1e-3); and
+tfloat32 as a dtype: stored as float32, given float32 tensors."""
+import numpy as np
+import pytest
+
+import tilecraft
+import tilecraft.language as T
+
+
+def tf32_gemm(M, N, K, trans_a, trans_b, a_in_registers=False, block=(64, 64, 32),
+              threads=128, stages=2):
+    bm, bn, bk = block
+    a_shape = (K, M) if trans_a else (M, K)
+    b_shape = (N, K) if trans_b else (K, N)
+    a_tile = (bk, bm) if trans_a else (bm, bk)
+    b_tile = (bn, bk) if trans_b else (bk, bn)
+
+    @T.prim_func
+    def main(A: T.Tensor(a_shape, T.tfloat32), B: T.Tensor(b_shape, T.tfloat32),
+             C: T.Tensor((M, N), T.float32)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            A_s = T.alloc_shared(a_tile, T.tfloat32)
+            B_s = T.alloc_shared(b_tile, T.tfloat32)
+            C_f = T.alloc_fragment((bm, bn), T.float32)
+            if a_in_registers:
+                A_f = T.alloc_fragment(a_tile, T.tfloat32)
+            T.clear(C_f)
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                if trans_a:
+                    T.copy(A[k * bk, by * bm], A_s)
+                else:
+                    T.copy(A[by * bm, k * bk], A_s)
+                if trans_b:
+                    T.copy(B[bx * bn, k * bk], B_s)
+                else:
+                    T.copy(B[k * bk, bx * bn], B_s)
+                if a_in_registers:
+                    T.copy(A_s, A_f)
+                    T.gemm(A_f, B_s, C_f, transpose_B=trans_b)
+                else:
+                    T.gemm(A_s, B_s, C_f, transpose_A=trans_a, transpose_B=trans_b)
+            T.copy(C_f, C[by * bm, bx * bn])
+    return main
+
+
+CASES = [(False, True, False), (False, False, False), (True, True, False), (True, False, False),
+         (False, True, True), (False, False, True)]
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("trans_a,trans_b,regs", CASES,
+                         ids=["NT", "NN", "TT", "TN", "NT-regs", "NN-regs"])
+def test_tf32_gemm_on_the_tensor_cores(trans_a, trans_b, regs, arch):
+    M, N, K = 80, 72, 96   # ragged: partial tiles along M and N
+    func = tf32_gemm(M, N, K, trans_a, trans_b, regs)
+    source = tilecraft.compile(func, target=arch).get_kernel_source()
+    assert "mma_m16n8k8_tf32_f32" in source
+    rng = np.random.default_rng(3)
+    a = rng.uniform(-1, 1, (K, M) if trans_a else (M, K)).astype(np.float32)
+    b = rng.uniform(-1, 1, (N, K) if trans_b else (K, N)).astype(np.float32)
+    c = np.full((M, N), np.nan, np.float32)
+    kernel = tilecraft.compile(func, target=f"emulator:{arch}" if arch != "sm_80" else "emulator")
+    kernel(a, b, c)
+    assert kernel.reports == []
+    want = (a.T if trans_a else a).astype(np.float64) @ (b.T if trans_b else b).astype(np.float64)
+    err = np.linalg.norm(c - want) / np.linalg.norm(want)
+    assert err < 2e-3, err
+    # rounded to tf32, not computed in float32: the error is TF32's, far above float32's
+    assert err > 1e-5
+
+
+def test_tfloat32_is_stored_as_float32():
+    assert T.tfloat32.bits == 32 and T.tfloat32.storage is T.float32
+    assert T.tfloat32 != T.float32 and T.tfloat32.c_type == "float"
+    func = tf32_gemm(64, 64, 64, False, True)
+    a = np.ones((64, 64), np.float32)
+    out = np.zeros((64, 64), np.float32)
+    tilecraft.compile(func, target="interp")(a, a, out)   # float32 arrays for tfloat32 tensors
+    assert np.allclose(out, 64.0)
+    with pytest.raises(tilecraft.TileError, match="expected dtype tfloat32, got float16"):
+        tilecraft.compile(func, target="interp")(a.astype(np.float16), a, out)
