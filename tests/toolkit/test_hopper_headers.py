@@ -63,6 +63,45 @@ def test_generated_fp8_header_is_current():
         "wgmma_fp8.h differs from what tilecraft/codegen/gen_wgmma.py writes; rerun the script")
 
 
+def test_generated_tf32_header_is_current():
+    assert GEN.TF32_HEADER.read_text() == GEN.generate_tf32(), (
+        "wgmma_tf32.h differs from what tilecraft/codegen/gen_wgmma.py writes; rerun the script")
+
+
+TF32_SOURCE = r"""
+#include "tilecraft/tc.h"
+#include "tilecraft/wgmma_tf32.h"
+
+// Every tf32 wrapper once.
+extern "C" __global__ void __launch_bounds__(128, 1)
+k_tf32(float* out, uint64_t da, uint64_t db, int scale_d) {
+  float d[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) d[i] = 0.0f;
+  tc::wgmma_fence();
+@CALLS@
+  tc::wgmma_commit_group();
+  tc::wgmma_wait_group<0>();
+  tc::wgmma_fence_operand(d);
+#pragma unroll
+  for (int i = 0; i < 128; ++i) out[i * 128 + threadIdx.x] = d[i];
+}
+"""
+
+
+def test_tf32_wrappers_assemble(tmp_path):
+    calls = [f"  tc::wgmma_m64n{n}k8_f32_tf32{['', '<1, -1>', '<-1, 1>'][k % 3]}(d, da, db, "
+             "scale_d);" for k, n in enumerate(N_VALUES)]
+    src = tmp_path / "tf32.cu"
+    src.write_text(TF32_SOURCE.replace("@CALLS@", "\n".join(calls)))
+    proc = _nvcc(["-cubin", "-O3", *TARGETS["sm_90a"], "-keep", f"-keep-dir={tmp_path}",
+                  "-o", str(tmp_path / "tf32.cubin"), str(src)])
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    ptx = "".join(p.read_text() for p in tmp_path.glob("*.ptx"))
+    for n in N_VALUES:
+        assert f"wgmma.mma_async.sync.aligned.m64n{n}k8.f32.tf32.tf32" in ptx, n
+
+
 FP8_SOURCE = r"""
 #include "tilecraft/tc.h"
 #include "tilecraft/wgmma_fp8.h"

@@ -1,4 +1,5 @@
-"""T.gemm on tfloat32 operands: the TF32 tensor-core path (mma.sync m16n8k8), in every operand
+"""T.gemm on tfloat32 operands: the TF32 tensor-core paths (wgmma m64nNk8 on sm_90a where both
+operands are K-major in shared memory, mma.sync m16n8k8 otherwise), in every operand
 orientation and with A in registers, run on the thread-level emulator against a float64
 product of the same float32 data (TF32 keeps 10 mantissa bits, so agreement to ~1e-3); and
 tfloat32 as a dtype: stored as float32, given float32 tensors."""
@@ -56,7 +57,10 @@ def test_tf32_gemm_on_the_tensor_cores(trans_a, trans_b, regs, arch):
     M, N, K = 80, 72, 96   # ragged: partial tiles along M and N
     func = tf32_gemm(M, N, K, trans_a, trans_b, regs)
     source = tilecraft.compile(func, target=arch).get_kernel_source()
-    assert "mma_m16n8k8_tf32_f32" in source
+    if arch == "sm_90a" and not trans_a and trans_b and not regs:
+        assert "k8_f32_tf32" in source and "mma_m16n8k8" not in source
+    else:
+        assert "mma_m16n8k8_tf32_f32" in source and "k8_f32_tf32" not in source
     rng = np.random.default_rng(3)
     a = rng.uniform(-1, 1, (K, M) if trans_a else (M, K)).astype(np.float32)
     b = rng.uniform(-1, 1, (N, K) if trans_b else (K, N)).astype(np.float32)

@@ -194,7 +194,7 @@ TMA_STORE_WAIT = Intrinsic("tc::tma_store_wait<{n}>", 0, SM90A,
                            "wait until the shared sources of all but n store groups are read",
                            sample="tc::tma_store_wait<0>")
 
-# --- wgmma (wgmma.h, wgmma_fp8.h) -------------------------------------------------------------
+# --- wgmma (wgmma.h, wgmma_fp8.h, wgmma_tf32.h) -------------------------------------------------------------
 MAKE_SMEM_DESC = Intrinsic("tc::make_smem_desc", 4, SM90A,
                            "a wgmma shared-memory matrix descriptor")
 WGMMA_FENCE = Intrinsic("tc::wgmma_fence", 0, SM90A, "order register writes before wgmma")
@@ -214,6 +214,9 @@ WGMMA_RS = Intrinsic("tc::wgmma_m64n{n}k16_f32_{types}_rs<{trans_b}>", 4, SM90A,
 WGMMA_FP8 = Intrinsic("tc::wgmma_m64n{n}k32_f32_{types}", 4, SM90A,
                       "warpgroup D += A B of fp8 operands (K-major)",
                       sample="tc::wgmma_m64n64k32_f32_e4m3_e4m3")
+WGMMA_TF32 = Intrinsic("tc::wgmma_m64n{n}k8_f32_tf32", 4, SM90A,
+                       "warpgroup D += A B of tf32 operands (K-major)",
+                       sample="tc::wgmma_m64n64k8_f32_tf32")
 
 # --- persistent kernels, debugging (raster.h, the emulator's index checks) ---------------------
 LAUNCH_WAVE_PARITY = Intrinsic("tc::launch_wave_parity", 0, SM80,
@@ -263,7 +266,7 @@ MBARRIER_CALLS = (MBARRIER_INIT, MBARRIER_WAIT_PARITY, MBARRIER_ARRIVE_WARP,
                   MBARRIER_EXPECT_TX)
 TMA_LOADS = (TMA_LOAD, TMA_LOAD_MULTICAST, TMA_LOAD_IM2COL)
 TMA_STORES = (TMA_STORE, TMA_STORE_ADD, TMA_STORE_COMMIT, TMA_STORE_WAIT)
-WGMMA_ISSUES = (WGMMA, WGMMA_RS, WGMMA_FP8)
+WGMMA_ISSUES = (WGMMA, WGMMA_RS, WGMMA_FP8, WGMMA_TF32)
 
 
 @lru_cache(maxsize=None)

@@ -43,6 +43,7 @@ _C_OP = {"and": "&&", "or": "||", "//": "/"}
 
 PRELUDE_INCLUDE = '#include "tilecraft/tc.h"\n'
 FP8_WGMMA = "k32_f32_e"  # in the names of the wrappers in wgmma_fp8.h
+TF32_WGMMA = "k8_f32_tf32"  # and in wgmma_tf32.h
 PRELUDE = PRELUDE_INCLUDE + """\
 using tc::half_t;
 using tc::bfloat16_t;
@@ -510,7 +511,9 @@ def emit_cuda(func: PrimFunc) -> tuple[str, list[str]]:
         names.append(em.kernel(k, i))
         em.lines.append("")
     source = "\n".join(em.lines)
-    if FP8_WGMMA in source:
-        # Only kernels that use them parse the fp8 wrappers (a header as long as wgmma.h).
-        source = source.replace(PRELUDE_INCLUDE, PRELUDE_INCLUDE + '#include "tilecraft/wgmma_fp8.h"\n', 1)
+    # Only kernels that use them parse the fp8 and tf32 wrappers (headers as long as wgmma.h).
+    for marker, header in ((FP8_WGMMA, "wgmma_fp8.h"), (TF32_WGMMA, "wgmma_tf32.h")):
+        if marker in source:
+            source = source.replace(PRELUDE_INCLUDE,
+                                    PRELUDE_INCLUDE + f'#include "tilecraft/{header}"\n', 1)
     return source, names

@@ -112,9 +112,11 @@ def _a_register_table():
 
 
 _A_REGS = _a_register_table()
-_WGMMA = re.compile(r"^wgmma_m64n(\d+)k(16|32)_f32_(f16|bf16|e4m3_e4m3|e4m3_e5m2|e5m2_e4m3|"
-                    r"e5m2_e5m2)(_rs)?(?:<([^>]*)>)?$")
-_DTYPES = {"f16": "float16", "bf16": "bfloat16", "e4m3": "float8_e4m3", "e5m2": "float8_e5m2"}
+_WGMMA = re.compile(r"^wgmma_m64n(\d+)k(8|16|32)_f32_(f16|bf16|tf32|e4m3_e4m3|e4m3_e5m2|"
+                    r"e5m2_e4m3|e5m2_e5m2)(_rs)?(?:<([^>]*)>)?$")
+_DTYPES = {"f16": "float16", "bf16": "bfloat16", "e4m3": "float8_e4m3", "e5m2": "float8_e5m2",
+           "tf32": "tfloat32"}
+_ELEMENT_BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 
 
 def tma_box(m, tmap, rank: int, what: str, tensor_rank: int | None = None):
@@ -183,7 +185,7 @@ class Hopper:
         types = [_DTYPES[t] for t in hit.group(3).split("_")]
         dtype_a, dtype_b = types[0], types[-1]
         flags = [int(x) for x in hit.group(5).split(",")] if hit.group(5) else []
-        if depth == 32:          # fp8: K-major operands, no transpose immediates
+        if depth != 16:          # fp8 (k32), tf32 (k8): K-major operands, no immediates
             trans_a, trans_b, scales = 0, 0, flags
         elif rs:
             trans_a, (trans_b, *scales) = 0, flags
@@ -302,8 +304,10 @@ class Hopper:
         sid = t.site(f"wgmma {which}", name, op["span"])
         t.read(raw, np.full(raw.size, reader, np.int32), sid)
         m.barriers.proxy_check(raw, reader, sid)
-        bits = np.uint16 if es == 2 else np.uint8
-        vals = m.mem.arena.view(bits)[addr // es].view(dt.dtype(dtype).numpy)
+        words = m.mem.arena.view(_ELEMENT_BITS[es])[addr // es]
+        if dtype == "tfloat32":   # the tensor cores read a tf32 word's upper 19 bits
+            words = words & np.uint32(0xFFFFE000)
+        vals = words.view(dt.dtype(dtype).numpy)
         return np.where(inside, vals.astype(np.float64), 0.0)
 
     def _operand_bytes(self, desc: int, extent: int, k_major: bool, op, which: str,

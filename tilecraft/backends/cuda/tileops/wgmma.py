@@ -1,5 +1,5 @@
-"""T.gemm on Hopper: warpgroup MMA (wgmma.mma_async m64nNk16, m64nNk32 for fp8) with shared-memory
-descriptors.
+"""T.gemm on Hopper: warpgroup MMA (wgmma.mma_async m64nNk16, m64nNk32 for fp8, m64nNk8 for
+tf32) with shared-memory descriptors.
 
 The block's consumer threads form groups_m x groups_n warpgroups (128 threads each); warpgroup
 (gm, gn) computes rows [gm * Mg, (gm + 1) * Mg) and columns [gn * Ng, ...) of C with Mg / 64
@@ -36,7 +36,8 @@ from ....layout.swizzle import atom_row_bytes, swizzle_mode_for
 from .gemm import warp_partition
 from .lowering import packed_pair
 from ..intrinsics import (MAKE_SMEM_DESC, WGMMA, WGMMA_COMMIT_GROUP, WGMMA_FENCE,
-                          WGMMA_FENCE_REGISTERS, WGMMA_FP8, WGMMA_RS, WGMMA_WAIT_GROUP)
+                          WGMMA_FENCE_REGISTERS, WGMMA_FP8, WGMMA_RS, WGMMA_TF32,
+                          WGMMA_WAIT_GROUP)
 
 WARPGROUP = WARPGROUP_THREADS
 _SUFFIX = {"float16": "f16", "bfloat16": "bf16"}
@@ -48,9 +49,14 @@ def _is_fp8(op: Gemm) -> bool:
     return op.A.buffer.dtype.name in _FP8
 
 
+def _is_tf32(op: Gemm) -> bool:
+    return op.A.buffer.dtype.name == "tfloat32"
+
+
 def k_step(op: Gemm) -> int:
-    """k values per instruction: 16 for 16-bit inputs, 32 for fp8 (both 32 bytes of a row)."""
-    return 32 if _is_fp8(op) else 16
+    """k values per instruction: 16 for 16-bit inputs, 32 for fp8, 8 for tf32 (32 bytes of a
+    row each)."""
+    return 32 if _is_fp8(op) else 8 if _is_tf32(op) else 16
 
 
 def operand_is_k_major(op: Gemm, which: str) -> bool:
@@ -135,17 +141,19 @@ def wgmma_unfit_reason(op: Gemm, dims, threads: int) -> str | None:
     m, n, k = dims
     a, b, c = op.A.buffer, op.B.buffer, op.C.buffer
     fp8 = a.dtype.name in _FP8 and b.dtype.name in _FP8
-    if not (fp8 or (a.dtype.name in _SUFFIX and b.dtype.name == a.dtype.name)) or \
+    tf32 = a.dtype.name == b.dtype.name == "tfloat32"
+    if not (fp8 or tf32 or (a.dtype.name in _SUFFIX and b.dtype.name == a.dtype.name)) or \
             c.dtype.name != "float32":
         return (f"operands {a.dtype} x {b.dtype} -> {c.dtype} (wgmma here: float16 or bfloat16, "
-                "or float8_e4m3 / float8_e5m2 in any pair, -> float32)")
+                "tfloat32, or float8_e4m3 / float8_e5m2 in any pair, -> float32)")
     if threads % WARPGROUP:
         return f"{threads} threads are not whole warpgroups"
     if k % k_step(op):
         return f"K = {k} is not a multiple of {k_step(op)}"
-    if fp8 and (a.scope == FRAGMENT or op.transpose_A or not op.transpose_B):
-        return ("fp8 wgmma reads both operands K-major from shared memory: A stored M x K "
-                "(transpose_A=False) and B stored N x K (transpose_B=True)")
+    if (fp8 or tf32) and (a.scope == FRAGMENT or op.transpose_A or not op.transpose_B):
+        return (f"{'fp8' if fp8 else 'tf32'} wgmma reads both operands K-major from shared "
+                "memory: A stored M x K (transpose_A=False) and B stored N x K "
+                "(transpose_B=True)")
     if not is_shared(b.scope):
         return f"B ({b.name}) is not in shared memory"
     if a.scope == FRAGMENT and op.transpose_A:
@@ -190,9 +198,9 @@ def lower_wgmma(op: Gemm, ctx, m: int, n: int, k: int):
     group = ctx.tx // WARPGROUP
     g_m, g_n = group % gm if gm > 1 else 0, group // gm if gn > 1 else 0
     c_reg = ctx.register_array(op.C.buffer)
-    fp8 = _is_fp8(op)
+    fp8, tf32 = _is_fp8(op), _is_tf32(op)
     suffix = (f"{_FP8[op.A.buffer.dtype.name]}_{_FP8[op.B.buffer.dtype.name]}" if fp8
-              else _SUFFIX[op.A.buffer.dtype.name])
+              else "tf32" if tf32 else _SUFFIX[op.A.buffer.dtype.name])
     trans_b = 0 if operand_is_k_major(op, "B") else 1
     body, words = [], None
     if op.A.buffer.scope == FRAGMENT:
@@ -222,8 +230,9 @@ def lower_wgmma(op: Gemm, ctx, m: int, n: int, k: int):
             desc_a = _descriptor(ctx, op.A, k_major_a, ctx.simplify(g_m * mg + i * 64),
                                  kk * kstep)
             trans_a = 0 if k_major_a else 1
-            # fp8 forms are K-major only and take no transpose immediates
+            # fp8 and tf32 forms are K-major only and take no transpose immediates
             name = (WGMMA_FP8.format(n=ng, types=suffix) if fp8 else
+                    WGMMA_TF32.format(n=ng) if tf32 else
                     WGMMA.format(n=ng, types=suffix, trans_a=trans_a, trans_b=trans_b))
             issue.append(call_stmt(name, acc, desc_a, desc_b, scale))
     body.append(For(kk, const(0), const(steps), "unroll", seq(issue), {}, op.span))
