@@ -39,9 +39,10 @@ def gemm(M, N, K, bm, bn, bk, dtype, accum, trans_A=False, trans_B=False, thread
     return main
 
 
-def fp8_gemm(M, N, K, bm=128, bn=128, bk=64, threads=256, num_stages=2, a_dtype="float8_e4m3",
+def k_major_gemm(M, N, K, bm=128, bn=128, bk=64, threads=256, num_stages=2, a_dtype="float8_e4m3",
              b_dtype="float8_e4m3", out_dtype="float32"):
-    """C = A @ B^T for fp8 A (M x K) and B (N x K): the layout fp8 wgmma reads (K-major)."""
+    """C = A @ B^T for A (M x K) and B (N x K): the layout fp8 and tf32 wgmma read (K-major);
+    fp8 (e4m3 / e5m2 each) or tfloat32 operands."""
     @T.prim_func
     def main(A: T.Tensor((M, K), a_dtype), B: T.Tensor((N, K), b_dtype),
              C: T.Tensor((M, N), out_dtype)):
@@ -250,7 +251,7 @@ def corpus():
                                        num_stages=3)))
     out.append(("gemm_l2_hints", gemm(200, 136, 72, 64, 64, 32, "float16", "float32",
                                       num_stages=3, eviction="evict_first")))
-    out.append(("gemm_fp8", fp8_gemm(130, 200, 96, 64, 64, 64, threads=128,
+    out.append(("gemm_fp8", k_major_gemm(130, 200, 96, 64, 64, 64, threads=128,
                                      a_dtype="float8_e5m2")))
     out.append(("elementwise", elementwise(100, 77)))
     out.append(("float_tests", float_tests(200)))

@@ -122,7 +122,7 @@ def test_warp_specialized_loop_feeding_mma_sync(shape):
 ])
 def test_fp8_wgmma(a_dtype, b_dtype, shape, tiles):
     M, N, K = shape
-    kernel = tilecraft.compile(kernels.fp8_gemm(M, N, K, a_dtype=a_dtype, b_dtype=b_dtype,
+    kernel = tilecraft.compile(kernels.k_major_gemm(M, N, K, a_dtype=a_dtype, b_dtype=b_dtype,
                                                 **tiles), target="cuda")
     assert "k32_f32_" in kernel.get_kernel_source()
     names = {"float8_e4m3": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}

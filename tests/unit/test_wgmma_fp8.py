@@ -27,7 +27,7 @@ def source(func, configs=None):
 
 
 def test_fp8_gemm_runs_on_k32_wgmma_with_its_own_header():
-    text = source(kernels.fp8_gemm(1024, 1024, 512))
+    text = source(kernels.k_major_gemm(1024, 1024, 512))
     assert '#include "tilecraft/wgmma_fp8.h"' in text
     # 128 x 128 over two warpgroups: one m64n128k32 per warpgroup and k step, 2 k steps of 32
     assert "tc::wgmma_m64n128k32_f32_e4m3_e4m3((&C_f[0])" in text
@@ -37,7 +37,7 @@ def test_fp8_gemm_runs_on_k32_wgmma_with_its_own_header():
 
 
 def test_mixed_fp8_types_pick_the_mixed_instruction():
-    text = source(kernels.fp8_gemm(256, 256, 256, a_dtype="float8_e5m2"))
+    text = source(kernels.k_major_gemm(256, 256, 256, a_dtype="float8_e5m2"))
     assert "tc::wgmma_m64n128k32_f32_e5m2_e4m3(" in text
 
 
@@ -53,8 +53,8 @@ def _reason(func, threads=256):
 
 
 def test_reasons_an_fp8_gemm_stays_off_wgmma():
-    assert _reason(kernels.fp8_gemm(256, 256, 256)) is None
-    assert "multiple of 32" in _reason(kernels.fp8_gemm(256, 256, 256, bk=16))
+    assert _reason(kernels.k_major_gemm(256, 256, 256)) is None
+    assert "multiple of 32" in _reason(kernels.k_major_gemm(256, 256, 256, bk=16))
     # B stored K x N (transpose_B=False) is N-major: fp8 wgmma reads K-major operands only
     func = kernels.gemm(256, 256, 256, 128, 128, 64, "float8_e4m3", "float32", threads=256)
     assert "K-major" in _reason(func)
@@ -71,7 +71,7 @@ def test_reasons_an_fp8_gemm_stays_off_wgmma():
     (64, 72, 256, dict(bm=64, bn=64, bk=128, threads=128, num_stages=3)),     # 128B swizzle
 ])
 def test_fp8_wgmma_numbers_on_the_emulator(a_dtype, b_dtype, M, N, K, tiles):
-    func = kernels.fp8_gemm(M, N, K, a_dtype=a_dtype, b_dtype=b_dtype, **tiles)
+    func = kernels.k_major_gemm(M, N, K, a_dtype=a_dtype, b_dtype=b_dtype, **tiles)
     kernel = tilecraft.compile(func, target="emulator:sm_90a")
     assert "k32_f32" in kernel.get_kernel_source()
     rng = np.random.default_rng(0)
