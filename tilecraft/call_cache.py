@@ -17,6 +17,7 @@ errors: tensors on two devices never get a plan, so each such call is refused th
 from __future__ import annotations
 
 import sys
+from math import copysign
 
 from .arrays import TRACING_TENSORS
 
@@ -31,7 +32,8 @@ def signature(args):
     for a in args:
         kind = type(a)
         if kind in _SCALARS:
-            key.append((kind, a))
+            # -0.0 == 0.0, but a kernel given one may compute otherwise than given the other
+            key.append((kind, a, copysign(1.0, a)) if kind is float else (kind, a))
             continue
         # a tensor autograd records, or one of torch.compile's tracing: the checked path
         # routes both through the kernel's torch operator

@@ -219,3 +219,12 @@ def test_tensors_on_two_gpus_are_refused_with_their_names(monkeypatch):
         assert ("kernel main runs on one GPU, but its tensor arguments are on 2 devices: A, C "
                 "on cuda:0; B on cuda:1") in info.value.message
     assert launches == [] and not k._calls.plans
+
+
+def test_zero_and_negative_zero_are_two_looks():
+    """-0.0 == 0.0, but a kernel given one may compute otherwise than given the other
+    (1 / s): a plan made for one is not used for the other."""
+    from tilecraft.call_cache import signature
+    a = cuda_like(4, 4)
+    assert signature((a, 0.0)) != signature((a, -0.0))
+    assert signature((a, 2.0)) == signature((a, 2.0))

@@ -58,7 +58,7 @@ class Driver:
 
 def fastcall(driver, makers=(), specs=None, launches=None):
     """A FastCall for kernel(x, n, out) with out made by `makers`: slot 0 takes x's address,
-    slot 1 the scalar n = 7 (packed once), slot 2 the output's address."""
+    slot 1 the scalar n = 7 (packed once), slot 2 the output's address (when there is one)."""
     specs = specs or (("f32", (4, 8)), (int, 7))
     image = struct.pack("<QqQ", 0, 7, 0)
     failures = []
@@ -70,7 +70,7 @@ def fastcall(driver, makers=(), specs=None, launches=None):
     call = fastlaunch.module().FastCall(
         Tensor, lambda device: STREAM + device, 0, driver.get_context, driver.launch, CONTEXT,
         specs, makers, launches or ((FUNCTION, 2, 1, 1, 128, 1, 1, 0),), image, (0, 8, 16),
-        ((0, 0), (16, -1)), (), fail)
+        ((0, 0), (16, -1)) if makers else ((0, 0),), (), fail)
     return call, failures
 
 
@@ -173,3 +173,46 @@ def test_slots_outside_the_argument_image_are_refused():
         fastlaunch.module().FastCall(Tensor, lambda d: 0, 0, driver.get_context, driver.launch,
                                      CONTEXT, (), (), (), b"\0" * 8, (0,), ((8, 0),), (),
                                      lambda *a: None)
+
+
+def test_a_float_scalar_matches_by_its_bits():
+    driver = Driver()
+    call, _ = fastcall(driver, specs=(("f32", (4, 8)), (float, 0.0)))
+    assert call.run((Tensor((4, 8)), 0.0)) is None
+    assert call.run((Tensor((4, 8)), -0.0)) is NotImplemented and len(driver.launches) == 1
+
+
+def _made(driver, **changes):
+    args = dict(tensor_type=Tensor, stream_fn=lambda d: 0, device=0,
+                get_context=driver.get_context, launch=driver.launch, context=CONTEXT,
+                specs=(("f32", (4, 8)), (int, 7)), makers=(), launches=(), image=bytes(24),
+                slots=(0, 8, 16), patches=((0, 0),), maps=(), fail=lambda *a: None)
+    args.update(changes)
+    return fastlaunch.module().FastCall(*args.values())
+
+
+@pytest.mark.parametrize("changes", [
+    dict(patches=((0, 1),)),            # the scalar argument has no address
+    dict(patches=((0, 2),)),            # no argument 2
+    dict(patches=((0, -1),)),           # no output
+    dict(patches=((2 ** 62, 0),)),      # far outside the image
+    dict(patches=((20, 0),)),           # runs past its end
+    dict(slots=(0, 8, 17)),
+    dict(makers=((lambda t: t, 1),)),   # made like a scalar
+    dict(makers=((lambda t: t, 5),)),
+    dict(specs=(("f32",), (int, 7))),
+    dict(maps=((0, 0),))],              # a map's 128 bytes do not fit in 24
+    ids=["scalar-source", "no-argument", "no-output", "overflow", "past-end", "slot",
+         "like-scalar", "like-missing", "spec", "map"])
+def test_a_malformed_plan_is_refused_when_made(changes):
+    with pytest.raises(ValueError):
+        _made(Driver(), **changes)
+
+
+def test_made_once_and_never_run_unmade():
+    driver = Driver()
+    call = _made(driver)
+    with pytest.raises(RuntimeError, match="already"):
+        call.__init__(*([None] * 14))
+    bare = fastlaunch.module().FastCall.__new__(fastlaunch.module().FastCall)
+    assert bare.run((Tensor((4, 8)), 7)) is NotImplemented

@@ -8,8 +8,9 @@
  * tensor's address. A call checks the look (exact torch.Tensor type, no autograd, dtype, shape,
  * contiguity, device), allocates the outputs, writes the addresses into the slots, reads
  * torch's current stream of the device and launches; anything else (another look, another
- * current context, a tensor whose address a TMA tensor map holds has moved, an error) returns
- * NotImplemented and the Python path runs the call and says what is wrong.
+ * current context, a tensor whose address no map was taught for, an argument whose reading
+ * raised) returns NotImplemented and the Python path runs the call and says what is wrong.
+ * An error of the call itself (allocating an output, reading the stream, the launch) raises.
  *
  * The argument buffer is this object's own and written only while the GIL is held: the
  * writes and the launches come after the last call into Python, so no other thread runs
@@ -83,11 +84,15 @@ static void fastcall_dealloc(FastCall *self) {
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Each tuple of `seq` unpacked by `format` into the fields `fill` writes. */
+static int no_memory(void) {
+  PyErr_NoMemory();
+  return -1;
+}
+
 static int read_launches(FastCall *self, PyObject *seq) {
   self->nlaunches = PyTuple_GET_SIZE(seq);
   self->launches = PyMem_Calloc(self->nlaunches ? self->nlaunches : 1, sizeof(launch_t));
-  if (!self->launches) return -1;
+  if (!self->launches) return no_memory();
   for (Py_ssize_t i = 0; i < self->nlaunches; ++i) {
     PyObject *function;
     launch_t *l = &self->launches[i];
@@ -101,71 +106,122 @@ static int read_launches(FastCall *self, PyObject *seq) {
   return 0;
 }
 
-static int read_patches(PyObject *seq, Py_ssize_t *count, patch_t **out) {
+/* A source is argument s (a tensor's spec) or output -1 - s. */
+static int valid_source(FastCall *self, Py_ssize_t s) {
+  if (s >= 0)
+    return s < self->nargs && !PyType_Check(PyTuple_GET_ITEM(PyTuple_GET_ITEM(self->specs, s), 0));
+  return -1 - s < self->nouts;
+}
+
+/* (offset, source) pairs whose `size` bytes at offset lie inside an image of `len` bytes. */
+static int read_pairs(FastCall *self, PyObject *seq, Py_ssize_t stride, Py_ssize_t *count,
+                      char **out, Py_ssize_t size, Py_ssize_t len) {
   *count = PyTuple_GET_SIZE(seq);
-  *out = PyMem_Calloc(*count ? *count : 1, sizeof(patch_t));
-  if (!*out) return -1;
-  for (Py_ssize_t i = 0; i < *count; ++i)
-    if (!PyArg_ParseTuple(PyTuple_GET_ITEM(seq, i), "nn", &(*out)[i].offset, &(*out)[i].source))
+  *out = PyMem_Calloc(*count ? *count : 1, stride);
+  if (!*out) return no_memory();
+  for (Py_ssize_t i = 0; i < *count; ++i) {
+    patch_t *p = (patch_t *)(*out + i * stride);  /* map_t starts with the same two fields */
+    if (!PyArg_ParseTuple(PyTuple_GET_ITEM(seq, i), "nn", &p->offset, &p->source)) return -1;
+    if (p->offset < 0 || len < size || p->offset > len - size || !valid_source(self, p->source)) {
+      PyErr_SetString(PyExc_ValueError, "FastCall: a slot outside the argument image, or a "
+                                        "source that is neither a tensor argument nor an output");
       return -1;
+    }
+  }
   return 0;
 }
 
-static int read_maps(FastCall *self, PyObject *seq) {
-  self->nmaps = PyTuple_GET_SIZE(seq);
-  if (self->nmaps > MAX_MAPS) {
-    PyErr_Format(PyExc_ValueError, "FastCall: more than %d tensor maps", MAX_MAPS);
-    return -1;
+/* specs: (dtype, shape) or (type, value) 2-tuples; makers: (callable, index of a tensor). */
+static int valid_specs(FastCall *self) {
+  for (Py_ssize_t i = 0; i < self->nargs; ++i) {
+    PyObject *spec = PyTuple_GET_ITEM(self->specs, i);
+    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 2) goto bad;
   }
-  self->maps = PyMem_Calloc(self->nmaps ? self->nmaps : 1, sizeof(map_t));
-  if (!self->maps) return -1;
-  for (Py_ssize_t i = 0; i < self->nmaps; ++i)
-    if (!PyArg_ParseTuple(PyTuple_GET_ITEM(seq, i), "nn", &self->maps[i].offset,
-                          &self->maps[i].source))
-      return -1;
+  for (Py_ssize_t k = 0; k < self->nouts; ++k) {
+    PyObject *maker = PyTuple_GET_ITEM(self->makers, k);
+    if (!PyTuple_Check(maker) || PyTuple_GET_SIZE(maker) != 2) goto bad;
+    Py_ssize_t like = PyLong_AsSsize_t(PyTuple_GET_ITEM(maker, 1));
+    if (PyErr_Occurred()) return -1;
+    if (like < 0 || !valid_source(self, like)) goto bad;
+  }
   return 0;
+bad:
+  PyErr_SetString(PyExc_ValueError, "FastCall: specs are 2-tuples, makers (callable, the index "
+                                    "of a tensor argument)");
+  return -1;
 }
 
 static int fastcall_init(FastCall *self, PyObject *args, PyObject *kwargs) {
-  PyObject *get_context, *launch, *context, *launches, *slots, *patches, *maps;
+  PyObject *tensor_type, *stream_fn, *get_context, *launch, *context, *specs, *makers,
+      *launches, *slots, *patches, *maps, *fail;
+  long device_index;
   Py_buffer image;
-  if (!PyArg_ParseTuple(args, "OOlOOOO!O!O!y*O!O!O!O", &self->tensor_type, &self->stream_fn,
-                        &self->device_index, &get_context, &launch, &context, &PyTuple_Type,
-                        &self->specs, &PyTuple_Type, &self->makers, &PyTuple_Type, &launches,
-                        &image, &PyTuple_Type, &slots, &PyTuple_Type, &patches, &PyTuple_Type,
-                        &maps, &self->fail))
+  (void)kwargs;
+  if (self->buffer) {
+    PyErr_SetString(PyExc_RuntimeError, "FastCall: already initialised");
     return -1;
-  Py_INCREF(self->tensor_type); Py_INCREF(self->stream_fn); Py_INCREF(self->specs);
-  Py_INCREF(self->makers); Py_INCREF(self->fail);
-  self->device = PyLong_FromLong(self->device_index);
-  self->get_context = (get_context_fn)as_address(get_context);
-  self->launch = (launch_fn)as_address(launch);
-  self->context = as_address(context);
-  self->nargs = PyTuple_GET_SIZE(self->specs);
-  self->nouts = PyTuple_GET_SIZE(self->makers);
-  int failed = PyErr_Occurred() || !self->device || read_launches(self, launches) ||
-               read_patches(patches, &self->npatches, &self->patches) || read_maps(self, maps);
+  }
+  if (!PyArg_ParseTuple(args, "OOlOOOO!O!O!y*O!O!O!O", &tensor_type, &stream_fn,
+                        &device_index, &get_context, &launch, &context, &PyTuple_Type, &specs,
+                        &PyTuple_Type, &makers, &PyTuple_Type, &launches, &image, &PyTuple_Type,
+                        &slots, &PyTuple_Type, &patches, &PyTuple_Type, &maps, &fail))
+    return -1;
+  /* owned from here on: dealloc releases whatever init got to */
+  self->tensor_type = Py_NewRef(tensor_type);
+  self->stream_fn = Py_NewRef(stream_fn);
+  self->specs = Py_NewRef(specs);
+  self->makers = Py_NewRef(makers);
+  self->fail = Py_NewRef(fail);
+  self->device_index = device_index;
+  self->nargs = PyTuple_GET_SIZE(specs);
+  self->nouts = PyTuple_GET_SIZE(makers);
+  int failed = !(self->device = PyLong_FromLong(device_index));
+  if (!failed) {
+    self->get_context = (get_context_fn)as_address(get_context);
+    failed = PyErr_Occurred() != NULL;
+  }
+  if (!failed) {
+    self->launch = (launch_fn)as_address(launch);
+    failed = PyErr_Occurred() != NULL;
+  }
+  if (!failed) {
+    self->context = as_address(context);
+    failed = PyErr_Occurred() != NULL;
+  }
+  if (!failed && PyTuple_GET_SIZE(maps) > MAX_MAPS) {
+    PyErr_Format(PyExc_ValueError, "FastCall: more than %d tensor maps", MAX_MAPS);
+    failed = 1;
+  }
+  failed = failed || valid_specs(self) || read_launches(self, launches) ||
+           read_pairs(self, patches, sizeof(patch_t), &self->npatches, (char **)&self->patches,
+                      8, image.len) ||
+           read_pairs(self, maps, sizeof(map_t), &self->nmaps, (char **)&self->maps, MAP_BYTES,
+                      image.len);
   Py_ssize_t nslots = PyTuple_GET_SIZE(slots);
+  void **argv = NULL;
+  unsigned char *buffer = NULL;
   /* 64-byte aligned: a TMA tensor map parameter is passed by value at such a boundary */
-  if (!failed && posix_memalign((void **)&self->buffer, 64, image.len ? image.len : 8)) {
+  if (!failed && (posix_memalign((void **)&buffer, 64, image.len ? image.len : 8) ||
+                  !(argv = PyMem_Calloc(nslots ? nslots : 1, sizeof(void *))))) {
     PyErr_NoMemory();
     failed = 1;
   }
-  if (!failed) {
-    memcpy(self->buffer, image.buf, image.len);
-    self->argv = PyMem_Calloc(nslots ? nslots : 1, sizeof(void *));
-    failed = !self->argv;
-    for (Py_ssize_t i = 0; !failed && i < nslots; ++i) {
-      Py_ssize_t offset = PyLong_AsSsize_t(PyTuple_GET_ITEM(slots, i));
-      failed = offset < 0 || offset >= image.len;
-      if (!failed) self->argv[i] = self->buffer + offset;
-    }
-    for (Py_ssize_t i = 0; !failed && i < self->npatches; ++i)
-      failed = self->patches[i].offset < 0 || self->patches[i].offset + 8 > image.len;
-    for (Py_ssize_t i = 0; !failed && i < self->nmaps; ++i)
-      failed = self->maps[i].offset < 0 || self->maps[i].offset + MAP_BYTES > image.len;
-    if (failed && !PyErr_Occurred())
+  for (Py_ssize_t i = 0; !failed && i < nslots; ++i) {
+    Py_ssize_t offset = PyLong_AsSsize_t(PyTuple_GET_ITEM(slots, i));
+    failed = PyErr_Occurred() != NULL;
+    if (!failed && (offset < 0 || image.len < 8 || offset > image.len - 8)) {
       PyErr_SetString(PyExc_ValueError, "FastCall: a slot outside the argument image");
+      failed = 1;
+    }
+    if (!failed) argv[i] = buffer + offset;
+  }
+  if (!failed) {
+    memcpy(buffer, image.buf, image.len);
+    self->buffer = buffer;   /* set last: a FastCall with a buffer is a complete one */
+    self->argv = argv;
+  } else {
+    free(buffer);
+    PyMem_Free(argv);
   }
   PyBuffer_Release(&image);
   return failed ? -1 : 0;
@@ -229,7 +285,7 @@ static int maps_known(FastCall *self, const uintptr_t *addresses, int outputs, i
 #define MISS() do { result = Py_NewRef(Py_NotImplemented); goto done; } while (0)
 
 static PyObject *fastcall_run(FastCall *self, PyObject *args) {
-  if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != self->nargs)
+  if (!self->buffer || !PyTuple_Check(args) || PyTuple_GET_SIZE(args) != self->nargs)
     Py_RETURN_NOTIMPLEMENTED;
   /* addresses of the arguments, then of the outputs (source -1 - k at nargs + k) */
   uintptr_t stack[32], *addresses = stack;
@@ -243,6 +299,11 @@ static PyObject *fastcall_run(FastCall *self, PyObject *args) {
     addresses[i] = 0;
     if (PyType_Check(kind)) {  /* a scalar: its exact type and value */
       if ((PyObject *)Py_TYPE(a) != kind) MISS();
+      if (PyFloat_CheckExact(a)) {   /* by its bits: -0.0 is not 0.0 to a kernel */
+        double x = PyFloat_AS_DOUBLE(a), y = PyFloat_AsDouble(PyTuple_GET_ITEM(spec, 1));
+        if (PyErr_Occurred() || memcmp(&x, &y, sizeof x)) { PyErr_Clear(); MISS(); }
+        continue;
+      }
       int same = PyObject_RichCompareBool(a, PyTuple_GET_ITEM(spec, 1), Py_EQ);
       if (same != 1) { PyErr_Clear(); MISS(); }
     } else if (!tensor_fits(self, a, spec, &addresses[i])) {
@@ -250,8 +311,6 @@ static PyObject *fastcall_run(FastCall *self, PyObject *args) {
     }
   }
   int chosen[MAX_MAPS];
-  void *current = NULL;
-  if (self->get_context(&current) != 0 || current != self->context) MISS();
   if (self->nouts) {
     outputs = PyList_New(self->nouts);
     if (!outputs) goto done;
@@ -276,7 +335,9 @@ static PyObject *fastcall_run(FastCall *self, PyObject *args) {
   if (PyErr_Occurred()) goto done;
   /* from here to the launches' end nothing calls into Python: no other thread runs (nor
    * teaches a map: the ways are chosen here, after the last call that may let one run) */
-  if (!maps_known(self, addresses, 0, chosen) || !maps_known(self, addresses, 1, chosen))
+  void *current = NULL;
+  if (self->get_context(&current) != 0 || current != self->context ||
+      !maps_known(self, addresses, 0, chosen) || !maps_known(self, addresses, 1, chosen))
     MISS();
   for (Py_ssize_t i = 0; i < self->npatches; ++i) {
     Py_ssize_t src = self->patches[i].source;
