@@ -1,10 +1,13 @@
 """CUDA's limits on a launch grid: at most 2^31 - 1 blocks along x and 65535 along y and z.
 
 A grid over them does not launch (cudaErrorInvalidConfiguration, far from the kernel that
-asked for it). A T.Kernel whose extents are known when it is written is checked there; one
-whose extents depend on symbolic sizes or scalar arguments is checked at each call, once the
-arguments bind them, before anything runs. Every target checks, so a program that runs on
-the interpreter also launches on the GPU.
+asked for it). A T.Kernel whose extents are all known when it is written may go over 65535
+along y or z: it is launched folded, all its blocks along x (at most 2^31 - 1 of them), each
+block's coordinates derived from blockIdx.x in the order the hardware numbers blocks (x
+fastest), so the blocks run in the order an unfolded grid would. One whose extents depend on
+symbolic sizes or scalar arguments is checked at each call, once the arguments bind them,
+before anything runs. Every target checks, so a program that runs on the interpreter also
+launches on the GPU.
 """
 from __future__ import annotations
 
@@ -26,8 +29,27 @@ def over_limit(axis: int, blocks: int) -> str | None:
             f"along {AXES[axis]}")
 
 
+def folded(grid) -> bool:
+    """Whether a grid is launched folded into x (module docstring): every extent is known and
+    one along y or z is over 65535."""
+    return all(isinstance(g, Const) for g in grid) and any(
+        int(g.value) > GRID_LIMITS[axis] for axis, g in enumerate(grid) if axis > 0)
+
+
+def folded_extents(grid) -> tuple:
+    """(x, y, z) extents of a folded grid, 1 where it has fewer dimensions."""
+    return tuple(int(g.value) for g in grid) + (1,) * (3 - len(grid))
+
+
 def check_static_grid(grid, span):
-    """The T.Kernel extents known when it is written (Consts) must fit."""
+    """The T.Kernel extents known when it is written (Consts) must fit, or fold (module
+    docstring)."""
+    if folded(grid):
+        total = int(np.prod([int(g.value) for g in grid], dtype=np.int64))
+        if total > GRID_LIMITS[0]:
+            raise TileError(f"T.Kernel: the grid has {total} blocks; a launch takes at most "
+                            "2^31 - 1", span)
+        return
     for axis, extent in enumerate(grid):
         if isinstance(extent, Const):
             reason = over_limit(axis, int(extent.value))

@@ -1,8 +1,9 @@
 """Malformed launches: grids over CUDA's limits (x up to 2^31 - 1 blocks, y and z up to
 65535), refused where the T.Kernel is written when its extents are constants and at the call
-that binds them otherwise (with a note at the T.Kernel), on every target; and scalar arguments
-out of their parameter's range, which numpy turned into a raw OverflowError (or silently into
-inf)."""
+that binds them otherwise (with a note at the T.Kernel), on every target; grids known when
+written that go over 65535 along y or z run folded along x instead (grid_limits.py), unless
+their blocks are more than x takes; and scalar arguments out of their parameter's range, which
+numpy turned into a raw OverflowError (or silently into inf)."""
 import numpy as np
 import pytest
 
@@ -14,25 +15,40 @@ from error_expect import expect
 
 # --- grids known when written ------------------------------------------------------------------
 
-def test_grid_y_over_the_limit():
+def folding(grid):
+    @T.prim_func
+    def main(A: T.Tensor((32,), "float32")):
+        with T.Kernel(*grid, threads=32) as blocks:
+            A[0] = 1.0
+    return main
+
+
+@pytest.mark.parametrize("grid", [(1, 70000), (8, 8, 65536), (3, 65536, 2)])
+def test_a_grid_over_65535_along_y_or_z_runs_folded_along_x(grid):
+    from tilecraft.backends.cuda.runtime.program import _launch_grid
+    kernel = folding(grid).kernels()[0]
+    assert _launch_grid(kernel) == (int(np.prod(grid)),)
+    source = tilecraft.compile(folding(grid), target="sm_80").get_kernel_source()
+    x = grid[0]
+    assert f"blockIdx.x % {x}u" in source and f"blockIdx.x / {x}u % {grid[1]}u" in source
+    assert "blockIdx.y" not in source and "blockIdx.z" not in source
+
+
+def test_a_grid_within_the_limits_is_not_folded():
+    from tilecraft.backends.cuda.runtime.program import _launch_grid
+    assert _launch_grid(folding((4, 65535)).kernels()[0]) == (4, 65535)
+    source = tilecraft.compile(folding((4, 65535)), target="sm_80").get_kernel_source()
+    assert "blockIdx.y" in source
+
+
+def test_a_folded_grid_over_what_x_takes():
     def program():
         @T.prim_func
         def main(A: T.Tensor((32,), "float32")):
-            with T.Kernel(1, 70000, threads=32) as (bx, by):  # <- here
+            with T.Kernel(2 ** 16, 70000, threads=32) as (bx, by):  # <- here
                 A[0] = 1.0
-    expect(program, "T.Kernel: grid dimension y is 70000 blocks, over CUDA's limit of 65535 "
-           "along y", "T.Kernel(")
-
-
-def test_grid_z_over_the_limit():
-    def program():
-        @T.prim_func
-        def main(A: T.Tensor((32,), "float32")):
-            with T.Kernel(8, 8, 65536, threads=32) as (bx, by, bz):  # <- here
-                A[0] = 1.0
-    err = expect(program, "grid dimension z is 65536 blocks, over CUDA's limit of 65535",
-                 "T.Kernel(")
-    assert "put the larger extent first" in err.message
+    expect(program, "T.Kernel: the grid has 4587520000 blocks; a launch takes at most "
+           "2^31 - 1", "T.Kernel(")
 
 
 def test_grid_x_over_the_limit():
@@ -43,15 +59,6 @@ def test_grid_x_over_the_limit():
                 A[0] = 1.0
     expect(program, "grid dimension x is 2147483648 blocks, over CUDA's limit of 2147483647",
            "T.Kernel(")
-
-
-def test_grid_from_ceildiv_of_a_static_size_over_the_limit():
-    def program(M=1 << 23):
-        @T.prim_func
-        def main(A: T.Tensor((M, 4), "float32")):
-            with T.Kernel(4, T.ceildiv(M, 64), threads=32) as (bx, by):  # <- here
-                A[by * 64, bx] = 1.0
-    expect(program, "grid dimension y is 131072 blocks", "T.Kernel(")
 
 
 def test_the_largest_grids_are_accepted():

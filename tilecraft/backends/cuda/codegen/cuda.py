@@ -17,6 +17,7 @@ import numpy as np
 from ....arith.bounds import bound_of
 from ....ir.linear import simplify as linear_simplify
 from ....errors import TileError
+from ....grid_limits import folded, folded_extents
 from .pairs import emit_pairs
 from .reserved_names import c_identifier
 from ....ir.buffer import GLOBAL, LOCAL, LOCAL_VAR, Buffer, is_shared
@@ -423,7 +424,18 @@ class CudaEmitter:
             self.emit(1, f"const int {self.name(wtx)} = {tx} % 128;")
             self.var_bounds[id(wtx)] = (0, 127)
         self.kernel_node = k
-        if k.attrs.get(PERSISTENT_BLOCKS) is None:
+        if k.attrs.get(PERSISTENT_BLOCKS) is None and folded(k.grid):
+            # A grid over 65535 along y or z runs as one along x (grid_limits.py).
+            if k.attrs.get(CLUSTER_DIMS):
+                raise TileError(f"T.Kernel: a grid of {list(folded_extents(k.grid))} blocks "
+                                "runs folded along x, which thread-block clusters cannot "
+                                "span; use a grid within 65535 along y and z", k.span)
+            x, y, z = folded_extents(k.grid)
+            self.bind_block_vars(k, 1, (f"(int)(blockIdx.x % {x}u)",
+                                        f"(int)(blockIdx.x / {x}u % {y}u)",
+                                        f"(int)(blockIdx.x / {x * y}u)"),
+                                 f"make_uint3({x}u, {y}u, {z}u)")
+        elif k.attrs.get(PERSISTENT_BLOCKS) is None:
             self.bind_block_vars(k, 1, ("blockIdx.x", "blockIdx.y", "blockIdx.z"), "gridDim")
         self.stmt(k.body, 1)
         self.emit(0, "}")

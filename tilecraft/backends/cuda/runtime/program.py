@@ -23,6 +23,7 @@ from ....target import smem_limit
 from ....ir.buffer import Buffer
 from . import cache, driver, launcher
 from .toolchain import compile_cubin
+from ....grid_limits import folded, folded_extents
 from ....ir.annotations import PERSISTENT_BLOCKS, SMEM_BYTES
 
 _memory: dict = {}
@@ -368,7 +369,10 @@ def _planned_for(arch: str):
 
 
 def _launch_grid(k):
-    # Constant grid extents are stored as ints: a launch then evaluates nothing.
+    # Constant grid extents are stored as ints: a launch then evaluates nothing. A grid over
+    # 65535 along y or z is launched along x alone (grid_limits.folded).
+    if folded(k.grid):
+        return (int(np.prod(folded_extents(k.grid), dtype=np.int64)),)
     tiles = tuple(_int_or_expr(g) for g in k.grid)
     blocks = k.attrs.get(PERSISTENT_BLOCKS)
     return tiles if blocks is None else PersistentGrid(tiles, blocks)
