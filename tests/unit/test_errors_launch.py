@@ -34,6 +34,17 @@ def test_a_grid_over_65535_along_y_or_z_runs_folded_along_x(grid):
     assert "blockIdx.y" not in source and "blockIdx.z" not in source
 
 
+def test_a_persistent_kernel_keeps_its_own_grid_over_a_folded_one():
+    """A kernel made persistent walks its tiles by a linear index of its own: its launch is
+    one block per SM (PersistentGrid), not the folded grid."""
+    from tilecraft.backends.cuda.runtime.program import PersistentGrid, _launch_grid
+    from tilecraft.ir.annotations import PERSISTENT_BLOCKS
+    import dataclasses
+    kernel = folding((2, 70000)).kernels()[0]
+    persistent = dataclasses.replace(kernel, attrs={**kernel.attrs, PERSISTENT_BLOCKS: 0})
+    assert isinstance(_launch_grid(persistent), PersistentGrid)
+
+
 def test_a_grid_within_the_limits_is_not_folded():
     from tilecraft.backends.cuda.runtime.program import _launch_grid
     assert _launch_grid(folding((4, 65535)).kernels()[0]) == (4, 65535)

@@ -85,3 +85,25 @@ def test_tfloat32_is_stored_as_float32():
     assert np.allclose(out, 64.0)
     with pytest.raises(tilecraft.TileError, match="expected dtype tfloat32, got float16"):
         tilecraft.compile(func, target="interp")(a.astype(np.float16), a, out)
+
+
+def test_float32_tensors_fill_tfloat32_tiles_by_vector_copies():
+    """A float32 tensor copied into a tfloat32 tile moves its bits unchanged: the copy stays
+    asynchronous and 16 bytes wide (cp.async on sm_80, TMA on sm_90a) as between equal types."""
+    import tilecraft.language as T
+
+    @T.prim_func
+    def main(A: T.Tensor((256, 256), T.float32), B: T.Tensor((256, 256), T.float32),
+             C: T.Tensor((256, 256), T.float32)):
+        with T.Kernel(2, 2, threads=128) as (bx, by):
+            A_s = T.alloc_shared((128, 32), T.tfloat32)
+            B_s = T.alloc_shared((128, 32), T.tfloat32)
+            C_f = T.alloc_fragment((128, 128), T.float32)
+            T.clear(C_f)
+            for k in T.Pipelined(8, num_stages=2):
+                T.copy(A[by * 128, k * 32], A_s)
+                T.copy(B[bx * 128, k * 32], B_s)
+                T.gemm(A_s, B_s, C_f, transpose_B=True)
+            T.copy(C_f, C[by * 128, bx * 128])
+    assert "cp_async_cg_16" in tilecraft.compile(main, target="sm_80").get_kernel_source()
+    assert "tma_load" in tilecraft.compile(main, target="sm_90a").get_kernel_source()

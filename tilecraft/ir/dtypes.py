@@ -206,6 +206,12 @@ def dtype(x) -> DType:
     raise ValueError(f"unknown dtype {x!r}; expected one of: {', '.join(SUPPORTED_NAMES)}")
 
 
+def same_storage(a: DType, b: DType) -> bool:
+    """Whether values of a and b are stored alike (a copy between them moves bits unchanged:
+    the same type, or tfloat32 and float32)."""
+    return a.storage is b.storage
+
+
 def is_dtype_like(x) -> bool:
     try:
         dtype(x)

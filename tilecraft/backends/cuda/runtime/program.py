@@ -370,12 +370,15 @@ def _planned_for(arch: str):
 
 def _launch_grid(k):
     # Constant grid extents are stored as ints: a launch then evaluates nothing. A grid over
-    # 65535 along y or z is launched along x alone (grid_limits.folded).
-    if folded(k.grid):
-        return (int(np.prod(folded_extents(k.grid), dtype=np.int64)),)
+    # 65535 along y or z is launched along x alone (grid_limits.folded), unless the kernel is
+    # persistent: its blocks walk the tiles by a linear index of their own.
     tiles = tuple(_int_or_expr(g) for g in k.grid)
     blocks = k.attrs.get(PERSISTENT_BLOCKS)
-    return tiles if blocks is None else PersistentGrid(tiles, blocks)
+    if blocks is not None:
+        return PersistentGrid(tiles, blocks)
+    if folded(k.grid):
+        return (int(np.prod(folded_extents(k.grid), dtype=np.int64)),)
+    return tiles
 
 
 def _int_or_expr(e):

@@ -132,7 +132,7 @@ def _same_registers(op, ctx) -> bool:
     versions of schedule/prefetch_fragments): each thread's registers map one to one."""
     src, dst = op.src, op.dst
     if src.buffer.scope != FRAGMENT or dst.buffer.scope != FRAGMENT or \
-            src.buffer.dtype is not dst.buffer.dtype:
+            not dt.same_storage(src.buffer.dtype, dst.buffer.dtype):
         return False
     return src.covers_whole() and dst.covers_whole() and \
         same_layout(ctx.layouts.buffer(src.buffer), ctx.layouts.buffer(dst.buffer))
@@ -169,7 +169,7 @@ def _register_vector_width(op, frag, layout, extents, ctx) -> int:
     memory, lands on a whole aligned chunk of the buffer's layout; else 1."""
     region = op.dst if frag is op.src.buffer else op.src
     g = region.buffer
-    if not (g.scope == GLOBAL or is_shared(g.scope)) or g.dtype is not frag.dtype or \
+    if not (g.scope == GLOBAL or is_shared(g.scope)) or not dt.same_storage(g.dtype, frag.dtype) or \
             frag.dtype.bits < 8 or tuple(layout.shape) != tuple(extents) or \
             layout.thread_offset or layout.num_threads != ctx.num_threads or \
             region.static_extents()[-1] == 1:
@@ -232,7 +232,8 @@ def _pairs_store_together(op, layout, ctx, as_is: bool = False) -> bool:
     # The packing goes through float32 (tc::pack_half2 / pack_bf162), which is exact only for
     # floating-point sources and defined only for these two destinations.
     if as_is:
-        stored = dst.buffer.dtype is op.src.buffer.dtype and dst.buffer.dtype.bits == 32
+        stored = dt.same_storage(dst.buffer.dtype, op.src.buffer.dtype) and \
+            dst.buffer.dtype.bits == 32
     else:
         stored = dst.buffer.dtype.name in ("float16", "bfloat16") and op.src.buffer.dtype.is_float
     if not stored or getattr(layout, "replicate", 1) != 1 or \
@@ -274,7 +275,7 @@ def _paired_store(op, layout, ctx: ThreadContext, run: tuple, v: int = 2):
                                                   dst.buffer.dtype), op.span)
         if dst.buffer.scope == GLOBAL:
             store = _where_inside(store, dst.buffer, idx, ctx, op.span)
-    elif dst.buffer.dtype is src.buffer.dtype and src.buffer.dtype.bits == 32:
+    elif dt.same_storage(dst.buffer.dtype, src.buffer.dtype) and src.buffer.dtype.bits == 32:
         value = Call(LD_REGS.format(bits=64), (address_of(reg, ctx.simplify(pair * 2)),),
                      dt.handle)
         store = _vector_store(dst.buffer, idx, value, 64, ctx, op.span)
@@ -408,7 +409,7 @@ def _through_shared(op, written, tmp, read, ctx: ThreadContext):
 
 def _vector_width(src: BufferRegion, dst: BufferRegion, extents, ctx, chunk_bits=128) -> int:
     """Elements per chunk of chunk_bits when both sides move whole chunks, else 1."""
-    if src.buffer.dtype is not dst.buffer.dtype:
+    if not dt.same_storage(src.buffer.dtype, dst.buffer.dtype):
         return 1
     d = src.buffer.dtype
     v = chunk_bits // d.bits if d.bits >= 8 else 1

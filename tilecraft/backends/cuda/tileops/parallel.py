@@ -189,55 +189,132 @@ def check_ownership(body, frag, ctx: ThreadContext, l: Var, loop: For, relayout:
     """Every fragment element the body writes must live in the thread that runs it; a fragment
     read at elements other threads hold is read through shared memory (relayout). Indices that
     also use the variables of loops around the nest (`x[i, jj * 4 + j]` in a T.serial loop
-    over jj) are checked at every value of those the loops' constant ranges give."""
+    over jj) are checked at every value of those variables; where their range is not known
+    (or too large to check) nothing proves the thread holds what it reads, so the read goes
+    through shared memory and a write is refused."""
     T, n = ctx.num_threads, frag.locals_per_thread
-    env = {id(ctx.tx): np.arange(T)[:, None], id(l): np.arange(n)[None, :]}
+    env = {id(ctx.tx): np.arange(T)[:, None, None], id(l): np.arange(n)[None, :, None]}
     active = _active_table(frag, ctx, l)
     for node in walk(body):
         if not isinstance(node, (BufferLoad, BufferStore)) or node.buffer.scope != FRAGMENT:
             continue
         inner = [v for i in node.indices for v in walk(i)]
-        free = {id(v): v for v in inner if isinstance(v, Var) and id(v) not in env}
-        outer = _outer_values(free.values(), ctx)
-        if outer is None or any(isinstance(v, (BufferLoad, Call)) for v in inner):
-            # Indices that depend on loaded data, on variables of unknown range (or the
-            # emulator's index checks, emulator/index_checks.py) are checked at run time only.
+        if any(isinstance(v, (BufferLoad, Call)) for v in inner):
+            # Indices computed from loaded data (or the emulator's index checks) are left to
+            # the layout, which keeps such a fragment whole in every thread (infer_layouts).
             continue
-        for values in outer:
-            _check_element_owners(node, {**env, **values}, frag, ctx, loop, relayout, active)
+        layout = ctx.layouts.buffer(node.buffer)
+        if layout.is_fully_replicated() and isinstance(node, BufferLoad):
+            continue    # every thread holds every element
+        free = {id(v): v for v in inner if isinstance(v, Var) and id(v) not in env}
+        chunks = _outer_values(free.values(), ctx, T * n)
+        if chunks is None:
+            _unproven(node, free.values(), ctx, loop, relayout)
+            continue
+        for values in chunks:
+            if _check_element_owners(node, {**env, **values}, layout, ctx, loop, relayout,
+                                     active):
+                break
 
 
-def _outer_values(variables, ctx: ThreadContext, limit: int = 4096):
-    """Every assignment ({id(var): value}) of variables bound by enclosing loops of constant
-    range, or None when one has no known range or there are more than `limit`."""
-    out = [{}]
+_OUTER_LIMIT = 1 << 16      # assignments of surrounding loop variables checked at most
+_TABLE_CELLS = 1 << 21      # (thread, local, assignment) cells evaluated at once
+
+
+def _outer_values(variables, ctx: ThreadContext, cells: int):
+    """The assignments of variables bound by surrounding loops of constant range, as chunks of
+    {id(var): values along a third axis} of at most _TABLE_CELLS / cells values each ([{}] for
+    no variable); None where one has no known range or there are more than _OUTER_LIMIT."""
+    ranges = []
     for v in variables:
         lo, hi = ctx.var_bounds.get(id(v), (0, float("inf")))
-        if hi == float("inf") or len(out) * (hi - lo + 1) > limit:
+        if hi == float("inf") or lo == float("-inf"):
             return None
-        out = [{**a, id(v): np.int64(x)} for a in out for x in range(int(lo), int(hi) + 1)]
-    return out
+        ranges.append((id(v), np.arange(int(lo), int(hi) + 1, dtype=np.int64)))
+    if not ranges:
+        return [{}]
+    count = int(np.prod([len(r) for _, r in ranges], dtype=np.int64))
+    if count > _OUTER_LIMIT:
+        return None
+    grids = np.meshgrid(*[r for _, r in ranges], indexing="ij")
+    flat = [(key, g.reshape(-1)) for (key, _), g in zip(ranges, grids)]
+    step = max(1, _TABLE_CELLS // max(1, cells))
+    return [{key: values[None, None, start:start + step] for key, values in flat}
+            for start in range(0, count, step)]
 
 
-def _check_element_owners(node, env, frag, ctx, loop, relayout, active):
-    T, n = ctx.num_threads, frag.locals_per_thread
-    layout = ctx.layouts.buffer(node.buffer)
-    idx = [np.broadcast_to(evaluate_table(i, env), (T, n)) for i in node.indices]
+def _every_copy_written(node, idx, shape, layout, at, active, ctx, loop):
+    """A fragment kept in several threads (replicated) stays one value only if a loop that
+    writes an element writes it in every thread that holds it: the loop's threads for each
+    element (at each assignment of the surrounding variables) must include all its holders."""
+    if layout.replicate <= 1:
+        return
+    T = ctx.num_threads
+    dims = [int(x) for x in node.buffer.static_shape()]
+    element = np.zeros(shape, np.int64)
+    for i, extent in zip(idx, dims):
+        element = element * extent + np.asarray(i, np.int64)
+    E = int(np.prod(dims, dtype=np.int64))
+    assignment = np.broadcast_to(np.arange(shape[2])[None, None, :], shape)
+    live = np.broadcast_to(active[:, :, None], shape)
+    thread = np.broadcast_to(np.arange(T)[:, None, None], shape)
+    written = np.unique(((assignment * E + element) * T + thread)[live])
+    for rep in range(layout.replicate):
+        holder = np.broadcast_to(evaluate_table(
+            layout.thread, {**at, id(layout.rep_var): np.int64(rep)}), shape)
+        needed = ((assignment * E + element) * T + holder)[live]
+        missing = ~np.isin(needed, written)
+        if missing.any():
+            cell = tuple(np.argwhere(live)[int(np.argmax(missing))])
+            where = tuple(int(np.asarray(i)[cell] if np.ndim(i) else i) for i in
+                          (np.broadcast_to(i, shape) for i in idx))
+            raise TileError(
+                f"T.Parallel: element {where} of fragment {node.buffer.name} is kept in "
+                f"several threads (thread {int(holder[cell])} among them), but this loop "
+                f"writes it only in thread {int(cell[0])}: the other copies would keep the old "
+                f"value. Write {node.buffer.name} in a T.Parallel loop indexed by its own "
+                f"variables (x[i, j]), or keep it in a shared tile.", node.span or loop.span)
+
+
+def _unproven(node, variables, ctx: ThreadContext, loop: For, relayout: Relayout):
+    names = ", ".join(sorted(v.name for v in variables))
+    if isinstance(node, BufferLoad):
+        relayout.read_through_shared(node.buffer, node.span or loop.span,
+                                     tuple(str(i) for i in node.indices), 0)
+        return
+    raise TileError(
+        f"T.Parallel: fragment {node.buffer.name} is written at indices that depend on "
+        f"{names}, whose range is not known where the loop is compiled (or has too many "
+        f"values to check): nothing shows the element lives in the thread that writes it. "
+        f"Index the fragment by the loop's own variables, or give the surrounding loop a "
+        f"constant extent.", node.span or loop.span)
+
+
+def _check_element_owners(node, env, layout, ctx, loop, relayout, active) -> bool:
+    """Check one chunk of assignments; True when a read was sent through shared memory (the
+    other chunks need not be looked at)."""
+    T, n = ctx.num_threads, active.shape[1]
+    idx = [evaluate_table(i, env) for i in node.indices]
+    shape = np.broadcast_shapes((T, n, 1), *(np.shape(i) for i in idx))
+    idx = [np.broadcast_to(i, shape) for i in idx]
     # The layout's thread expression evaluated on the index tables: the numbers
     # thread_of(indices) would give, without building and simplifying it symbolically.
     at = {id(v): i for v, i in zip(layout.in_vars, idx)}
-    owned = np.zeros((T, n), bool)
+    owned = np.zeros(shape, bool)
     for rep in range(layout.replicate):
         holder = evaluate_table(layout.thread, {**at, id(layout.rep_var): np.int64(rep)})
-        owned |= np.broadcast_to(holder, (T, n)) == np.arange(T)[:, None]
-    slot = misowned(active, owned)
+        owned |= np.broadcast_to(holder, shape) == np.arange(T)[:, None, None]
+    slot = misowned(active, owned.all(axis=2))
     if slot is None:
-        return
+        if isinstance(node, BufferStore):
+            _every_copy_written(node, idx, shape, layout, at, active, ctx, loop)
+        return False
     t, k = slot
-    where = tuple(int(i[t, k]) for i in idx)
+    v = int(np.argmin(owned[t, k]))
+    where = tuple(int(i[t, k, v]) for i in idx)
     if isinstance(node, BufferLoad):
         relayout.read_through_shared(node.buffer, node.span or loop.span, where, int(t))
-        return
+        return True
     raise TileError(
         f"T.Parallel: element {where} of fragment {node.buffer.name} is written by thread "
         f"{t}, but the layout {where_chosen(ctx, node.buffer)} chose for "

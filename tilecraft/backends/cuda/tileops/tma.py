@@ -88,7 +88,7 @@ def tma_plan(copy) -> TmaPlan | None:
         src, dst = dst, src     # the global region and the shared tile, as for a load
     elif src.buffer.scope != GLOBAL or not is_shared(dst.buffer.scope):
         return None
-    if src.buffer.dtype is not dst.buffer.dtype or src.buffer.dtype.bits < 8:
+    if not dt.same_storage(src.buffer.dtype, dst.buffer.dtype) or src.buffer.dtype.bits < 8:
         return None
     shape = _static(src.buffer.shape)
     extents = _static_extents(src)
@@ -208,7 +208,7 @@ def tma_add_unfit_reason(op, allowed: bool) -> str | None:
                "tl.disable_tma_store)"
     if op.dst.buffer.dtype.name not in ADDABLE:   # (only T.atomic_add takes use_tma)
         return f"TMA adds {', '.join(ADDABLE)} elements, not {op.dst.buffer.dtype.name}"
-    if op.value.buffer.dtype is not op.dst.buffer.dtype:
+    if not dt.same_storage(op.value.buffer.dtype, op.dst.buffer.dtype):
         return f"the tile {op.value.buffer.name} is {op.value.buffer.dtype.name} and " \
                f"{op.dst.buffer.name} is {op.dst.buffer.dtype.name}: TMA adds like to like"
     if tma_plan(as_copy(op)) is None:

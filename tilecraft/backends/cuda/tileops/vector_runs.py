@@ -159,7 +159,7 @@ def stage_runs(loop: For, layout, ctx, asynchronous: bool = False):
         for value, load, guard in guarded_global_loads(s.value):
             key = structural_key(value)
             offset = row_major_offset(load)
-            if key in staged or key in gathered or value.dtype is not load.buffer.dtype or \
+            if key in staged or key in gathered or not dt.same_storage(value.dtype, load.buffer.dtype) or \
                     offset is None or steps(offset) != list(range(w)):
                 continue
             chunks = _chunks(w, load.buffer.dtype.bytes)
@@ -208,7 +208,7 @@ def _async_copies(body, gathered, at, ctx) -> list | None:
     out = []
     for s in body:
         hit = gathered.get(structural_key(s.value))
-        if hit is None or hit[0].buffer.dtype is not s.buffer.dtype or \
+        if hit is None or not dt.same_storage(hit[0].buffer.dtype, s.buffer.dtype) or \
                 any(bits != 128 for _, bits in hit[2]):
             return None
         load, guard, chunks = hit
