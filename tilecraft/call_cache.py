@@ -7,9 +7,9 @@ on what the arguments look like — each tensor's dtype, shape, device and conti
 scalar's value — so the first call with a given look records its plan (where each parameter's
 value comes from, the outputs to allocate, every parameter's shape) and later calls that look
 the same only allocate the outputs and launch; once a plan has run, the same is done in C
-(runtime/fastcall.py), and the Python path here is taken only where that declines. The program's side of it (runtime/program.py,
-PreparedCall) keeps the grids and the packed arguments, which change only with the tensors'
-addresses, and the device the tensors are on, whose context and stream its launches use (the
+(runtime/fastcall.py), and the Python path here is taken only where that declines. The
+program's side of it (runtime/program.py, PreparedCall) keeps the grids and the packed
+arguments, which change only with the tensors' addresses, and the device the tensors are on, whose context and stream its launches use (the
 device is part of the look, so reading it costs no more than the look). Anything that is not
 a contiguous torch CUDA tensor or a plain number takes the checked path, which also raises the
 errors: tensors on two devices never get a plan, so each such call is refused there.
@@ -67,7 +67,7 @@ class CallPlan:
         self.makers = [(empty_like if empty_like is not None and look == (shape, dtype, True)
                         else None, shape, dtype) for shape, dtype in outputs]
         self.fast = None       # the plan in C once it ran (runtime/fastcall.py), or None
-        self._refresher = None
+        self._fast_tried = False
 
     def run(self, program, args):
         first = args[self.like]
@@ -79,10 +79,14 @@ class CallPlan:
         if prepared is None:
             prepared = self.prepared = program.prepared(values, self.dims)
         prepared.run(values)
-        if self._refresher is None:
-            from .backends.cuda.runtime.fastcall import Refresher
-            self._refresher = Refresher()
-        self.fast = self._refresher.after_run(self, prepared, args, values)
+        # Made after the plan's first run; taught the tensor maps of every run in Python
+        # (the first, and each the C plan declined).
+        from .backends.cuda.runtime import fastcall
+        if not self._fast_tried:
+            self._fast_tried = True
+            self.fast = fastcall.build(self, prepared, args, values)
+        if self.fast is not None:
+            fastcall.teach(self.fast, prepared, values)
         return made
 
 

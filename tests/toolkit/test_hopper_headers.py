@@ -92,12 +92,7 @@ k_tf32(float* out, uint64_t da, uint64_t db, int scale_d) {
 def test_tf32_wrappers_assemble(tmp_path):
     calls = [f"  tc::wgmma_m64n{n}k8_f32_tf32{['', '<1, -1>', '<-1, 1>'][k % 3]}(d, da, db, "
              "scale_d);" for k, n in enumerate(N_VALUES)]
-    src = tmp_path / "tf32.cu"
-    src.write_text(TF32_SOURCE.replace("@CALLS@", "\n".join(calls)))
-    proc = _nvcc(["-cubin", "-O3", *TARGETS["sm_90a"], "-keep", f"-keep-dir={tmp_path}",
-                  "-o", str(tmp_path / "tf32.cubin"), str(src)])
-    assert proc.returncode == 0, proc.stderr[-6000:]
-    ptx = "".join(p.read_text() for p in tmp_path.glob("*.ptx"))
+    ptx = _sm90a_ptx(tmp_path, "tf32", TF32_SOURCE.replace("@CALLS@", "\n".join(calls)))
     for n in N_VALUES:
         assert f"wgmma.mma_async.sync.aligned.m64n{n}k8.f32.tf32.tf32" in ptx, n
 
@@ -144,12 +139,7 @@ def test_fp8_and_cluster_wrappers_assemble(tmp_path):
             for k, n in enumerate(N_VALUES):
                 imm = ["", "<1, -1>", "<-1, 1>"][(i + j + k) % 3]
                 calls.append(f"  tc::wgmma_m64n{n}k32_f32_{a}_{b}{imm}(d, da, db, scale_d);")
-    src = tmp_path / "fp8.cu"
-    src.write_text(FP8_SOURCE.replace("@CALLS@", "\n".join(calls)))
-    proc = _nvcc(["-cubin", "-O3", *TARGETS["sm_90a"], "-keep", f"-keep-dir={tmp_path}",
-                  "-o", str(tmp_path / "fp8.cubin"), str(src)])
-    assert proc.returncode == 0, proc.stderr[-6000:]
-    ptx = "".join(p.read_text() for p in tmp_path.glob("*.ptx"))
+    ptx = _sm90a_ptx(tmp_path, "fp8", FP8_SOURCE.replace("@CALLS@", "\n".join(calls)))
     for a in GEN.FP8_TYPES:
         for b in GEN.FP8_TYPES:
             for n in N_VALUES:
@@ -295,6 +285,16 @@ extern "C" __global__ void k_portable(float* out) {
 def _nvcc(args, timeout=600) -> subprocess.CompletedProcess:
     return subprocess.run([NVCC, "-std=c++17", f"-I{INCLUDE}", *args], capture_output=True,
                           text=True, timeout=timeout)
+
+
+def _sm90a_ptx(tmp_path, name: str, source: str) -> str:
+    """The PTX nvcc writes for `source` built for sm_90a (which must build)."""
+    src = tmp_path / f"{name}.cu"
+    src.write_text(source)
+    proc = _nvcc(["-cubin", "-O3", *TARGETS["sm_90a"], "-keep", f"-keep-dir={tmp_path}",
+                  "-o", str(tmp_path / f"{name}.cubin"), str(src)])
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    return "".join(p.read_text() for p in tmp_path.glob("*.ptx"))
 
 
 @pytest.fixture(scope="module")

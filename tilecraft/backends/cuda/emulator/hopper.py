@@ -117,6 +117,7 @@ _WGMMA = re.compile(r"^wgmma_m64n(\d+)k(8|16|32)_f32_(f16|bf16|tf32|e4m3_e4m3|e4
 _DTYPES = {"f16": "float16", "bf16": "bfloat16", "e4m3": "float8_e4m3", "e5m2": "float8_e5m2",
            "tf32": "tfloat32"}
 _ELEMENT_BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32}
+TF32_BITS = np.uint32(0xFFFFE000)    # what the tensor cores read of a tf32 word: the upper 19
 
 
 def tma_box(m, tmap, rank: int, what: str, tensor_rank: int | None = None):
@@ -306,7 +307,7 @@ class Hopper:
         m.barriers.proxy_check(raw, reader, sid)
         words = m.mem.arena.view(_ELEMENT_BITS[es])[addr // es]
         if dtype == "tfloat32":   # the tensor cores read a tf32 word's upper 19 bits
-            words = words & np.uint32(0xFFFFE000)
+            words = words & TF32_BITS
         vals = words.view(dt.dtype(dtype).numpy)
         return np.where(inside, vals.astype(np.float64), 0.0)
 

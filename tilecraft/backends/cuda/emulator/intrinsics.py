@@ -18,7 +18,7 @@ from ....ir.buffer import GLOBAL
 from ....layout.mma import mma_a_fragment, mma_b_fragment, mma_c_fragment
 from ..tileops.cache_hints import HINT_SUFFIX, unhinted
 from .bulk_stores import stmatrix_x4
-from .hopper import make_smem_desc
+from .hopper import TF32_BITS, make_smem_desc
 from .tma_loads import tma_load, tma_load_im2col
 from .index_checks import checked_index
 from .memory import Bits, Pointer, as_bytes
@@ -174,7 +174,7 @@ def tf32_bits(bits) -> np.ndarray:
     to nearest with ties away from zero (NaN and infinity left as they are)."""
     bits = np.asarray(bits).astype(np.uint32)
     finite = (bits & 0x7F800000) != 0x7F800000
-    return np.where(finite, (bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000), bits)
+    return np.where(finite, (bits + np.uint32(0x1000)) & TF32_BITS, bits)
 
 
 def mma_m16n8k8_tf32(m, d: Pointer, a: Pointer, b: Pointer, c: Pointer):
@@ -182,9 +182,8 @@ def mma_m16n8k8_tf32(m, d: Pointer, a: Pointer, b: Pointer, c: Pointer):
     upper 19 bits of each register), float32 C and D."""
     whole_warps(m, "mma.sync")
     W = m.T // WARP
-    tf32 = np.uint32(0xFFFFE000)
-    av = (_read_regs(m, a, 4, np.uint32) & tf32).view(np.float32).reshape(W, WARP, 4)
-    bv = (_read_regs(m, b, 2, np.uint32) & tf32).view(np.float32).reshape(W, WARP, 2)
+    av = (_read_regs(m, a, 4, np.uint32) & TF32_BITS).view(np.float32).reshape(W, WARP, 4)
+    bv = (_read_regs(m, b, 2, np.uint32) & TF32_BITS).view(np.float32).reshape(W, WARP, 2)
     cv = _read_regs(m, c, 4, np.float32).reshape(W, WARP, 4)
     A = np.zeros((W, 16, 8), np.float64)
     B = np.zeros((W, 8, 8), np.float64)

@@ -74,7 +74,7 @@ typedef struct {
 static PyObject *s_requires_grad, *s_dtype, *s_shape, *s_is_contiguous, *s_get_device,
     *s_data_ptr;
 
-static void *as_address(PyObject *o) { return (void *)(uintptr_t)PyLong_AsUnsignedLongLong(o); }
+void *tc_address(PyObject *o);   /* fastlaunch.c: a Python int as an address */
 
 static void fastcall_dealloc(FastCall *self) {
   Py_XDECREF(self->tensor_type); Py_XDECREF(self->stream_fn); Py_XDECREF(self->device);
@@ -100,7 +100,7 @@ static int read_launches(FastCall *self, PyObject *seq) {
                           &l->dims[1], &l->dims[2], &l->dims[3], &l->dims[4], &l->dims[5],
                           &l->dims[6]))
       return -1;
-    l->function = as_address(function);
+    l->function = tc_address(function);
     if (PyErr_Occurred()) return -1;
   }
   return 0;
@@ -177,15 +177,15 @@ static int fastcall_init(FastCall *self, PyObject *args, PyObject *kwargs) {
   self->nouts = PyTuple_GET_SIZE(makers);
   int failed = !(self->device = PyLong_FromLong(device_index));
   if (!failed) {
-    self->get_context = (get_context_fn)as_address(get_context);
+    self->get_context = (get_context_fn)tc_address(get_context);
     failed = PyErr_Occurred() != NULL;
   }
   if (!failed) {
-    self->launch = (launch_fn)as_address(launch);
+    self->launch = (launch_fn)tc_address(launch);
     failed = PyErr_Occurred() != NULL;
   }
   if (!failed) {
-    self->context = as_address(context);
+    self->context = tc_address(context);
     failed = PyErr_Occurred() != NULL;
   }
   if (!failed && PyTuple_GET_SIZE(maps) > MAX_MAPS) {
@@ -257,7 +257,7 @@ static int tensor_fits(FastCall *self, PyObject *a, PyObject *spec, uintptr_t *a
   if (ok) {
     v = PyObject_CallMethodNoArgs(a, s_data_ptr);
     ok = v != NULL;
-    if (ok) *address = (uintptr_t)as_address(v);
+    if (ok) *address = (uintptr_t)tc_address(v);
     Py_XDECREF(v);
   }
   if (PyErr_Occurred()) {
@@ -323,14 +323,14 @@ static PyObject *fastcall_run(FastCall *self, PyObject *args) {
       PyList_SET_ITEM(outputs, k, made);
       PyObject *v = PyObject_CallMethodNoArgs(made, s_data_ptr);
       if (!v) goto done;
-      addresses[self->nargs + k] = (uintptr_t)as_address(v);
+      addresses[self->nargs + k] = (uintptr_t)tc_address(v);
       Py_DECREF(v);
       if (PyErr_Occurred()) goto done;
     }
   }
   PyObject *s = PyObject_CallOneArg(self->stream_fn, self->device);
   if (!s) goto done;
-  void *stream = as_address(s);
+  void *stream = tc_address(s);
   Py_DECREF(s);
   if (PyErr_Occurred()) goto done;
   /* from here to the launches' end nothing calls into Python: no other thread runs (nor

@@ -85,23 +85,3 @@ def teach(fast, prepared, values) -> None:
         if kind == "tensormap":
             fast.learn(index, values[pos[0]].data_ptr(), packed[slot])
             index += 1
-
-
-class Refresher:
-    """A plan's FastCall: made after the plan's first run in Python, taught the tensor maps of
-    every later one (a call runs in Python when the FastCall declined it)."""
-
-    def __init__(self):
-        self.fast = None
-        self.off = False
-
-    def after_run(self, plan, prepared, args, values):
-        """The FastCall to use for the next call of this plan's look, or None."""
-        if self.off:
-            return None
-        if self.fast is None:
-            self.fast = build(plan, prepared, args, values)
-            self.off = self.fast is None
-        if self.fast is not None:
-            teach(self.fast, prepared, values)
-        return self.fast

@@ -15,7 +15,8 @@ typedef int (*get_context_fn)(void **);
 typedef int (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                          unsigned, void *, void **, void **);
 
-static void *address(PyObject *o) {
+/* A Python int as an address (fastcall.c uses it too). */
+void *tc_address(PyObject *o) {
   return (void *)(uintptr_t)PyLong_AsUnsignedLongLong(o);
 }
 
@@ -31,7 +32,7 @@ static PyObject *current_context(PyObject *self, PyObject *const *args, Py_ssize
     PyErr_SetString(PyExc_TypeError, "current_context takes the cuCtxGetCurrent address");
     return NULL;
   }
-  get_context_fn get = (get_context_fn)address(args[0]);
+  get_context_fn get = (get_context_fn)tc_address(args[0]);
   if (PyErr_Occurred()) return NULL;
   void *context = NULL;
   if (get(&context) != 0) context = NULL;
@@ -43,12 +44,12 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t n) {
     PyErr_SetString(PyExc_TypeError, "launch takes 11 arguments");
     return NULL;
   }
-  launch_fn call = (launch_fn)address(args[0]);
-  void *function = address(args[1]);
+  launch_fn call = (launch_fn)tc_address(args[0]);
+  void *function = tc_address(args[1]);
   unsigned dims[7];
   for (int i = 0; i < 7; ++i) dims[i] = dimension(args[2 + i]);
-  void *stream = address(args[9]);
-  void **argv = (void **)address(args[10]);
+  void *stream = tc_address(args[9]);
+  void **argv = (void **)tc_address(args[10]);
   if (PyErr_Occurred()) return NULL;
   int code = call(function, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6],
                   stream, argv, NULL);

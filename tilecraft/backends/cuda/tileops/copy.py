@@ -169,7 +169,8 @@ def _register_vector_width(op, frag, layout, extents, ctx) -> int:
     memory, lands on a whole aligned chunk of the buffer's layout; else 1."""
     region = op.dst if frag is op.src.buffer else op.src
     g = region.buffer
-    if not (g.scope == GLOBAL or is_shared(g.scope)) or not dt.same_storage(g.dtype, frag.dtype) or \
+    if not (g.scope == GLOBAL or is_shared(g.scope)) or \
+            not dt.same_storage(g.dtype, frag.dtype) or \
             frag.dtype.bits < 8 or tuple(layout.shape) != tuple(extents) or \
             layout.thread_offset or layout.num_threads != ctx.num_threads or \
             region.static_extents()[-1] == 1:

@@ -113,10 +113,10 @@ def _lower_mma(op: Gemm, ctx, m, n, k, wm, wn, mma_name, k_step):
             A.dtype.name, BufferLoad(a_reg, (ctx.simplify(base + 2 * j),)),
             BufferLoad(a_reg, (ctx.simplify(base + 2 * j + 1),))))
             for j in range(4)]
-    elif tf32 and op.transpose_A:   # stored K x M: word j is A[m = g + 8 (j % 2), k = t + 4 (j // 2)]
-        a_load = [BufferStore(a_frag, (mi * 4 + j,), Call(TO_TF32.name, (_region_load(
-            ctx, op.A, (ctx.simplify(kk * 8 + t + 4 * (j // 2)),
-                        ctx.simplify(warp_m * WM + mi * 16 + g + 8 * (j % 2)))),), u32))
+    elif tf32 and op.transpose_A:
+        # stored K x M: word j is A[m = g + 8 (j % 2), k = t + 4 (j // 2)]
+        a_load = [BufferStore(a_frag, (mi * 4 + j,), _tf32_word(
+            ctx, op.A, kk * 8 + t + 4 * (j // 2), warp_m * WM + mi * 16 + g + 8 * (j % 2)))
             for j in range(4)]
     else:
         if not op.transpose_A:
@@ -138,9 +138,8 @@ def _lower_mma(op: Gemm, ctx, m, n, k, wm, wn, mma_name, k_step):
     # --- B atoms: two per ldmatrix.x4 when the warp has an even number of them ---------
     if tf32 and not op.transpose_B:   # stored K x N: word j is B[k = t + 4 j, n = g]
         ni = ctx.fresh("ni", NI)
-        b_load = seq([BufferStore(b_frag, (ni * 2 + j,), Call(TO_TF32.name, (_region_load(
-            ctx, op.B, (ctx.simplify(kk * 8 + t + 4 * j),
-                        ctx.simplify(warp_n * WN + ni * 8 + g))),), u32)) for j in range(2)])
+        b_load = seq([BufferStore(b_frag, (ni * 2 + j,), _tf32_word(
+            ctx, op.B, kk * 8 + t + 4 * j, warp_n * WN + ni * 8 + g)) for j in range(2)])
         body.append(For(ni, const(0), const(NI), "unroll", b_load, {}, op.span))
     else:
         pair = 2 if NI % 2 == 0 else 1
@@ -176,6 +175,13 @@ def _lower_mma(op: Gemm, ctx, m, n, k, wm, wn, mma_name, k_step):
     if op.clear_accum:
         out.insert(0, _clear(c_reg, ctx, op))
     return seq(out)
+
+
+def _tf32_word(ctx, region, row, col):
+    """The operand element at (row, col) of a shared tile in its stored orientation, read
+    alone and rounded to tf32: one mma register word."""
+    value = _region_load(ctx, region, (ctx.simplify(row), ctx.simplify(col)))
+    return Call(TO_TF32.name, (value,), dt.dtype("uint32"))
 
 
 def _rounded_to_tf32(frag: Buffer, start, count: int) -> list:

@@ -243,31 +243,27 @@ def _outer_values(variables, ctx: ThreadContext, cells: int):
             for start in range(0, count, step)]
 
 
-def _every_copy_written(node, idx, shape, layout, at, active, ctx, loop):
+def _every_copy_written(node, idx, holders, active, loop):
     """A fragment kept in several threads (replicated) stays one value only if a loop that
     writes an element writes it in every thread that holds it: the loop's threads for each
-    element (at each assignment of the surrounding variables) must include all its holders."""
-    if layout.replicate <= 1:
-        return
-    T = ctx.num_threads
+    element (at each assignment of the surrounding variables) must include all its holders
+    (`holders`: each replica's holding thread, on the (thread, local, assignment) table of
+    the element indices `idx`)."""
+    shape = holders[0].shape
+    T = shape[0]
     dims = [int(x) for x in node.buffer.static_shape()]
     element = np.zeros(shape, np.int64)
     for i, extent in zip(idx, dims):
-        element = element * extent + np.asarray(i, np.int64)
+        element = element * extent + i
     E = int(np.prod(dims, dtype=np.int64))
-    assignment = np.broadcast_to(np.arange(shape[2])[None, None, :], shape)
+    key = np.arange(shape[2])[None, None, :] * E + element    # (assignment, element)
     live = np.broadcast_to(active[:, :, None], shape)
-    thread = np.broadcast_to(np.arange(T)[:, None, None], shape)
-    written = np.unique(((assignment * E + element) * T + thread)[live])
-    for rep in range(layout.replicate):
-        holder = np.broadcast_to(evaluate_table(
-            layout.thread, {**at, id(layout.rep_var): np.int64(rep)}), shape)
-        needed = ((assignment * E + element) * T + holder)[live]
-        missing = ~np.isin(needed, written)
+    written = np.unique((key * T + np.arange(T)[:, None, None])[live])
+    for holder in holders:
+        missing = ~np.isin((key * T + holder)[live], written)
         if missing.any():
             cell = tuple(np.argwhere(live)[int(np.argmax(missing))])
-            where = tuple(int(np.asarray(i)[cell] if np.ndim(i) else i) for i in
-                          (np.broadcast_to(i, shape) for i in idx))
+            where = tuple(int(i[cell]) for i in idx)
             raise TileError(
                 f"T.Parallel: element {where} of fragment {node.buffer.name} is kept in "
                 f"several threads (thread {int(holder[cell])} among them), but this loop "
@@ -300,14 +296,16 @@ def _check_element_owners(node, env, layout, ctx, loop, relayout, active) -> boo
     # The layout's thread expression evaluated on the index tables: the numbers
     # thread_of(indices) would give, without building and simplifying it symbolically.
     at = {id(v): i for v, i in zip(layout.in_vars, idx)}
+    holders = [np.broadcast_to(evaluate_table(layout.thread,
+                                              {**at, id(layout.rep_var): np.int64(rep)}), shape)
+               for rep in range(layout.replicate)]
     owned = np.zeros(shape, bool)
-    for rep in range(layout.replicate):
-        holder = evaluate_table(layout.thread, {**at, id(layout.rep_var): np.int64(rep)})
-        owned |= np.broadcast_to(holder, shape) == np.arange(T)[:, None, None]
+    for holder in holders:
+        owned |= holder == np.arange(T)[:, None, None]
     slot = misowned(active, owned.all(axis=2))
     if slot is None:
-        if isinstance(node, BufferStore):
-            _every_copy_written(node, idx, shape, layout, at, active, ctx, loop)
+        if isinstance(node, BufferStore) and len(holders) > 1:
+            _every_copy_written(node, idx, holders, active, loop)
         return False
     t, k = slot
     v = int(np.argmin(owned[t, k]))

@@ -159,7 +159,8 @@ def stage_runs(loop: For, layout, ctx, asynchronous: bool = False):
         for value, load, guard in guarded_global_loads(s.value):
             key = structural_key(value)
             offset = row_major_offset(load)
-            if key in staged or key in gathered or not dt.same_storage(value.dtype, load.buffer.dtype) or \
+            if key in staged or key in gathered or \
+                    not dt.same_storage(value.dtype, load.buffer.dtype) or \
                     offset is None or steps(offset) != list(range(w)):
                 continue
             chunks = _chunks(w, load.buffer.dtype.bytes)
