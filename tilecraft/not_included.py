@@ -1,11 +1,12 @@
 """TileLang modules tilecraft does not have: naming one is a clear error that says what it is.
 
-`tilelang.tvm` (the TVM that TileLang's compiler is built on), `tilelang.cuda` (its emitters of
+`tilelang.cuda` (TileLang's emitters of
 CUDA intrinsics for hand-written kernels), `tilelang.rocm`, `tilelang.tools.cuda` (iket,
 intra-kernel event tracing) and `tilelang.language.dtypes` (its dtype module's internals) have
 no counterpart: tilecraft is its own compiler, with neither
-TVM's IR nor its macro library. A script that reaches one by attribute (`tilecraft.tvm`, `from
-tilecraft import tvm`) or by import (`import tilecraft.cuda.intrinsics`) stops on a TileError
+TVM's IR nor its macro library (of `tilelang.tvm` it has the few names kernel scripts use:
+tilecraft/tvm). A script that reaches one by attribute (`tilecraft.cuda`, `from
+tilecraft import rocm`) or by import (`import tilecraft.cuda.intrinsics`) stops on a TileError
 that names it, instead of an AttributeError or ModuleNotFoundError that reads like a typo.
 """
 from __future__ import annotations
@@ -15,8 +16,6 @@ import sys
 from .errors import TileError
 
 MODULES = {
-    "tvm": "TileLang's TVM, the IR and passes its compiler is built on; tilecraft is its own "
-           "compiler and has no TVM objects",
     "cuda": "TileLang's emitters of CUDA intrinsics (mma / ldmatrix layouts and macros) for "
             "hand-written kernels; T.gemm, T.copy and the layout functions of tilecraft.layout "
             "cover what they are used for",

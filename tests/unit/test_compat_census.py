@@ -77,7 +77,7 @@ def alias():
     finder = importalias.install()
     yield finder
     sys.meta_path.remove(finder)
-    for name in [n for n in sys.modules if n == "tilelang" or n.startswith("tilelang.")]:
+    for name in [n for n in sys.modules if importalias.aliased_root(n)]:
         del sys.modules[name]
 
 
@@ -88,6 +88,16 @@ def test_alias_resolves_tilelang_to_tilecraft(alias):
     assert T is tilecraft.language
     assert prim_func is tilecraft.language.prim_func
     assert T.__spec__.name == "tilecraft.language"  # the module keeps its own identity
+
+
+def test_alias_resolves_tilelangs_bundled_tvm(alias):
+    import tilecraft.tvm
+    import tvm
+    from tvm import DataType, tirx
+    assert tvm is tilecraft.tvm and tirx is tilecraft.tvm.tirx
+    assert DataType("float16").bits == 16
+    assert importalias.source_name("tilecraft.tvm.tirx") == "tvm.tirx"
+    assert importalias.source_name("tilecraft.language") == "tilelang.language"
 
 
 def test_alias_names_a_missing_module_as_the_script_wrote_it(alias):

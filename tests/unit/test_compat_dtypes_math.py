@@ -73,3 +73,19 @@ def test_cdiv():
         tilecraft.cdiv(4, 0)
     with pytest.raises(TileError, match="takes integers"):
         tilecraft.cdiv(3.5, 2)
+
+
+def test_int_and_uint_are_tvms_32_bit_names():
+    assert T.int is T.int32 and T.uint is T.uint32
+    assert T.dtype(T.uint) == T.uint and T.uint in [T.int, T.uint]
+
+
+def test_4_bit_integers_are_known_by_name_and_refused_as_buffers():
+    assert T.int4 == "int4" and T.uint4 == "uint4" and T.int4 != T.int8
+    assert T.int4 in [T.float16, T.int8, T.int4]        # TileLang's Literal[...] annotations
+    with pytest.raises(TileError, match="dtype int4 .* is not supported yet: store such values "
+                                        "packed in uint8"):
+        @T.prim_func
+        def main(A: T.Tensor((8,), T.int4)):
+            with T.Kernel(1, threads=32):
+                T.clear(A)

@@ -1,5 +1,5 @@
 """TileLang modules and helpers its scripts reach beyond the language: the modules tilecraft
-does not have (tvm, cuda, rocm, tools.cuda) stop with a TileError naming them, by attribute or
+does not have (cuda, rocm, tools.cuda) stop with a TileError naming them, by attribute or
 by import, at the script's line; tools.plot_layout writes a layout's grid; the bank-swizzle
 layouts go by TileLang's names; testing.process_func / regression run a regression script."""
 import importlib
@@ -20,7 +20,7 @@ from tilecraft.tools import plot_layout
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@pytest.mark.parametrize("name", ["tvm", "cuda", "rocm"])
+@pytest.mark.parametrize("name", ["cuda", "rocm"])
 def test_a_tilelang_module_tilecraft_lacks_is_named_by_attribute(name):
     with pytest.raises(TileError) as info:
         getattr(tilecraft, name)
@@ -30,7 +30,6 @@ def test_a_tilelang_module_tilecraft_lacks_is_named_by_attribute(name):
 
 
 @pytest.mark.parametrize("statement, name", [
-    ("from tilecraft import tvm", "tvm"),
     ("import tilecraft.cuda.intrinsics.layout", "cuda"),
     ("from tilecraft.tools.cuda import iket", "tools.cuda"),
     ("from tilecraft.language.dtypes import dtype", "language.dtypes"),

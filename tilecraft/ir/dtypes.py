@@ -171,6 +171,17 @@ _register("handle", "handle", 64)
 SUPPORTED_NAMES = tuple(n for n in DType._interned if n != "handle")
 
 
+class NamedOnly(str):
+    """A TileLang dtype that tilecraft knows by name only (`T.int4`): scripts compare with it
+    and list it in annotations, and a buffer or value of it is refused, naming it."""
+
+
+_NAMED_ONLY = {
+    "int4": "4-bit integers (two to a byte)", "uint4": "4-bit unsigned integers (two to a byte)",
+}
+NAMED_ONLY = {n: NamedOnly(n) for n in _NAMED_ONLY}
+
+
 def _lookup(name: str) -> DType | None:
     name = str.__str__(name)  # a plain str: the alias tables compare their keys with it
     name = _ALIASES.get(name, name)
@@ -183,6 +194,10 @@ def dtype(x) -> DType:
         return x
     if isinstance(x, str):
         d = _lookup(x[len("torch."):] if x.startswith("torch.") else x)
+        if d is None and str.__str__(x) in _NAMED_ONLY:
+            raise ValueError(f"dtype {x} ({_NAMED_ONLY[str.__str__(x)]}) is not supported yet: "
+                             f"store such values packed in uint8 / int8 and unpack them with "
+                             f"shifts and masks")
         if d is None:
             raise ValueError(f"unknown dtype '{x}'; expected one of: {', '.join(SUPPORTED_NAMES)}")
         return d

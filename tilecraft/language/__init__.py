@@ -1,6 +1,7 @@
 """The tilecraft language: TileLang's classic API (`import tilecraft.language as T`)."""
 from ..ir.dtypes import DType as dtype  # noqa: F401
 from ..ir.dtypes import DType as _DType
+from ..ir.dtypes import NAMED_ONLY as _NAMED_ONLY
 from ..ir.tileop import GemmWarpPolicy
 from .proxy import (Tensor, Buffer_ as Buffer, symbolic, dynamic, prim_func, macro,
                     SharedBuffer, FragmentBuffer, LocalBuffer)
@@ -42,6 +43,8 @@ _d = _DType._interned
 bool = _d["bool"]  # noqa: A001
 int8, int16, int32, int64 = _d["int8"], _d["int16"], _d["int32"], _d["int64"]
 uint8, uint16, uint32, uint64 = _d["uint8"], _d["uint16"], _d["uint32"], _d["uint64"]
+int, uint = int32, uint32  # noqa: A001  (TileLang's T.int / T.uint, TVM's "int" / "uint")
+int4, uint4 = _NAMED_ONLY["int4"], _NAMED_ONLY["uint4"]
 float16, bfloat16, float32, float64 = _d["float16"], _d["bfloat16"], _d["float32"], _d["float64"]
 float8_e4m3, float8_e5m2 = _d["float8_e4m3"], _d["float8_e5m2"]
 tfloat32 = _d["tfloat32"]

@@ -86,10 +86,7 @@ _TILELANG = {
     "gemm_sp": "a 2:4 structured-sparse gemm",
     # data types
     "dtypes": "the module of TileLang's dtype objects (T.float16 and T.dtype(...) are here)",
-    "int4": "a 4-bit integer data type (packed two to a byte)",
     "float4_e2m1fn": "the FP4 (e2m1) data type",
-    "int": "the signed source format of a quantized weight (a dequantize macro's argument)",
-    "uint": "the unsigned source format of a quantized weight (a dequantize macro's argument)",
 }
 
 

@@ -1,6 +1,8 @@
 """`import tilelang`, `import tilelang.language as T` and `from tilelang.x import y` resolved to
 tilecraft: a finder on sys.meta_path that answers for every `tilelang` module name with the
-tilecraft module of the same dotted path, so an unchanged TileLang script runs on tilecraft."""
+tilecraft module of the same dotted path, so an unchanged TileLang script runs on tilecraft.
+`import tvm` / `from tvm import x` name TileLang's bundled TVM (the module `tilelang.tvm` is),
+and resolve to tilecraft.tvm the same way."""
 from __future__ import annotations
 
 import importlib
@@ -10,17 +12,27 @@ import sys
 
 ALIASED = "tilelang"
 TARGET = "tilecraft"
+# Each aliased root and the tilecraft module standing for it; the longer target first, so
+# that source_name gives tilecraft.tvm back as tvm.
+ROOTS = {"tvm": TARGET + ".tvm", ALIASED: TARGET}
+
+
+def aliased_root(fullname: str) -> str | None:
+    """The aliased root a module name starts with, if any."""
+    return next((r for r in ROOTS if fullname == r or fullname.startswith(r + ".")), None)
 
 
 def target_name(fullname: str) -> str:
-    """The tilecraft module that stands for a tilelang module name."""
-    return TARGET + fullname[len(ALIASED):]
+    """The tilecraft module that stands for a tilelang (or tvm) module name."""
+    root = aliased_root(fullname)
+    return ROOTS[root] + fullname[len(root):]
 
 
 def source_name(fullname: str) -> str:
     """The tilelang name of a tilecraft module (the name the example script wrote)."""
-    if fullname == TARGET or fullname.startswith(TARGET + "."):
-        return ALIASED + fullname[len(TARGET):]
+    for root, target in ROOTS.items():
+        if fullname == target or fullname.startswith(target + "."):
+            return root + fullname[len(target):]
     return fullname
 
 
@@ -50,7 +62,7 @@ class TilelangAlias(importlib.abc.MetaPathFinder):
     is reported under the name the script asked for (ModuleNotFoundError: tilelang.x)."""
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != ALIASED and not fullname.startswith(ALIASED + "."):
+        if aliased_root(fullname) is None:
             return None
         real = target_name(fullname)
         try:

@@ -9,7 +9,7 @@ import importlib
 
 from tilecraft.errors import TileError
 
-from .importalias import ALIASED, spelled, target_name
+from .importalias import aliased_root, spelled, target_name
 
 
 def _aliases(tree) -> dict:
@@ -18,9 +18,10 @@ def _aliases(tree) -> dict:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
-                if a.name.split(".")[0] == ALIASED:
-                    names[a.asname or a.name.split(".")[0]] = a.name if a.asname else ALIASED
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == ALIASED:
+                if aliased_root(a.name):
+                    root = a.name.split(".")[0]
+                    names[a.asname or root] = a.name if a.asname else root
+        elif isinstance(node, ast.ImportFrom) and aliased_root(node.module or ""):
             for a in node.names:
                 if a.name != "*":
                     names.setdefault(a.asname or a.name, f"{node.module}.{a.name}")

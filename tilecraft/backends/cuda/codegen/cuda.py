@@ -38,6 +38,13 @@ _F32_MATH = {"exp": "expf", "exp2": "exp2f", "exp10": "exp10f", "log": "logf", "
              "sin": "sinf", "cos": "cosf", "tan": "tanf", "tanh": "tanhf", "erf": "erff",
              "floor": "floorf", "ceil": "ceilf", "round": "roundf", "trunc": "truncf",
              "abs": "fabsf", "pow": "powf", "fmod": "fmodf"}
+# Operators whose result on integers narrower than int may leave their type's range.
+_WRAPPING = frozenset({"<<", "+", "-", "*"})
+
+
+def _narrow_int(d) -> bool:
+    return d.is_int and d.bits < 32
+
 _PREC = {"or": 1, "and": 2, "|": 3, "^": 4, "&": 5, "==": 6, "!=": 6, "<": 7, "<=": 7, ">": 7,
          ">=": 7, "<<": 8, ">>": 8, "+": 9, "-": 9, "*": 10, "/": 10, "//": 10, "%": 10}
 _C_OP = {"and": "&&", "or": "||", "//": "/"}
@@ -142,7 +149,7 @@ class CudaEmitter:
             return self.binary(e, prec)
         if isinstance(e, Unary):
             op = {"not": "!", "-": "-", "~": "~"}[e.op]
-            return f"({op}{self.expr(e.a, 11)})"
+            return self.wrapped(f"({op}{self.expr(e.a, 11)})", e)
         if isinstance(e, Select):
             return f"({self.expr(e.cond, 1)} ? {self.expr(e.a, 1)} : {self.expr(e.b, 1)})"
         if isinstance(e, Cast):
@@ -181,7 +188,17 @@ class CudaEmitter:
             return f"floorf({self.expr(e.a)} / {self.expr(e.b)})"
         p = _PREC[e.op]
         text = f"{self.expr(e.a, p)} {_C_OP.get(e.op, e.op)} {self.expr(e.b, p + 1)}"
+        if e.op in _WRAPPING and _narrow_int(e.dtype):
+            return self.wrapped(f"({text})", e)
         return f"({text})" if p < prec else text
+
+    @staticmethod
+    def wrapped(text: str, e) -> str:
+        """C computes on integers narrower than int in int: a uint16 shifted left, negated or
+        overflowing an addition keeps bits its type does not have, which a later shift right,
+        comparison or bit_cast would see. The result goes back to its own type, as the IR
+        means it."""
+        return f"(({e.dtype.c_type}){text})" if _narrow_int(e.dtype) else text
 
     def nonnegative(self, e: Binary) -> bool:
         return bound_of(e.a, self.var_bounds)[0] >= 0 and bound_of(e.b, self.var_bounds)[0] > 0
@@ -232,7 +249,10 @@ class CudaEmitter:
         if e.name == "call_extern":
             return f"{e.args[0]}({', '.join(self.arg(a) for a in e.args[1:])})"
         if e.name == "reinterpret":
-            return f"{BIT_CAST.format(type=e.dtype.c_type)}({self.expr(e.args[0])})"
+            x = e.args[0]
+            inner = f"({x.dtype.c_type}){self.expr(x, 11)}" if _narrow_int(x.dtype) and \
+                not isinstance(x, (Var, BufferLoad)) else self.expr(x)
+            return f"{BIT_CAST.format(type=e.dtype.c_type)}({inner})"
         if e.name.startswith(NAMESPACE):
             return f"{e.name}({', '.join(self.arg(a) for a in e.args)})"
         if e.name in ("isnan", "isinf", "isfinite"):  # double stays double: 1e300 is finite
