@@ -142,6 +142,11 @@ def test_tile_nvcc_and_internal_errors_are_told_apart():
     internal = census_classify.classify(_raised(lambda: get_target("no-such-gpu")))
     assert internal["class"] == "internal-error" and internal["type"] == "ValueError"
     assert internal["where"].startswith("tilecraft/target.py:")
+    # raised in the standard library on tilecraft's behalf: still tilecraft's failure
+    from tilecraft.ir.visitor import children
+    inside = census_classify.classify(_raised(lambda: children("a call's text argument")))
+    assert inside["class"] == "internal-error" and inside["type"] == "TypeError"
+    assert inside["where"].startswith("tilecraft/ir/visitor.py:")
 
 
 def test_the_scripts_own_failures_are_not_tilecraft_s():

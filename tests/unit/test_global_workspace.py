@@ -12,15 +12,16 @@ from tilecraft.backends.cuda.runtime import has_nvcc
 from error_expect import expect
 
 
-def split_then_combine(parts=4):
+def split_then_combine(parts=4, allocate=T.alloc_global):
     """Y[r] = sum of X[r, :]: the first launch sums each of `parts` column slices of a row
-    into the workspace, the second adds the slices up; the rows are a symbolic size."""
+    into the workspace, the second adds the slices up; the rows are a symbolic size.
+    allocate: T.alloc_global, or T.alloc_buffer with TVM's default scope (global)."""
     n = T.symbolic("n")
     width = 8
 
     @T.prim_func
     def main(X: T.Tensor((n, parts * width), "float32"), Y: T.Tensor((n,), "float32")):
-        partial = T.alloc_global((n, parts), "float32")
+        partial = allocate((n, parts), "float32")
         with T.Kernel(n, parts, threads=32) as (row, part):
             tile = T.alloc_fragment((1, width), "float32")
             total = T.alloc_fragment((1,), "float32")
@@ -37,8 +38,9 @@ def split_then_combine(parts=4):
 
 
 @pytest.mark.parametrize("target", ["interp", "emulator", "emulator:sm_90a"])
-def test_a_top_level_workspace_passes_data_between_launches(target):
-    kernel = tilecraft.compile(split_then_combine(), out_idx=-1, target=target)
+@pytest.mark.parametrize("allocate", [T.alloc_global, T.alloc_buffer])
+def test_a_top_level_workspace_passes_data_between_launches(target, allocate):
+    kernel = tilecraft.compile(split_then_combine(allocate=allocate), out_idx=-1, target=target)
     for rows in (5, 40):   # its size follows the call's
         x = np.random.default_rng(rows).standard_normal((rows, 32)).astype(np.float32)
         np.testing.assert_allclose(kernel(x), x.sum(1), rtol=1e-5, atol=1e-5)

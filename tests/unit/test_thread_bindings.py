@@ -122,6 +122,39 @@ def test_gemv_with_explicit_thread_bindings(reduce_threads):
         np.testing.assert_array_equal(emu, interp)
 
 
+def splitk_gemv_atomic(N, K, block_n=8, block_k=16):
+    """TileLang's split-K gemv: each thread adds its partial product into a shared slot with a
+    scalar atomic whose value and address differ between threads, one thread of a row having
+    cleared it under `if tk == 0`."""
+    @T.prim_func
+    def main(A: T.Tensor((K,), "float16"), B: T.Tensor((N, K), "float16"),
+             C: T.Tensor((N,), "float32")):
+        with T.Kernel(T.ceildiv(N, block_n), threads=(block_n, block_k)) as bn:
+            tn = T.get_thread_binding(0)
+            tk = T.get_thread_binding(1)
+            acc = T.alloc_local((1,), "float32")
+            C_shared = T.alloc_shared((block_n,), "float32")
+            if tk == 0:
+                C_shared[tn] = 0
+            T.clear(acc)
+            for bk in T.serial(T.ceildiv(K, block_k)):
+                acc[0] += A[bk * block_k + tk].astype("float32") * \
+                    B[bn * block_n + tn, bk * block_k + tk].astype("float32")
+            T.atomic_add(C_shared[tn], acc[0])
+            if bn * block_n + tn < N:
+                C[bn * block_n + tn] = C_shared[tn]
+    return main
+
+
+def test_a_scalar_atomic_with_per_thread_values_runs_on_every_thread():
+    N, K = 21, 64   # the last block's rows past N are computed, not stored
+    a = rng(3).standard_normal(K).astype(np.float16)
+    b = rng(4).standard_normal((N, K)).astype(np.float16)
+    want = b.astype(np.float64) @ a.astype(np.float64)
+    for got in on_all(splitk_gemv_atomic(N, K), a, b):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 def thread_binding_loops(n=256, threads=128):
     """TVMScript's thread loops: `for tx in T.thread_binding(...)` and `tx = T.thread_binding
     (...)`; a grid-stride loop whose start differs per thread."""
@@ -198,7 +231,8 @@ def test_printed_program_shows_the_bindings():
 @pytest.mark.skipif(not has_nvcc(), reason="nvcc is not installed")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_per_thread_kernels_compile(arch):
-    for func in (gemv(16, 512), thread_binding_loops(), per_thread_copies(), indices()):
+    for func in (gemv(16, 512), thread_binding_loops(), per_thread_copies(), indices(),
+                 splitk_gemv_atomic(21, 64)):
         assert tilecraft.compile(func, target=arch).n_regs > 0
 
 

@@ -5,18 +5,20 @@ A tile op and a T.Parallel nest are the whole block's work, shared out over its 
 compiler; they cannot run under an `if` or loop that only some threads take, nor take values
 that differ between threads (ir/thread_varying.py). The exceptions are the ops TileLang runs on
 every thread, each on its own copy: T.copy and T.fill with a T.alloc_local / T.alloc_var side.
-A fragment element belongs to the thread that holds it, so it cannot be written with a value
-that differs between threads either.
+A scalar atomic (`T.atomic_add(C_shared[tn], acc[0])`) is one instruction: every thread that
+reaches it runs it where its values differ between threads or only some threads reach it
+(once for the block otherwise). A fragment element belongs to the thread that holds it, so it
+cannot be written with a value that differs between threads either.
 """
 from __future__ import annotations
 
 from ..errors import TileError
-from ..ir.buffer import FRAGMENT
+from ..ir.buffer import FRAGMENT, BufferRegion
 from ..ir.printer import expr_text
 from ..ir.stmt import BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt
 from ..ir.expr import BufferLoad
 from ..ir.thread_varying import ThreadVarying, is_per_thread_op, region_exprs
-from ..ir.tileop import TileOp
+from ..ir.tileop import Atomic, TileOp
 from ..ir.visitor import walk
 
 
@@ -92,13 +94,17 @@ class _Checker:
                         n.span or s.span)
 
     def tile_op(self, op, guard):
-        if is_per_thread_op(op):
+        if is_per_thread_op(op) or is_scalar_atomic(op):
             return
         if guard is not None or self.tv.statement(op):
             raise TileError(f"T.{op.op_name} is a block-wide operation (the compiler shares "
                             f"it out over all the threads) and cannot run "
                             f"{_why(self.tv, op, guard)}; only T.copy and T.fill with a "
                             "T.alloc_local / T.alloc_var side run per thread", op.span)
+
+
+def is_scalar_atomic(op) -> bool:
+    return isinstance(op, Atomic) and not isinstance(op.value, BufferRegion)
 
 
 def _under(guard) -> str:

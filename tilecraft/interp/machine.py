@@ -12,7 +12,7 @@ import itertools
 import numpy as np
 
 from ..errors import TileError
-from ..ir.annotations import (MANUAL_BARRIER_CALLS, MBARRIER_ARRIVE_CALL, MBARRIER_INIT_CALL,
+from ..ir.annotations import (IMPORT_SOURCE_CALL, MANUAL_BARRIER_CALLS, MBARRIER_ARRIVE_CALL, MBARRIER_INIT_CALL,
                               WARPGROUP_THREADS, WS_REGION)
 from ..ir.buffer import GLOBAL, Buffer, BufferRegion
 from ..ir.expr import Call
@@ -20,7 +20,7 @@ from ..ir.stmt import (Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel,
 from ..ir.tileop import TileOp, contract_of
 from .mbarriers import PhaseBook
 from .threads import BARRIERS, ThreadAxis
-from .values import Evaluator, first_bad, in_bounds, to_dtype
+from .values import Evaluator, ThreadPointers, first_bad, in_bounds, to_dtype
 
 _MAX_PARALLEL_DEPTH = 8
 _EXTERNS: dict = {}
@@ -80,13 +80,22 @@ class Machine:
     def shape_of(self, buffer: Buffer) -> tuple:
         return tuple(int(s) if isinstance(s, int) else int(self.scalar(s)) for s in buffer.shape)
 
-    def call_extern(self, call, args):
+    def call_extern(self, call, args, mask=None):
         name = call.args[0]
         fn = _EXTERNS.get(name)
         if fn is None:
             raise TileError(f"T.call_extern({name!r}) has no implementation on the interpreter; "
                             "register one with tilecraft.register_extern", call.span)
-        return fn(*args)
+        if self.threads is None or not any(isinstance(a, ThreadPointers) or
+                                           np.ndim(a) > 0 for a in args):
+            return fn(*args)
+        # Per-thread arguments (each thread's pointer or value): called once a live thread.
+        out = np.zeros(self.threads.T, dtype=object)
+        for t in np.nonzero(self.threads.live(mask))[0]:
+            out[t] = fn(*(a[t] if isinstance(a, ThreadPointers) else
+                          np.asarray(a).reshape(-1)[t] if np.size(a) == self.threads.T else a
+                          for a in args))
+        return out.reshape(self.threads.shape)
 
     # --- running ----------------------------------------------------------------
     def run(self, bindings: dict, arrays: dict):
@@ -220,7 +229,7 @@ class Machine:
 
     def exec_Evaluate(self, s: Evaluate, mask):
         name = getattr(s.value, "name", None)
-        if name in BARRIERS:
+        if name in BARRIERS or name == IMPORT_SOURCE_CALL:
             return   # every thread runs each statement together: there is nothing to wait for
         if name in MANUAL_BARRIER_CALLS:
             return self.mbarrier_call(s.value)

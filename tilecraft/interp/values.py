@@ -69,6 +69,10 @@ class Pointer:
         self.flat[self.offset:self.offset + values.size] = values.astype(self.flat.dtype)
 
 
+class ThreadPointers(list):
+    """T.address_of of an element that differs between threads: one Pointer a thread."""
+
+
 def _truncdiv(a, b):
     q = np.floor_divide(a, b)
     fix = (np.mod(a, b) != 0) & ((a < 0) != (b < 0))
@@ -222,11 +226,16 @@ class Evaluator:
         if e.name == "address_of":
             load = e.args[0]
             array = self.m.array_of(load.buffer)
-            idx = [int(self.eval(i, mask)) for i in load.indices]
-            return Pointer(array, np.ravel_multi_index(idx, array.shape))
+            idx = self.m.element_index(load.buffer, [np.asarray(self.eval(i, mask))
+                                                     for i in load.indices])
+            flat = np.ravel_multi_index(np.broadcast_arrays(*idx), array.shape)
+            if flat.size == 1:
+                return Pointer(array, flat.reshape(-1)[0])
+            # each thread's own element (a per-thread local, or an index that differs)
+            return ThreadPointers([Pointer(array, f) for f in flat.reshape(len(flat), -1)[:, 0]])
         if e.name == "call_extern":
             return self.m.call_extern(e, [a if isinstance(a, str) else self.eval(a, mask)
-                                          for a in e.args[1:]])
+                                          for a in e.args[1:]], mask)
         args = [np.asarray(self.eval(a, mask)) for a in e.args]
         if e.name == "reinterpret":
             return np.asarray(to_dtype(args[0], e.args[0].dtype)).view(e.dtype.numpy)

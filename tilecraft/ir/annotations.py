@@ -135,6 +135,10 @@ MANUAL_BARRIER_CALLS = (MBARRIER_INIT_CALL, MBARRIER_ARRIVE_CALL, MBARRIER_WAIT_
 TMA_COPY_BARRIER = "tma_copy_barrier"
 MANUAL_WARPGROUPS = "manual_warpgroups"
 
+# T.import_source(text): C source the CUDA module holds ahead of its kernels (functions that
+# T.call_extern calls); the statement itself does nothing where it stands.
+IMPORT_SOURCE_CALL = "tl.import_source"
+
 BLOCK_BARRIER = "tc::syncthreads"       # every thread of the block waits for every other
 WARPGROUP_INDEX = "tc::warpgroup_index"  # which 128-thread warpgroup runs this thread
 WARPGROUP_THREADS = 128                  # the threads of a warpgroup (what T.ws(g) names)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from .buffer import FRAGMENT, LOCAL, LOCAL_VAR, BufferRegion
 from .expr import BufferLoad, Call, Expr, Var
-from .stmt import For, IfThenElse, Kernel, SeqStmt, BufferStore
+from .stmt import BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt
 from .tileop import TileOp
 from .visitor import walk
 
@@ -148,6 +148,13 @@ class ThreadVarying:
             writes = list(s.writes())
             varying = divergent or any(self.expr(x) for x in region_exprs(s)) or any(
                 id(b) in self.buffers for b in s.reads())
+        elif isinstance(s, Evaluate) and any(isinstance(n, Call) and n.name == "call_extern"
+                                             for n in walk(s.value)):
+            # An external function may write wherever it gets a pointer to: a local whose
+            # address it takes holds what it wrote, which another thread's call may differ in.
+            writes = [n.args[0].buffer for n in walk(s.value)
+                      if isinstance(n, Call) and n.name == "address_of"]
+            varying = True
         else:
             return False
         changed = False

@@ -17,7 +17,8 @@ from .math import (exp, exp2, exp10, log, log2, log10, log1p, sqrt, rsqrt, sin, 
                    sigmoid, erf, floor, ceil, round, trunc, isnan, isinf, isfinite, abs, pow,
                    fmod, max, min, clamp, ceildiv,
                    cdiv, floordiv, floormod, truncdiv, infinity, max_value, min_value, cast, Cast,
-                   if_then_else, call_extern, address_of, print, evaluate, shift_left,
+                   if_then_else, call_extern, address_of, access_ptr, import_source, print,
+                   evaluate, shift_left,
                    shift_right)
 from .math import reinterpret
 from .annotate import annotate_layout, use_swizzle

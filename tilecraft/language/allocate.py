@@ -105,7 +105,9 @@ def alloc_var(dtype, init=None, scope=LOCAL_VAR):
     return buf
 
 
-def alloc_buffer(shape, dtype, scope=SHARED):
+def alloc_buffer(shape, dtype, scope=GLOBAL):
+    """TVM's allocation by scope name; with no scope a global workspace, as TVM's default
+    "global" (T.alloc_global: before the first T.Kernel, shared by the launches)."""
     kinds = {"shared": alloc_shared, "shared.dyn": alloc_shared, FRAGMENT: alloc_fragment,
              LOCAL: alloc_local, GLOBAL: alloc_global}
     if scope not in kinds:

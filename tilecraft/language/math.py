@@ -9,7 +9,9 @@ from ..ir import dtypes as dt
 from ..ir import expr as ex
 from ..ir import tileop as top
 from ..ir.buffer import Buffer, BufferRegion
+from ..ir.annotations import IMPORT_SOURCE_CALL
 from ..ir.expr import BufferLoad, Expr, is_python_number
+from ..ir.stmt import Evaluate
 
 
 def _device(what: str):
@@ -223,6 +225,51 @@ def address_of(load):
     if not isinstance(load, BufferLoad):
         raise TileError("T.address_of takes a buffer element such as buf[0]", current_span())
     return ex.Call("address_of", (load,), dt.handle, current_span())
+
+
+def access_ptr(base, access_type="r", *extents, offset=0, extent=None):
+    """TileLang's pointer into a buffer, for T.call_extern and the PTX calls: the address of
+    base's first element (a buffer, one of its elements or a slice), moved `offset` elements
+    along its last dimension. `access_type` ("r", "w" or "rw") and the extents say how much is
+    read or written from there; they are checked, not needed."""
+    what = "T.access_ptr"
+    _device(what)
+    if access_type not in ("r", "w", "rw"):
+        raise TileError(f"{what}: access_type is 'r', 'w' or 'rw', got {access_type!r}",
+                        current_span())
+    if isinstance(base, Buffer):
+        load = BufferLoad(base, tuple(ex.const(0) for _ in base.shape))
+    elif isinstance(base, BufferRegion):
+        load = BufferLoad(base.buffer, tuple(base.starts))
+    elif isinstance(base, BufferLoad):
+        load = base
+    else:
+        raise TileError(f"{what} takes a buffer, one of its elements or a slice of it, got "
+                        f"{type(base).__name__}", current_span())
+    for n in (*extents, extent):
+        if n is not None and not (isinstance(n, Expr) or is_python_number(n)):
+            raise TileError(f"{what}: an extent is a number of elements, got "
+                            f"{type(n).__name__}", current_span())
+    if not (isinstance(offset, Expr) or is_python_number(offset)):
+        raise TileError(f"{what}: offset is a number of elements, got {type(offset).__name__}",
+                        current_span())
+    if not (is_python_number(offset) and offset == 0):
+        *head, last = load.indices
+        load = BufferLoad(load.buffer, (*head, last + offset))
+    return ex.Call("address_of", (load,), dt.handle, current_span())
+
+
+def import_source(source: str):
+    """C / CUDA source put in the kernel's module ahead of its kernels: the device functions
+    T.call_extern calls. The interpreter and the emulator take Python implementations
+    (tilecraft.register_extern) instead."""
+    what = "T.import_source"
+    bld.active(what)
+    if not isinstance(source, str):
+        raise TileError(f"{what} takes the source text, got {type(source).__name__}",
+                        current_span())
+    bld.emit(Evaluate(ex.Call(IMPORT_SOURCE_CALL, (source,), dt.handle, current_span()),
+                      current_span()), what)
 
 
 def print(obj=None, msg=""):  # noqa: A001

@@ -22,7 +22,6 @@ _TILELANG = {
     # program structure and allocation
     "StridedTensor": "a global buffer with explicit strides",
     "ptr": "a raw pointer parameter", "make_tensor": "a buffer made from a pointer",
-    "import_source": "C source injected into the kernel",
     "alloc_reducer": "a reducer buffer",
     "alloc_tmem": "Blackwell tensor memory", "alloc_descriptor": "a wgmma / tcgen05 descriptor",
     "alloc_cluster_barrier": "a cluster-scope mbarrier",
@@ -49,7 +48,7 @@ _TILELANG = {
     "annotate_ws_schedule": "a user warp-specialization schedule",
     "ws_op": "a user warp-specialization op",
     # scalar and TIR-level operations
-    "call_intrin": "a TVM intrinsic call", "access_ptr": "a buffer access pointer",
+    "call_intrin": "a TVM intrinsic call",
     "__exp": "fast-math exp", "__log": "fast-math log", "__log2": "fast-math log2",
     "__sin": "fast-math sin", "__cos": "fast-math cos", "fast_rcp": "a fast reciprocal",
     "ieee_add": "an add with a rounding mode", "ieee_mul": "a multiply with a rounding mode",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import sysconfig
 import traceback
 import types
 
@@ -72,9 +73,22 @@ def _innermost_in(tb, parts) -> bool:
     return bool(frames) and any(part in frames[-1].filename for part in parts)
 
 
+_LIBRARIES = tuple(os.path.realpath(p) + os.sep for p in {
+    sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"],
+    sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+
+
 def _innermost_in_tilecraft(tb) -> bool:
-    frames = traceback.extract_tb(tb)
-    return bool(frames) and in_tilecraft(frames[-1].filename)
+    """The innermost frame outside Python's and third-party libraries is tilecraft's: an
+    exception raised in the standard library on tilecraft's behalf (a TypeError of
+    dataclasses.fields) is tilecraft's failure, not the script's."""
+    for frame in reversed(traceback.extract_tb(tb)):
+        if in_tilecraft(frame.filename):
+            return True
+        if not os.path.realpath(frame.filename).startswith(_LIBRARIES) and \
+                not frame.filename.startswith("<frozen "):
+            return False
+    return False
 
 
 def _missing_from_message(message: str) -> str | None:

@@ -24,7 +24,8 @@ from ....ir.buffer import GLOBAL, LOCAL, LOCAL_VAR, Buffer, is_shared
 from ....ir.expr import Binary, BufferLoad, Call, Cast, Const, Select, Unary, Var
 from ....ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel,
                        PrimFunc, SeqStmt)
-from ....ir.annotations import (CLUSTER_DIMS, MIN_BLOCKS_PER_SM, PERSISTENT_BLOCKS,
+from ....ir.visitor import walk
+from ....ir.annotations import (IMPORT_SOURCE_CALL, CLUSTER_DIMS, MIN_BLOCKS_PER_SM, PERSISTENT_BLOCKS,
                                 PRODUCER_THREADS, SMEM_ARENA, TENSOR_MAPS, USE_SWIZZLE,
                                 WARPGROUP_THREAD)
 from ..intrinsics import (BIASED_INT_TO_FLOAT, BIASED_INT_TO_HALF, BIT_CAST, CVT, MAX, MIN,
@@ -94,7 +95,6 @@ def kernel_signature(func: PrimFunc) -> list:
 
 def workspaces(func: PrimFunc) -> list:
     """The global buffers the program's kernels allocate (T.alloc_global), in order."""
-    from ....ir.visitor import walk
     return [n.buffer for n in walk(func.body)
             if isinstance(n, Allocate) and n.buffer.scope == GLOBAL]
 
@@ -367,7 +367,8 @@ class CudaEmitter:
             target = f"{self.name(s.buffer)}[{self.flat_index(s.buffer, s.indices)}]"
             self.emit(depth, f"{target} = {self.expr(s.value)};", s.span)
         elif isinstance(s, Evaluate):
-            self.emit(depth, f"{self.expr(s.value)};", s.span)
+            if getattr(s.value, "name", None) != IMPORT_SOURCE_CALL:  # emit_cuda placed it
+                self.emit(depth, f"{self.expr(s.value)};", s.span)
         elif isinstance(s, Allocate):
             self.allocate(s, depth)
         else:
@@ -538,6 +539,9 @@ def emit_cuda(func: PrimFunc) -> tuple[str, list[str]]:
     """CUDA source for every launch of func, and the kernels' names in launch order."""
     em = CudaEmitter(func)
     em.lines.append(PRELUDE)
+    imported = [n.args[0] for k in func.kernels() for n in walk(k.body)
+                if isinstance(n, Call) and n.name == IMPORT_SOURCE_CALL]
+    em.lines.extend(dict.fromkeys(imported))   # each text once, in program order
     names = []
     for i, k in enumerate(func.kernels()):
         names.append(em.kernel(k, i))

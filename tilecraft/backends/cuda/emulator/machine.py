@@ -33,7 +33,7 @@ from .bulk_stores import BulkStores
 from .copies import AsyncCopies
 from .hopper import WARPGROUP, Hopper
 from .memory import BlockMemory, Pointer
-from ....ir.annotations import (PERSISTENT_BLOCKS, PRODUCER_THREADS, SMEM_BYTES, USE_SWIZZLE,
+from ....ir.annotations import (IMPORT_SOURCE_CALL, PERSISTENT_BLOCKS, PRODUCER_THREADS, SMEM_BYTES, USE_SWIZZLE,
                                 WARPGROUP_THREAD)
 from ..intrinsics import (NAMED_BARRIER_SYNC, NAMESPACE, SYNCWARP, TMA_LOADS,
                           TMA_STORES, WGMMA_ISSUES, is_call_to)
@@ -268,7 +268,8 @@ class BlockMachine:
         self.mem.store(s.buffer, idx, value, self.lanes, self.span)
 
     def exec_Evaluate(self, s: Evaluate):
-        self.ev.eval(s.value, self.mask)
+        if getattr(s.value, "name", None) != IMPORT_SOURCE_CALL:
+            self.ev.eval(s.value, self.mask)
 
     def exec_Allocate(self, s: Allocate):
         self.mem.allocate(s.buffer, s.span, None if self.mask is None else self.lanes)

@@ -27,8 +27,8 @@ def children(e) -> tuple:
         return (e.cond, e.a, e.b)
     if isinstance(e, BufferLoad):
         return e.indices
-    if isinstance(e, Call):
-        return e.args
+    if isinstance(e, Call):   # less its text arguments (T.call_extern's function name)
+        return tuple(a for a in e.args if not isinstance(a, str))
     return ()
 
 
