@@ -1,6 +1,7 @@
 """TVM's cross-thread reduction as TileLang's dequantizing GEMVs write it (T.attr with a
-T.comm_reducer around T.tvm_thread_allreduce), on the interpreter and the sm_80 emulator
-against numpy, compiled for sm_90a; what it cannot do is refused at the user's line."""
+T.comm_reducer around T.tvm_thread_allreduce), within a warp by shuffles and across warps
+through shared memory, on the interpreter and the emulators against numpy, compiled for
+sm_80 and sm_90a; what it cannot do is refused at the user's line."""
 import numpy as np
 import pytest
 
@@ -95,7 +96,7 @@ def test_reduction_over_threadidx_y():
 @pytest.mark.skipif(not has_nvcc(), reason="nvcc is not installed")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_allreduce_kernels_compile(arch):
-    for func in (gemv_allreduce(16, 512), column_max()):
+    for func in (gemv_allreduce(16, 512), column_max(), splitk_over_y(), whole_block_max()):
         assert tilecraft.compile(func, target=arch).n_regs > 0
 
 
@@ -112,17 +113,53 @@ def test_allreduce_without_its_reducer():
     expect(program, "T.tvm_thread_allreduce needs its reducer", "T.tvm_thread_allreduce(")
 
 
-def test_allreduce_across_warps_is_not_supported_yet():
-    def program():
-        @T.prim_func
-        def main(A: T.Tensor((64,), "float32")):
-            with T.Kernel(1, threads=64) as bx:
-                tx = T.get_thread_binding()
-                r = T.alloc_local((1,), "float32")
-                with T.attr(T.comm_reducer(lambda x, y: x + y, [0.0]), "reduce_scope", 0):
-                    T.evaluate(T.tvm_thread_allreduce(1, A[tx], True, r[0], tx))  # <- here
-    expect(program, "T.tvm_thread_allreduce over threadIdx.x (64 threads, 1 apart) is not "
-           "supported yet", "T.tvm_thread_allreduce(")
+def splitk_over_y(N=6, K=96, block_n=2, reduce_threads=32):
+    """TileLang's split-K gemv with threads=(BLOCK_N, reduce_threads): the reduced index is
+    threadIdx.y, its 32 threads 2 apart over two warps; they meet in shared memory."""
+    @T.prim_func
+    def main(A: T.Tensor((K,), "float16"), B: T.Tensor((N, K), "float16"),
+             C: T.Tensor((N,), "float32")):
+        with T.Kernel(T.ceildiv(N, block_n), threads=(block_n, reduce_threads)) as bn:
+            tn, tk = T.get_thread_binding(0), T.get_thread_binding(1)
+            acc = T.alloc_local((1,), "float32")
+            red = T.alloc_local((1,), "float32")
+            T.clear(acc)
+            for bk in T.serial(T.ceildiv(K, reduce_threads)):
+                acc[0] += A[bk * reduce_threads + tk].astype("float32") * \
+                    B[bn * block_n + tn, bk * reduce_threads + tk].astype("float32")
+            with T.attr(T.comm_reducer(lambda x, y: x + y, [T.cast(0, "float32")]),
+                        "reduce_scope", T.reinterpret(T.uint64(0), dtype="handle")):
+                T.evaluate(T.tvm_thread_allreduce(T.uint32(1), acc[0], True, red[0], tk,
+                                                  dtype="handle"))
+            if tk == 0:
+                C[bn * block_n + tn] = red[0]
+    return main
+
+
+def whole_block_max(n=96):
+    """A max over 96 threads: three warps, not a power of two."""
+    @T.prim_func
+    def main(A: T.Tensor((n,), "float32"), M: T.Tensor((n,), "float32")):
+        with T.Kernel(1, threads=n) as bx:
+            tx = T.get_thread_binding()
+            r = T.alloc_local((1,), "float32")
+            with T.attr(T.comm_reducer(lambda x, y: T.max(x, y), [-T.infinity("float32")]),
+                        "reduce_scope", 0):
+                T.evaluate(T.tvm_thread_allreduce(1, A[tx], True, r[0], tx))
+            M[tx] = r[0]
+    return main
+
+
+def test_allreduce_across_warps_meets_in_shared_memory():
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal(96).astype(np.float16)
+    b = rng.standard_normal((6, 96)).astype(np.float16)
+    want = b.astype(np.float64) @ a.astype(np.float64)
+    for got in on_all(splitk_over_y(), a, b):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    x = rng.standard_normal(96).astype(np.float32)
+    for got in on_all(whole_block_max(), x):
+        np.testing.assert_array_equal(got, np.full(96, x.max(), np.float32))
 
 
 def test_other_attributes_are_not_supported_yet():

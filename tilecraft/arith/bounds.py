@@ -17,7 +17,19 @@ INF = float("inf")
 
 
 def bound_of(e, var_bounds: dict) -> tuple:
-    """Inclusive (lo, hi) of an integer expression; var_bounds maps id(var) -> (lo, hi)."""
+    """Inclusive (lo, hi) of an integer expression; var_bounds maps id(var) -> (lo, hi). An
+    integer type narrower than int wraps: where the arithmetic may leave its range (a uint16
+    plus 300), the value can be anything the type holds."""
+    lo, hi = _bound(e, var_bounds)
+    d = getattr(e, "dtype", None)
+    if d is not None and d.is_int and d.bits <= 16:
+        whole = _dtype_range(d)
+        if lo < whole[0] or hi > whole[1]:
+            return whole
+    return (lo, hi)
+
+
+def _bound(e, var_bounds: dict) -> tuple:
     if isinstance(e, int):
         return (e, e)
     if isinstance(e, Const):
@@ -88,8 +100,8 @@ def _floordiv(x, d):
 
 def simplify(e, var_bounds: dict | None = None):
     """Linear normal form plus range-aware floordiv / floormod elimination (integers only)."""
-    if not isinstance(e, Expr) or not e.dtype.is_int:
-        return e
+    if not isinstance(e, Expr) or not e.dtype.is_int or e.dtype.bits < 32:
+        return e    # (the normal form reassociates, which a type that wraps does not allow)
     var_bounds = var_bounds or {}
     return linear_simplify(_rewrite(e, var_bounds))
 

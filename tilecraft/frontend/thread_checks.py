@@ -13,7 +13,7 @@ cannot be written with a value that differs between threads either.
 from __future__ import annotations
 
 from ..errors import TileError
-from ..ir.buffer import FRAGMENT, BufferRegion
+from ..ir.buffer import FRAGMENT, LOCAL, BufferRegion
 from ..ir.printer import expr_text
 from ..ir.stmt import BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt
 from ..ir.expr import BufferLoad
@@ -25,7 +25,50 @@ from ..ir.visitor import walk
 def check_thread_uses(kernel: Kernel):
     tv = ThreadVarying(kernel)
     if tv.per_thread:
+        if _keep_per_thread(kernel, tv):
+            tv = ThreadVarying(kernel)
         _Checker(tv).stmt(kernel.body, None)
+
+
+def _keep_per_thread(kernel: Kernel, tv: ThreadVarying) -> bool:
+    """A fragment that no T.Parallel nest or block-wide tile op touches, written by per-thread
+    code with values that differ between threads (`prefetch[r] = Indices[..., tx // 8]` in a
+    producer's branch), is per-thread storage: it becomes a T.alloc_local, each thread holding
+    its own copy, as it would otherwise have to be refused. True when one did."""
+    shared_out = {id(b) for n in walk(kernel.body)
+                  if (isinstance(n, For) and n.kind == "parallel") or
+                  (isinstance(n, TileOp) and not is_per_thread_op(n))
+                  for b in _fragments_in(n)}
+    per_thread = {}
+
+    def visit(s, divergent):
+        if isinstance(s, SeqStmt):
+            for x in s.stmts:
+                visit(x, divergent)
+        elif isinstance(s, (IfThenElse, For)) and not (isinstance(s, For) and
+                                                       s.kind == "parallel"):
+            inner = divergent or tv.condition(s)
+            for body in (s.then_body, s.else_body) if isinstance(s, IfThenElse) else (s.body,):
+                if body is not None:
+                    visit(body, inner)
+        elif isinstance(s, BufferStore) and s.buffer.scope == FRAGMENT and \
+                id(s.buffer) not in shared_out and (divergent or tv.statement(s)):
+            per_thread[id(s.buffer)] = s.buffer
+
+    visit(kernel.body, False)
+    for b in per_thread.values():
+        b.scope = LOCAL
+    return bool(per_thread)
+
+
+def _fragments_in(node):
+    for n in walk(node):
+        if isinstance(n, (BufferLoad, BufferStore)) and n.buffer.scope == FRAGMENT:
+            yield n.buffer
+        elif isinstance(n, TileOp):
+            for b in list(n.reads()) + list(n.writes()):
+                if b.scope == FRAGMENT:
+                    yield b
 
 
 class _Checker:

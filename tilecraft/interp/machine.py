@@ -12,8 +12,10 @@ import itertools
 import numpy as np
 
 from ..errors import TileError
-from ..ir.annotations import (IMPORT_SOURCE_CALL, MANUAL_BARRIER_CALLS, MBARRIER_ARRIVE_CALL, MBARRIER_INIT_CALL,
-                              WARPGROUP_THREADS, WS_REGION)
+from ..ir.annotations import (CP_ASYNC_ARRIVE_CALL, FENCE_PROXY_ASYNC, IMPORT_SOURCE_CALL,
+                              MANUAL_BARRIER_CALLS, MBARRIER_ARRIVE_CALL, MBARRIER_INIT_CALL,
+                              PTX_COMMIT_CALL, PTX_CP_ASYNC_CALL, PTX_WAIT_CALL,
+                              SET_MAX_NREG_CALL, WARPGROUP_THREADS, WS_REGION)
 from ..ir.buffer import GLOBAL, Buffer, BufferRegion
 from ..ir.expr import Call
 from ..ir.stmt import (Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt)
@@ -169,7 +171,7 @@ class Machine:
         key = (id(load.buffer), int(self.scalar(load.indices[0])))
         if call.name == MBARRIER_INIT_CALL:
             self.mbarriers.init(key, self.scalar(call.args[1]), load.buffer.name)
-        elif call.name == MBARRIER_ARRIVE_CALL:
+        elif call.name in (MBARRIER_ARRIVE_CALL, CP_ASYNC_ARRIVE_CALL):   # copies are done
             threads = self.region_threads or self.current_kernel.num_threads
             self.mbarriers.arrive(key, threads, call.span)
         else:
@@ -183,6 +185,8 @@ class Machine:
                 self.exec(s.then_body, mask)
             finally:
                 self.region_threads = outer
+            if s.else_body is not None:   # the chain's next region (other warpgroups)
+                self.exec(s.else_body, mask)
             return
         c = np.asarray(self.ev.eval(s.cond, mask), dtype=bool)
         if c.ndim == 0 and mask is None:
@@ -229,11 +233,33 @@ class Machine:
 
     def exec_Evaluate(self, s: Evaluate, mask):
         name = getattr(s.value, "name", None)
-        if name in BARRIERS or name == IMPORT_SOURCE_CALL:
+        if name in BARRIERS or name in (IMPORT_SOURCE_CALL, SET_MAX_NREG_CALL, FENCE_PROXY_ASYNC):
             return   # every thread runs each statement together: there is nothing to wait for
         if name in MANUAL_BARRIER_CALLS:
             return self.mbarrier_call(s.value)
+        if name == PTX_CP_ASYNC_CALL:
+            return self.ptx_cp_async(s.value, mask)
+        if name in (PTX_COMMIT_CALL, PTX_WAIT_CALL):
+            return   # the copies were made when issued: nothing is in flight
         self.ev.eval(s.value, mask)
+
+    def ptx_cp_async(self, call, mask):
+        """T.ptx_cp_async, made at once: each thread's (or the block's one) copy of `size`
+        bytes, zeros where its predicate is false."""
+        dst, src, pred = (self.ev.eval(a, mask) for a in (call.args[0], call.args[1],
+                                                          call.args[3]))
+        dsts = list(dst) if isinstance(dst, ThreadPointers) else [dst]
+        srcs = list(src) if isinstance(src, ThreadPointers) else [src]
+        count = max(len(dsts), len(srcs))
+        live = self.threads.live(mask) if self.threads is not None and \
+            count == self.threads.T else np.ones(count, bool)
+        preds = np.broadcast_to(np.asarray(pred, bool).reshape(-1), (count,)) \
+            if np.size(pred) in (1, count) else np.ones(count, bool)
+        n = int(call.args[2].value) * 8 // call.args[0].args[0].buffer.dtype.bits
+        for t in np.nonzero(live)[0]:
+            d = dsts[t if len(dsts) > 1 else 0]
+            s = srcs[t if len(srcs) > 1 else 0]
+            d.write(s.read(n) if preds[t] else np.zeros(n, d.flat.dtype))
 
     # --- regions ----------------------------------------------------------------
     def region_box(self, r: BufferRegion):

@@ -131,14 +131,23 @@ WS_REGION = "tl.ws"
 MBARRIER_INIT_CALL = "tl.mbarrier_init"
 MBARRIER_ARRIVE_CALL = "tl.mbarrier_arrive"
 MBARRIER_WAIT_CALL = "tl.mbarrier_wait_parity"
-MANUAL_BARRIER_CALLS = (MBARRIER_INIT_CALL, MBARRIER_ARRIVE_CALL, MBARRIER_WAIT_CALL)
+# T.cp_async_barrier_noinc: each thread arrives once its earlier T.ptx_cp_async copies landed.
+CP_ASYNC_ARRIVE_CALL = "tl.cp_async_barrier_noinc"
+MANUAL_BARRIER_CALLS = (MBARRIER_INIT_CALL, MBARRIER_ARRIVE_CALL, MBARRIER_WAIT_CALL,
+                        CP_ASYNC_ARRIVE_CALL)
+# T.ptx_cp_async(dst, src, bytes, pred) and its groups: cp.async written by hand.
+PTX_CP_ASYNC_CALL, PTX_COMMIT_CALL, PTX_WAIT_CALL = \
+    "ptx_cp_async", "ptx_commit_group", "ptx_wait_group"
 TMA_COPY_BARRIER = "tma_copy_barrier"
+SET_MAX_NREG_CALL = "tl.set_max_nreg"   # T.set_max_nreg(count, is_inc) in a region
 MANUAL_WARPGROUPS = "manual_warpgroups"
 
 # T.import_source(text): C source the CUDA module holds ahead of its kernels (functions that
 # T.call_extern calls); the statement itself does nothing where it stands.
 IMPORT_SOURCE_CALL = "tl.import_source"
 
+# fence.proxy.async: ordinary shared-memory writes before async-proxy (TMA, wgmma) reads of them.
+FENCE_PROXY_ASYNC = "tc::fence_proxy_async_shared"
 BLOCK_BARRIER = "tc::syncthreads"       # every thread of the block waits for every other
 WARPGROUP_INDEX = "tc::warpgroup_index"  # which 128-thread warpgroup runs this thread
 WARPGROUP_THREADS = 128                  # the threads of a warpgroup (what T.ws(g) names)

@@ -12,7 +12,7 @@ from .allocate import (alloc_shared, alloc_fragment, alloc_local, alloc_var, all
                        alloc_buffer)
 from .tileops import (copy, gemm, reduce_max, reduce_min, reduce_sum, reduce_abssum,
                       reduce_absmax, cumsum, fill, clear, atomic_add, atomic_max, atomic_min,
-                      atomic_addx2, atomic_addx4)
+                      atomic_addx2, atomic_addx4, wgmma_gemm, wait_wgmma)
 from .math import (exp, exp2, exp10, log, log2, log10, log1p, sqrt, rsqrt, sin, cos, tan, tanh,
                    sigmoid, erf, floor, ceil, round, trunc, isnan, isinf, isfinite, abs, pow,
                    fmod, max, min, clamp, ceildiv,
@@ -23,7 +23,7 @@ from .math import (exp, exp2, exp10, log, log2, log10, log1p, sqrt, rsqrt, sin, 
 from .math import reinterpret
 from .annotate import annotate_layout, use_swizzle
 from .layouts import Layout, Fragment
-from .registers import (disable_warp_group_reg_alloc, no_set_max_nreg,
+from .registers import (disable_warp_group_reg_alloc, no_set_max_nreg, set_max_nreg,
                         annotate_producer_reg_dealloc, annotate_consumer_reg_alloc,
                         annotate_min_blocks_per_sm)
 from .threads import (get_thread_binding, get_thread_bindings, get_thread_extent,
@@ -31,12 +31,13 @@ from .threads import (get_thread_binding, get_thread_bindings, get_thread_extent
                       get_block_extent, get_block_extents, thread_binding)
 from .warp import (sync_threads, sync_warp, shfl_xor, shfl_down, shfl_up, shfl_sync,
                    warp_reduce_sum, warp_reduce_max, warp_reduce_min, get_lane_idx,
-                   get_warp_idx, get_warp_idx_sync, get_warp_group_idx)
+                   get_warp_idx, get_warp_idx_sync, get_warp_group_idx, fence_proxy_async)
 from .im2col import c2d_im2col, im2col
 from .views import reshape, view
 from .allreduce import attr, comm_reducer, tvm_thread_allreduce
 from .warp_specialize import (alloc_barrier, barrier_arrive, barrier_wait, mbarrier_arrive,
-                              mbarrier_wait_parity, tma_copy, ws)
+                              mbarrier_wait_parity, tma_copy, ws, ptx_cp_async,
+                              cp_async_barrier_noinc, ptx_commit_group, ptx_wait_group)
 from .unsupported import not_supported_yet as __getattr__  # TileLang's other names: TileError
 from .eager import const, empty, annotate_pass_configs, annotate_compile_flags
 

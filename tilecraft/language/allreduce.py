@@ -6,18 +6,22 @@
                                           dtype="handle"))
 
 combines `acc[0]` of the threads that differ only in the thread indices listed (kr) and leaves
-the result in `red[0]` of each of them. Here it is an xor butterfly of T.shfl_xor steps, one per
-bit of the listed indices' lanes: it needs them to be power-of-two extents whose threads lie in
-one warp (threadIdx.x up to 32 threads, or a small y beneath it); wider reductions, several
-values at once and a condition other than True are refused.
+the result in `red[0]` of each of them. Where those threads are power-of-two groups within one
+warp (threadIdx.x up to 32 threads, or a small y beneath it) it is an xor butterfly of
+T.shfl_xor steps, one per bit of their lanes; otherwise (threadIdx.y over 32 threads of 2
+apart) the values meet in shared memory. Several values at once and a condition other than
+True are refused.
 """
 from __future__ import annotations
+
+import math
 
 from ..errors import TileError, current_span
 from ..frontend import builder as bld
 from ..frontend.frames import AttrFrame
-from ..ir.expr import BufferLoad, Const, cast
-from ..ir.stmt import BufferStore
+from ..ir import dtypes as dt
+from ..ir.expr import BufferLoad, Const, Var, cast, convert
+from ..ir.stmt import BufferStore, For
 from ..ir.thread_varying import is_local
 from .warp import WARP_SIZE, shfl_xor
 
@@ -74,8 +78,13 @@ def tvm_thread_allreduce(*args, dtype="handle"):
     def step(v):   # each step's value goes through the result: one shuffle per step
         b.emit(BufferStore(result.buffer, result.indices, cast(v, result.dtype),
                            current_span()))
+    reduced = _reduced_dims(what, b.kernel, indices)
+    masks = _lane_masks(b.kernel, reduced)
+    if masks is None:
+        _through_shared(b, reducer, value, result, reduced)
+        return bld.EMITTED
     step(value)
-    for mask in _lane_masks(what, b.kernel, indices):
+    for mask in masks:
         step(reducer.combiner(result, shfl_xor(result, mask)))
     return bld.EMITTED   # T.evaluate(...) around it has nothing left to do
 
@@ -84,25 +93,60 @@ def _value(x):
     return x.value if isinstance(x, Const) else x
 
 
-def _lane_masks(what: str, frame, indices) -> list:
-    """The xor masks of a butterfly over the listed thread indices (each index's lanes)."""
-    masks = []
+def _reduced_dims(what: str, frame, indices) -> list:
+    """The thread dimensions the listed indices are."""
+    dims = []
     for v in indices:
-        dims = [d for d in range(len(frame.threads)) if frame.thread_vars[d] is v]
-        if not dims:
+        found = [d for d in range(len(frame.threads)) if frame.thread_vars[d] is v]
+        if not found:
             raise TileError(f"{what}: {v!r} is not a thread index of this T.Kernel "
                             "(T.get_thread_binding)", current_span())
-        d = dims[0]
-        stride = 1
-        for e in frame.threads[:d]:
-            stride *= e
-        extent = frame.threads[d]
+        dims.append(found[0])
+    return dims
+
+
+def _stride(frame, d) -> int:
+    return math.prod(frame.threads[:d])
+
+
+def _lane_masks(frame, dims) -> list | None:
+    """The xor masks of a butterfly over the reduced thread dimensions (each one's lanes);
+    None where their threads are not power-of-two groups within one warp."""
+    masks = []
+    for d in dims:
+        stride, extent = _stride(frame, d), frame.threads[d]
         if extent & (extent - 1) or stride & (stride - 1) or stride * extent > WARP_SIZE:
-            raise TileError(f"{what} over threadIdx.{'xyz'[d]} ({extent} threads, {stride} "
-                            "apart) is not supported yet: the reduced threads must be a "
-                            f"power of two within one warp of {WARP_SIZE}", current_span())
+            return None
         step = stride
         while step < stride * extent:
             masks.append(step)
             step *= 2
     return sorted(masks, reverse=True)
+
+
+def _through_shared(b, reducer, value, result, dims):
+    """A reduction over threads of several warps (or not a power of two of them): each thread
+    puts its value in a shared slot, and each combines its group's slots in order (the
+    barriers between are insert_barriers'). The result is the same in every thread of the
+    group, as the butterfly's."""
+    from .allocate import alloc_shared
+    frame = b.kernel
+    span = current_span()
+    scratch = alloc_shared((frame.num_threads,), result.dtype)
+    index = [frame.thread_binding(d) for d in range(len(frame.threads))]
+    flat = sum((index[d] * _stride(frame, d) for d in range(len(frame.threads))), convert(0))
+    base = flat - sum((index[d] * _stride(frame, d) for d in dims), convert(0))
+    b.emit(BufferStore(scratch, (flat,), cast(convert(value), result.dtype), span))
+    identity = reducer.identity
+    identity = identity[0] if isinstance(identity, (list, tuple)) else identity
+    b.emit(BufferStore(result.buffer, result.indices, cast(convert(identity), result.dtype),
+                       span))
+    k = Var("k_reduce", dt.int32, span)
+    offset, below = convert(0), 1
+    for d in dims:
+        offset = offset + (k // below) % frame.threads[d] * _stride(frame, d)
+        below *= frame.threads[d]
+    member = BufferLoad(scratch, (base + offset,))
+    body = BufferStore(result.buffer, result.indices,
+                       cast(reducer.combiner(result, member), result.dtype), span)
+    b.emit(For(k, convert(0), convert(below), "serial", body, span=span))

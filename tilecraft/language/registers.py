@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from ..errors import TileError, current_span
 from ..frontend import builder as bld
+from ..ir import dtypes as dt
 from ..ir.annotations import (CONSUMER_REGISTER_COUNT, MIN_BLOCKS_PER_SM,
-                              PRODUCER_REGISTER_COUNT, REGISTER_REALLOC)
+                              PRODUCER_REGISTER_COUNT, REGISTER_REALLOC, SET_MAX_NREG_CALL)
+from ..ir.expr import Call, const
+from ..ir.stmt import Evaluate
 
 
 def _set(what: str, key: str, value):
@@ -63,3 +66,17 @@ def annotate_min_blocks_per_sm(n: int):
     _set(what, MIN_BLOCKS_PER_SM, n)
     if n > 1:
         _set(what, REGISTER_REALLOC, False)
+
+
+def set_max_nreg(reg_count: int, is_inc: int):
+    """setmaxnreg in a warp-specialized kernel written by hand (sm_90a): the warpgroup running
+    it raises (is_inc=1) or lowers (is_inc=0) its threads' registers to reg_count, as the first
+    statement of its role's branch (`if tx < 128:` / `T.ws(g)`)."""
+    what = "T.set_max_nreg"
+    b = bld.active(what)
+    count = _count(what, reg_count)
+    if is_inc not in (0, 1, True, False):
+        raise TileError(f"{what}: is_inc is 1 (raise the count) or 0 (lower it), got {is_inc!r}",
+                        current_span())
+    b.emit(Evaluate(Call(SET_MAX_NREG_CALL, (const(count), const(int(is_inc))), dt.handle,
+                         current_span()), current_span()))

@@ -8,7 +8,7 @@ from ..ir import tileop as top
 from ..ir.buffer import (FRAGMENT, GLOBAL, LOCAL, LOCAL_VAR, Buffer, BufferRegion, is_shared,
                          region_of)
 from ..ir.expr import BufferLoad, Expr, cast, convert, is_python_number
-from ..ir.stmt import BufferStore
+from ..ir.stmt import BufferStore, IfThenElse
 
 
 def _operand(what: str, role: str, x) -> BufferRegion | BufferLoad:
@@ -190,8 +190,29 @@ def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=top.GemmWarpPolic
                         current_span())
     if not isinstance(k_pack, int) or k_pack < 1:
         raise TileError(f"{what}: k_pack must be a positive int, got {k_pack!r}", current_span())
+    if isinstance(clear_accum, Expr):
+        # Decided when the kernel runs (`clear_accum=(j == 0)` in an unrolled loop): the
+        # accumulator is zeroed under that condition, then accumulated into.
+        zero = top.Fill(c, cast(convert(0, c.dtype), c.dtype), current_span())
+        bld.emit(IfThenElse(clear_accum, zero, None, current_span()), what)
+        clear_accum = False
     bld.emit(top.Gemm(a, bb, c, bool(transpose_A), bool(transpose_B), policy, bool(clear_accum),
                       k_pack, wg_wait, span=current_span()), what)
+
+
+def wgmma_gemm(A, B, C, transpose_A=False, transpose_B=False, policy=top.GemmWarpPolicy.Square,
+               clear_accum=False, k_pack=1, wg_wait=0):
+    """TileLang's explicitly asynchronous gemm: here it is T.gemm, whose tensor-core work is
+    complete when the next statement runs, so a later T.wait_wgmma has nothing to wait for."""
+    gemm(A, B, C, transpose_A, transpose_B, policy, clear_accum, k_pack, wg_wait)
+
+
+def wait_wgmma(id: int = 0):  # noqa: A002  (TileLang's name)
+    """Wait for the T.wgmma_gemm issued before: they have completed already (see wgmma_gemm)."""
+    bld.active("T.wait_wgmma")
+    if not isinstance(id, int) or isinstance(id, bool) or id < 0:
+        raise TileError(f"T.wait_wgmma takes a count of gemms left in flight (an int >= 0), "
+                        f"got {id!r}", current_span())
 
 
 def _reduce(kind: str, buffer, out, dim: int, clear: bool):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..errors import TileError, current_span
 from ..frontend import builder as bld
 from ..ir import dtypes as dt
-from ..ir.annotations import BLOCK_BARRIER
+from ..ir.annotations import BLOCK_BARRIER, FENCE_PROXY_ASYNC
 from ..ir.buffer import FRAGMENT, Buffer, BufferRegion
 from ..ir.expr import BufferLoad, Call, Expr, convert, is_python_number
 from ..ir.linear import constant_value
@@ -207,6 +207,14 @@ def sync_threads(barrier_id=None, arrive_count=None):
                         f"{count} of the {total} threads needs barrier_id 1..15",
                         current_span())
     return Call("sync_threads", (convert(bid), convert(count)), dt.handle, current_span())
+
+
+def fence_proxy_async():
+    """fence.proxy.async: this thread's ordinary writes to shared memory are ordered before
+    the TMA stores and wgmma reads issued after it (put a barrier after it where other
+    threads issue them). Before sm_90 there is no async proxy, and nothing to order."""
+    _frame("T.fence_proxy_async")
+    return Call(FENCE_PROXY_ASYNC, (), dt.handle, current_span())
 
 
 def sync_warp(mask=None):

@@ -21,8 +21,9 @@ from ..errors import TileError, current_span
 from ..frontend import builder as bld
 from ..frontend.frames import WarpGroupFrame
 from ..ir import dtypes as dt
-from ..ir.annotations import (MBARRIER_ARRIVE_CALL, MBARRIER_INIT_CALL, MBARRIER_WAIT_CALL,
-                              TMA_COPY_BARRIER)
+from ..ir.annotations import (CP_ASYNC_ARRIVE_CALL, MBARRIER_ARRIVE_CALL, MBARRIER_INIT_CALL,
+                              MBARRIER_WAIT_CALL, PTX_COMMIT_CALL, PTX_CP_ASYNC_CALL,
+                              PTX_WAIT_CALL, TMA_COPY_BARRIER)
 from ..ir.buffer import GLOBAL, SHARED, Buffer, is_shared
 from ..ir.expr import BufferLoad, Call, Expr, const, convert, is_python_number
 from ..ir.stmt import Allocate, Evaluate
@@ -109,6 +110,57 @@ def tma_copy(src, dst, barrier=None):
     bld.emit(top.Copy(s, d, {TMA_COPY_BARRIER: mbar}, current_span()), what)
 
 
+def ptx_cp_async(dst, src, num_elems, predicate=None):
+    """cp.async written by hand: num_elems elements (4, 8 or 16 bytes) from global memory at
+    src to shared memory at dst (T.access_ptr / T.address_of of each), asynchronously; where
+    predicate is false the destination is zero-filled. Wait with T.ptx_commit_group +
+    T.ptx_wait_group, or signal an mbarrier with T.cp_async_barrier_noinc."""
+    what = "T.ptx_cp_async"
+    bld.active(what)
+    ends = []
+    for role, p, scope in (("destination", dst, "shared"), ("source", src, "global")):
+        if not (isinstance(p, Call) and p.name == "address_of"):
+            raise TileError(f"{what}: the {role} is a pointer from T.access_ptr or "
+                            f"T.address_of, got {type(p).__name__}", current_span())
+        buf = p.args[0].buffer
+        if (scope == "shared") != is_shared(buf.scope) or \
+                (scope == "global") != (buf.scope == GLOBAL):
+            raise TileError(f"{what}: the {role} must be in {scope} memory, but "
+                            f"{buf.name} is {buf.scope}", current_span())
+        ends.append(buf)
+    if not isinstance(num_elems, int) or isinstance(num_elems, bool):
+        raise TileError(f"{what}: num_elems must be an int known when the kernel is written, "
+                        f"got {num_elems!r}", current_span())
+    size = num_elems * ends[0].dtype.bits // 8
+    if size not in (4, 8, 16) or ends[0].dtype.bits != ends[1].dtype.bits:
+        raise TileError(f"{what}: {num_elems} x {ends[0].dtype} is {size} bytes; cp.async "
+                        "copies 4, 8 or 16 bytes between buffers of one element size",
+                        current_span())
+    pred = const(True) if predicate is None else convert(predicate)
+    _emit_call(what, PTX_CP_ASYNC_CALL, (dst, src, const(size), pred))
+
+
+def cp_async_barrier_noinc(barrier):
+    """Each thread running it arrives on the mbarrier once the T.ptx_cp_async copies it issued
+    before have landed; the arrivals count toward the barrier's arrive_count."""
+    what = "T.cp_async_barrier_noinc"
+    _emit_call(what, CP_ASYNC_ARRIVE_CALL, (_barrier(what, barrier),))
+
+
+def ptx_commit_group():
+    """Close this thread's group of T.ptx_cp_async copies."""
+    _emit_call("T.ptx_commit_group", PTX_COMMIT_CALL, ())
+
+
+def ptx_wait_group(n=0):
+    """Wait until at most n of this thread's committed copy groups are still in flight."""
+    what = "T.ptx_wait_group"
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise TileError(f"{what}: takes a count of groups (an int >= 0) known when the kernel "
+                        f"is written, got {n!r}", current_span())
+    _emit_call(what, PTX_WAIT_CALL, (const(n),))
+
+
 def ws(*groups):
     """A region run by the given warpgroups (128 threads each, numbered from 0) only."""
     what = "T.ws"
@@ -121,5 +173,6 @@ def ws(*groups):
 
 
 __all__ = ["alloc_barrier", "barrier_wait", "barrier_arrive", "mbarrier_wait_parity",
-           "mbarrier_arrive", "tma_copy", "ws"]
+           "mbarrier_arrive", "tma_copy", "ptx_cp_async", "cp_async_barrier_noinc",
+           "ptx_commit_group", "ptx_wait_group", "ws"]
 

@@ -145,7 +145,10 @@ class _Inserter:
             # finalize_barriers makes barriers of the region's warpgroup.
             if self.kernel is not None and self.kernel.attrs.get(MANUAL_WARPGROUPS):
                 inner = seq(self.block(stmts_of(s.then_body), _State()))
-                s = dataclasses.replace(s, then_body=inner)
+                # the else of a region: the chain's next region (manual_warpgroups)
+                other = None if s.else_body is None else \
+                    seq(self.block(stmts_of(s.else_body), _State()))
+                s = dataclasses.replace(s, then_body=inner, else_body=other)
             return self.plain(s, state)
         if isinstance(s, IfThenElse):  # outside T.Parallel: the same branch for every thread
             prefix = []

@@ -4,7 +4,8 @@ Runs on tile-level IR with layouts inferred (a tile's footprint is its layout's,
 included). Each tile is live from its first to its last use in program order; a use inside a
 loop keeps it live for the whole loop, since the next iteration comes back to it, unless each
 iteration starts by overwriting the whole tile. Tiles whose live ranges do not meet may share
-bytes (the paper's MLA kernel writes its output tile where the query tile was). Placement is
+bytes (the paper's MLA kernel writes its output tile where the query tile was), except in a
+kernel specialized by hand, whose warpgroups' regions run at once. Placement is
 first fit in order of first use, at the alignment each layout needs (a 128-byte swizzle repeats
 every 1024 bytes, the bulk-copy engine wants tiles there), and at least 128 bytes for a tile TMA
 copies in or out. insert_barriers, which runs next, treats tiles that share bytes as one
@@ -19,8 +20,8 @@ from ..ir.buffer import is_shared
 from ..ir.stmt import Allocate, For, IfThenElse, Kernel, SeqStmt, stmts_of
 from ..ir.tileop import Copy, TileOp
 from ..ir.visitor import map_kernels
-from ..ir.annotations import (INSTRUCTION, LAYOUTS, SMEM_BYTES, SMEM_OFFSETS,
-                              TMA_BARRIER)
+from ..ir.annotations import (INSTRUCTION, LAYOUTS, MANUAL_WARPGROUPS, SMEM_BYTES,
+                              SMEM_OFFSETS, TMA_BARRIER)
 
 
 def _align(x: int, a: int) -> int:
@@ -108,7 +109,11 @@ def _plan_kernel(k: Kernel, limit, offsets: dict, rules, reuse: bool = True) -> 
     live = _Liveness()
     live.visit(k.body)
     allocated = [n.buffer for n in _allocations(k.body) if is_shared(n.buffer.scope)]
-    if not reuse:  # every tile live throughout: none shares bytes with another
+    # Warpgroups of a kernel specialized by hand run their regions at once, in an order only
+    # the program's mbarriers know; program order says nothing of when a tile is free, and a
+    # barrier separating two tenants would stop warpgroups that wait for each other.
+    if not reuse or k.attrs.get(MANUAL_WARPGROUPS):
+        # every tile live throughout: none shares bytes with another
         for b in allocated:
             live.touch([b], 0, live.position)
     # An mbarrier's bytes may serve something else only after mbarrier.inval (PTX), which

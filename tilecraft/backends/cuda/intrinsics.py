@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from ...ir.annotations import BLOCK_BARRIER, WARPGROUP_INDEX
+from ...ir.annotations import BLOCK_BARRIER, FENCE_PROXY_ASYNC, WARPGROUP_INDEX
 
 NAMESPACE = "tc::"
 SM80 = "sm_80+"
@@ -98,7 +98,7 @@ MBARRIER_EXPECT_TX = Intrinsic("tc::mbarrier_expect_tx", 2, SM90A,
                                "expect this many more bytes of TMA transactions, no arrival")
 FENCE_BARRIER_INIT = Intrinsic("tc::fence_barrier_init", 0, SM90A,
                                "make mbarrier initialisations visible to the cluster")
-FENCE_PROXY_ASYNC_SHARED = Intrinsic("tc::fence_proxy_async_shared", 0, SM90A,
+FENCE_PROXY_ASYNC_SHARED = Intrinsic(FENCE_PROXY_ASYNC, 0, SM90A,
                                      "order ordinary shared writes before TMA / wgmma reads")
 SETMAXNREG_INC = Intrinsic("tc::setmaxnreg_inc<{regs}>", 0, SM90A,
                            "raise the warpgroup's register count", sample="tc::setmaxnreg_inc<240>")
@@ -123,6 +123,11 @@ TMA_LOAD_MULTICAST = Intrinsic(
 CP_ASYNC_CG_16 = Intrinsic("tc::cp_async_cg_16", 3, SM80,
                            "16-byte global -> shared async copy, zero-filled when !pred",
                            hinted=True)
+CP_ASYNC_CA = Intrinsic("tc::cp_async_ca_{size}", 3, SM80,
+                        "4- or 8-byte global -> shared async copy, zero-filled when !pred",
+                        sample="tc::cp_async_ca_8")
+CP_ASYNC_ARRIVE_NOINC = Intrinsic("tc::cp_async_mbarrier_arrive_noinc", 1, SM80,
+                                  "arrive on an mbarrier once this thread's copies landed")
 CP_ASYNC_COMMIT = Intrinsic("tc::cp_async_commit", 0, SM80, "close the current copy group")
 CP_ASYNC_WAIT = Intrinsic("tc::cp_async_wait<{n}>", 0, SM80,
                           "wait until at most n copy groups are in flight",

@@ -178,7 +178,10 @@ class CudaEmitter:
 
     def binary(self, e: Binary, prec: int) -> str:
         if e.op in ("min", "max"):
-            return f"{_MIN_MAX[e.op].name}({self.expr(e.a)}, {self.expr(e.b)})"
+            a, b = self.expr(e.a), self.expr(e.b)
+            if _narrow_int(e.dtype):   # one overload: a literal is an int in C
+                a, b = f"({e.dtype.c_type})({a})", f"({e.dtype.c_type})({b})"
+            return f"{_MIN_MAX[e.op].name}({a}, {b})"
         if e.op in ("//", "%") and e.dtype.is_int and not self.nonnegative(e):
             fn = "tc_floordiv" if e.op == "//" else "tc_floormod"
             return f"(({e.dtype.c_type}){fn}({self.expr(e.a)}, {self.expr(e.b)}))"

@@ -69,12 +69,18 @@ class Barriers:
         # per shared byte: the phase a TMA landed it in, the last generic access (clock,
         # thread, site) since, and the unfenced generic writer
         self.land_bar = np.full(n, -1, np.int32) if tma and check else None
+        # per shared byte and warpgroup: its clock at its last access of the byte (the
+        # checker asks whether that access is ordered before another warpgroup's)
+        self.acc_clock = np.zeros((n, self.G), np.int64) if check else None
+        self.write_clock = np.zeros(n, np.int64) if check else None   # its last writer's
         if self.land_bar is not None:
             self.land_phase = np.zeros(n, np.int64)
-            self.acc_clock = np.zeros((n, self.G), np.int64)
             self.acc_tid = np.zeros(n, np.int32)
             self.acc_site = np.zeros(n, np.int32)
         self.proxy = np.full(n, NONE, np.int32) if wgmma and check else None
+        if self.proxy is not None:   # the writer's clock, and each warpgroup's at its fence
+            self.proxy_clock = np.zeros(n, np.int64)
+            self.fenced = np.zeros((self.G, self.G), np.int64)
 
     # --- clocks --------------------------------------------------------------------------
     def units(self, lanes):
@@ -327,11 +333,15 @@ class Barriers:
         is one site id or one per byte."""
         if write and self.proxy is not None:
             self.proxy[addr] = tid
+            self.proxy_clock[addr] = self.vc[tid // UNIT, tid // UNIT]
         if write:
             self.m.bulk_stores.on_write(addr, tid, sid)
-        if self.land_bar is None:
-            return
         u = tid // UNIT
+        if write:
+            self.write_clock[addr] = self.vc[u, u]
+        if self.land_bar is None:
+            self.acc_clock[addr, u] = self.vc[u, u]
+            return
         bar = self.land_bar[addr]
         hit = bar >= 0
         if hit.any():
@@ -346,6 +356,28 @@ class Barriers:
         self.acc_tid[addr] = tid
         self.acc_site[addr] = sid
 
+    def write_ordered(self, addr, writer, tid):
+        """Per byte: its last write, by thread `writer` (< 0: several or none), is of another
+        warpgroup than tid's and ordered before tid goes on through mbarriers."""
+        w = np.broadcast_to(np.asarray(writer), addr.shape)
+        t = np.broadcast_to(np.asarray(tid), addr.shape) // UNIT
+        u = np.where(w >= 0, w, 0) // UNIT
+        return (w >= 0) & (u != t) & (self.vc[t, u] >= self.write_clock[addr])
+
+    def ordered(self, addr, lo, hi, tid):
+        """Per byte: the accesses of it by warpgroups lo..hi (-1: unknown), none of them
+        thread tid's own, are ordered before tid goes on through mbarriers (an arrival after
+        each, a wait passed since): the last access of each of those warpgroups is."""
+        lo, hi = (np.broadcast_to(np.asarray(x), addr.shape) for x in (lo, hi))
+        t = np.broadcast_to(np.asarray(tid), addr.shape) // UNIT
+        ok = (lo >= 0) & ((t < lo) | (t > hi))
+        if not ok.any():
+            return ok
+        units = np.arange(self.G)
+        seen = self.vc[t, :self.G] >= self.acc_clock[addr]        # [bytes, warpgroups]
+        seen |= (units < lo[:, None]) | (units > hi[:, None])
+        return ok & seen.all(1)
+
     def _unwaited(self, byte, tid, sid):
         t = self.m.tracker
         here, tma = t.sites[sid], t.sites[t.pending_site[byte]]
@@ -357,9 +389,13 @@ class Barriers:
             here.buffer, (tid,), (tma, here))
 
     def fence_proxy(self, lanes):
-        """fence.proxy.async by lanes: their generic writes become visible to the async proxy."""
+        """fence.proxy.async by lanes: their generic writes become visible to the async proxy,
+        and so do other warpgroups' writes ordered before it (through mbarriers): a fence
+        anywhere on the path from the write to the read orders them."""
         if self.proxy is None:
             return
+        u = self.units(lanes)
+        self.fenced[u] = self.vc[u, :self.G]
         member = np.zeros(self.m.T, bool)
         member[lanes] = True
         d = self.proxy
@@ -372,6 +408,9 @@ class Barriers:
             return
         w = self.proxy[raw]
         bad = w >= 0
+        if bad.any():
+            wu, ru = np.where(bad, w, 0) // UNIT, reader // UNIT
+            bad &= (wu == ru) | (self.fenced[ru, wu] < self.proxy_clock[raw])
         if bad.any():
             t = self.m.tracker
             i = int(np.argmax(bad))

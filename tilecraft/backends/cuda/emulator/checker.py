@@ -19,6 +19,7 @@ import numpy as np
 NONE = -1      # no thread
 SEVERAL = -2   # more than one thread (readers)
 SAME = -3      # more than one thread, all storing the same bytes (writers)
+UNIT = 128     # threads of a warpgroup, the unit mbarrier ordering is tracked in
 
 
 @dataclass(frozen=True)
@@ -194,11 +195,13 @@ class SharedTracker:
                 (tid[i],), (here,))
         w = self.writer[addr]
         clash = (w >= 0) & (w != tid) & self._unseen(self.writer_fence[addr], tid)
+        if clash.any() and self.hooks is not None:
+            clash &= ~self.hooks.write_ordered(addr, w, tid)
         if clash.any():
             i = int(np.argmax(clash))
             other = self.sites[self.writer_site[addr[i]]]
             self._race(other, w[i], "wrote", here, tid[i], "reads", addr[i])
-        if self.partial:
+        if self.partial or self.hooks is not None:   # (the range of the readers' threads)
             fresh = addr[self.reader[addr] == NONE]
             self.reader_lo[fresh], self.reader_hi[fresh] = np.iinfo(np.int32).max, -1
             np.minimum.at(self.reader_lo, addr, tid)
@@ -248,6 +251,13 @@ class SharedTracker:
         return bool((self.pending >= 0).any())
 
     # --- helpers ----------------------------------------------------------------
+    def _reader_units(self, addr, r):
+        """The first and last warpgroup among each byte's readers (-1 where none)."""
+        one = np.where(r >= 0, r // UNIT, -1)
+        several = r == SEVERAL
+        return (np.where(several, self.reader_lo[addr] // UNIT, one),
+                np.where(several, self.reader_hi[addr] // UNIT, one))
+
     def _in_flight(self, addr):
         """The mask of the bytes an asynchronous copy still has in flight, and the first of
         them as (index, issuing thread, the copy's site), or None."""
@@ -268,6 +278,8 @@ class SharedTracker:
         r = self.reader[addr]
         clash = ((r == SEVERAL) | ((r >= 0) & (r != tid))) & \
             self._unseen(self.reader_fence[addr], tid)
+        if clash.any() and self.hooks is not None:
+            clash &= ~self.hooks.ordered(addr, *self._reader_units(addr, r), tid)
         if clash.any():
             i = int(np.argmax(clash))
             other = self.sites[self.reader_site[addr[i]]]
@@ -278,6 +290,8 @@ class SharedTracker:
         w = self.writer[addr]
         foreign = ((w == SAME) | ((w >= 0) & (w != tid))) & \
             self._unseen(self.writer_fence[addr], tid)
+        if foreign.any() and self.hooks is not None:
+            foreign &= ~self.hooks.write_ordered(addr, w, tid)
         same = memory[addr] == data
         clash = foreign & ~same
         if clash.any():

@@ -24,7 +24,7 @@ from .index_checks import checked_index
 from .memory import Bits, Pointer, as_bytes
 from .shuffles import shfl_group, shfl_xor, syncwarp, warp_reduce, whole_warps
 from ..intrinsics import (ATOMIC, ATOMIC_ADD_V2, ATOMIC_ADD_X2, BARRIER_ALL, CHECKED_INDEX,
-                          CP_ASYNC_COMMIT, CP_ASYNC_WAIT, CP_ASYNC_WAIT_ALL, FENCE_BARRIER_INIT,
+                          CP_ASYNC_ARRIVE_NOINC, CP_ASYNC_COMMIT, CP_ASYNC_WAIT, CP_ASYNC_WAIT_ALL, FENCE_BARRIER_INIT,
                           FENCE_PROXY_ASYNC_SHARED, IS_BLOCK_LEADER, IS_PRODUCER_LEADER,
                           IS_PRODUCER_THREAD, L2_POLICY, LAUNCH_WAVE_PARITY, LDMATRIX,
                           LDMATRIX_TRANS, MAKE_SMEM_DESC, MBARRIER_ARRIVE,
@@ -347,6 +347,8 @@ _SM90 = {
     MBARRIER_ARRIVE_WARP: lambda m, b, h, ptr: b.arrive(ptr, per_warp=True),
     MBARRIER_ARRIVE_EXPECT_TX: lambda m, b, h, ptr, tx: b.arrive(ptr, tx=tx),
     MBARRIER_ARRIVE: lambda m, b, h, ptr: b.arrive(ptr),
+    # The copies land (an order the hardware may take), then the arrival they trigger.
+    CP_ASYNC_ARRIVE_NOINC: lambda m, b, h, ptr: (m.copies.wait(m.lanes, None), b.arrive(ptr)),
     MBARRIER_EXPECT_TX: lambda m, b, h, ptr, tx: b.expect_tx(ptr, tx),
     NAMED_BARRIER_ARRIVE: lambda m, b, h, i, n: b.named_arrive(i, n, wait=False),
     NAMED_BARRIER_SYNC: lambda m, b, h, i, n: _must_pass(m, b.named_arrive(i, n),

@@ -35,8 +35,8 @@ from .hopper import WARPGROUP, Hopper
 from .memory import BlockMemory, Pointer
 from ....ir.annotations import (IMPORT_SOURCE_CALL, PERSISTENT_BLOCKS, PRODUCER_THREADS, SMEM_BYTES, USE_SWIZZLE,
                                 WARPGROUP_THREAD)
-from ..intrinsics import (NAMED_BARRIER_SYNC, NAMESPACE, SYNCWARP, TMA_LOADS,
-                          TMA_STORES, WGMMA_ISSUES, is_call_to)
+from ..intrinsics import (CP_ASYNC_ARRIVE_NOINC, MBARRIER_CALLS, NAMED_BARRIER_SYNC,
+                          NAMESPACE, SYNCWARP, TMA_LOADS, TMA_STORES, WGMMA_ISSUES, is_call_to)
 
 
 class ThreadEvaluator(Evaluator):
@@ -96,7 +96,7 @@ class BlockMachine:
         self.bulk_stores = BulkStores(self)
         # Bytes the async proxy reads (wgmma operands, TMA stores) need fenced writers.
         self.barriers = Barriers(self, plan.tma, plan.wgmma or plan.tma_store)
-        if emulator.check and (plan.tma or plan.wgmma):
+        if emulator.check and (plan.tma or plan.wgmma or plan.mbarriers):
             self.tracker.hooks = self.barriers
         self.deadlocked = False
         self.mask = None
@@ -339,6 +339,9 @@ class KernelPlan:
         self.tma = any(is_call_to(n, *TMA_LOADS, *TMA_STORES) for n in names)
         self.wgmma = any(is_call_to(n, *WGMMA_ISSUES) for n in names)
         self.tma_store = any(is_call_to(n, *TMA_STORES) for n in names)
+        # mbarriers order accesses between warpgroups (emulator/barriers.py's clocks)
+        self.mbarriers = any(is_call_to(n, *MBARRIER_CALLS, CP_ASYNC_ARRIVE_NOINC)
+                             for n in names)
         # Barriers of part of the block that order only the threads meeting there: a warp's
         # __syncwarp, and the named barriers of per-thread code (a warp-specialized kernel's
         # own named barriers, over all its consumers, end the epoch as block barriers do).

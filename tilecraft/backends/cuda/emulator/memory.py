@@ -87,7 +87,7 @@ class BlockMemory:
     # --- buffers ------------------------------------------------------------------
     def shared_view(self, buffer) -> np.ndarray:
         base = self.offsets[id(buffer)]
-        n = _numel(buffer.shape) * buffer.dtype.bits // 8
+        n = _numel(buffer.shape) * buffer.dtype.bytes
         return self.arena[base:base + n].view(buffer.dtype.numpy)
 
     def global_array(self, buffer) -> np.ndarray:
@@ -143,7 +143,7 @@ class BlockMemory:
             lanes, flat_b = lanes[ok_b], flat_b[ok_b]
         out[lanes] = data[flat_b]
         if is_shared(scope):
-            es = buffer.dtype.bits // 8
+            es = buffer.dtype.bytes
             self._track(buffer, "read", flat_b * es, es, lanes, span)
         return out
 
@@ -172,7 +172,7 @@ class BlockMemory:
         elif scope == GLOBAL:
             self.global_array(buffer).reshape(-1)[flat_b] = val_b
         else:
-            es = buffer.dtype.bits // 8
+            es = buffer.dtype.bytes
             raw = as_bytes(val_b.astype(buffer.dtype.numpy), lanes.size, es)
             self._track(buffer, "write", flat_b * es, es, lanes, span, raw)
             self.shared_view(buffer)[flat_b] = val_b
@@ -193,7 +193,7 @@ class BlockMemory:
         """(lanes kept, [k] first byte of each access in its space) after bounds checks and
         the alignment check (to `align` bytes; unset, to the access's size)."""
         b = ptr.buffer
-        es = b.dtype.bits // 8
+        es = b.dtype.bytes
         elem = np.broadcast_to(np.asarray(ptr.elem, np.int64), (self.T,))[lanes]
         ok = np.broadcast_to(ptr.ok, (self.T,))[lanes]
         if b.scope == GLOBAL:

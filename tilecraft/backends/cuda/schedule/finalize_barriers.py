@@ -117,9 +117,11 @@ class _Barriers(Mutator):
             return self.generic_visit(s)
         outer, self.region = self.region, group
         try:
-            return self.generic_visit(s)
+            then_body = self.visit(s.then_body)
         finally:
             self.region = outer
+        else_body = None if s.else_body is None else self.visit(s.else_body)
+        return dataclasses.replace(s, then_body=then_body, else_body=else_body)
 
     def visit_SeqStmt(self, s: SeqStmt):
         out, since = [], None  # the statements since this list's last barrier

@@ -24,22 +24,23 @@ from __future__ import annotations
 
 import dataclasses
 
-from ....errors import TileError
+from ....errors import TileError, warn_at
 from ....ir import dtypes as dt
-from ....ir.annotations import (INSTRUCTION, MANUAL_BARRIER_CALLS, MANUAL_WARPGROUPS,
+from ....ir.annotations import (CP_ASYNC_ARRIVE_CALL, INSTRUCTION, PTX_CP_ASYNC_CALL, MANUAL_BARRIER_CALLS, MANUAL_WARPGROUPS,
                                 MBARRIER_ARRIVE_CALL, MBARRIER_INIT_CALL, MBARRIER_WAIT_CALL,
-                                NUM_STAGES, SCHEDULED, TMA_BARRIER, TMA_COPY_BARRIER,
+                                NUM_STAGES, SCHEDULED, SET_MAX_NREG_CALL, TMA_BARRIER, TMA_COPY_BARRIER,
                                 WARPGROUP_FRAGMENTS, WARPGROUP_INDEX, WS_REGION)
 from ....ir.expr import Call, address_of, const, logical
-from ....ir.stmt import (Allocate, Evaluate, For, IfThenElse, Kernel, SeqStmt, call_stmt, seq,
+from ....ir.stmt import (Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt, call_stmt, seq,
                          stmts_of)
-from ....ir.tileop import Copy, TileOp
+from ....ir.buffer import is_shared
+from ....ir.tileop import Copy, Gemm, TileOp
 from ....ir.visitor import Mutator, map_kernels, walk
 from ....passes.parallel_nests import fragments_of
 from ....target import arch_of
-from ..intrinsics import (BARRIER_ALL, FENCE_BARRIER_INIT, IS_BLOCK_LEADER, IS_PRODUCER_LEADER,
+from ..intrinsics import (BARRIER_ALL, CP_ASYNC_ARRIVE_NOINC, FENCE_PROXY_ASYNC_SHARED, FENCE_BARRIER_INIT, IS_BLOCK_LEADER, IS_PRODUCER_LEADER,
                           MBARRIER_ARRIVE, MBARRIER_EXPECT_TX, MBARRIER_INIT,
-                          MBARRIER_WAIT_PARITY)
+                          MBARRIER_WAIT_PARITY, SETMAXNREG_DEC, SETMAXNREG_INC)
 from ..tileops.tma import tma_plan
 from ..tileops.wgmma import WARPGROUP
 
@@ -47,7 +48,8 @@ from ..tileops.wgmma import WARPGROUP
 def is_manual(k: Kernel) -> bool:
     """Whether the kernel uses T.ws, T.alloc_barrier or T.tma_copy."""
     for n in walk(k.body):
-        if isinstance(n, Call) and (n.name == WS_REGION or n.name in MANUAL_BARRIER_CALLS):
+        if isinstance(n, Call) and (n.name in (WS_REGION, SET_MAX_NREG_CALL) or
+                                    n.name in MANUAL_BARRIER_CALLS):
             return True
         if isinstance(n, Copy) and TMA_COPY_BARRIER in n.annotations:
             return True
@@ -65,6 +67,7 @@ class _Lower(Mutator):
         self.groups = None        # the warpgroups of the region being lowered (None: all)
         self.inits: list = []     # mbarrier_init statements, for the prologue
         self.owner: dict = {}     # id(fragment) -> (warpgroup or None, buffer, span)
+        self.generic_written = _generic_writes(kernel)
 
     def note_fragments(self, op, span):
         """Record where each fragment op touches is used; refuse mixed uses."""
@@ -97,12 +100,15 @@ class _Lower(Mutator):
             body = self.visit(s.then_body)
         finally:
             self.groups = None
+        # The else of a region is the next region of a chain on the thread index
+        # (frontend/thread_range_regions.py): other warpgroups, run at the same time.
+        other = None if s.else_body is None else self.visit(s.else_body)
         index = Call(WARPGROUP_INDEX, (), dt.int32, s.span)
         cond = None
         for g in groups:
             one = index == const(g)
             cond = one if cond is None else logical("or", cond, one)
-        return IfThenElse(cond, body, None, s.span)
+        return IfThenElse(cond, body, other, s.span)
 
     def visit_For(self, s: For):
         if s.kind == "pipelined" or NUM_STAGES in s.annotations:
@@ -111,6 +117,13 @@ class _Lower(Mutator):
 
     def visit_Evaluate(self, s: Evaluate):
         call = s.value
+        if isinstance(call, Call) and call.name == SET_MAX_NREG_CALL:
+            if not self.hopper:
+                raise TileError("T.set_max_nreg is setmaxnreg, which exists on sm_90a only",
+                                s.span)
+            count, inc = (int(a.value) for a in call.args)
+            intrinsic = SETMAXNREG_INC if inc else SETMAXNREG_DEC
+            return call_stmt(intrinsic.format(regs=count), span=s.span)
         if not isinstance(call, Call) or call.name not in MANUAL_BARRIER_CALLS:
             return s
         bar = _address(call.args[0])
@@ -119,6 +132,8 @@ class _Lower(Mutator):
             return seq([])
         if call.name == MBARRIER_ARRIVE_CALL:
             return call_stmt(MBARRIER_ARRIVE.name, bar, span=s.span)
+        if call.name == CP_ASYNC_ARRIVE_CALL:
+            return call_stmt(CP_ASYNC_ARRIVE_NOINC.name, bar, span=s.span)
         assert call.name == MBARRIER_WAIT_CALL
         return call_stmt(MBARRIER_WAIT_PARITY.name, bar, call.args[1], span=s.span)
 
@@ -127,17 +142,19 @@ class _Lower(Mutator):
         mbar = op.annotations.get(TMA_COPY_BARRIER)
         if mbar is None:
             return op
-        if not self.hopper:
-            raise TileError("T.tma_copy loads by TMA, which needs sm_90a; use T.copy here",
-                            op.span)
         notes = {k: v for k, v in op.annotations.items() if k != TMA_COPY_BARRIER}
         load = dataclasses.replace(op, annotations={**notes, INSTRUCTION: "tma",
                                                     TMA_BARRIER: mbar, SCHEDULED: True})
-        plan = tma_plan(load)
+        plan = tma_plan(load) if self.hopper else None
         if plan is None:
-            raise TileError(f"T.tma_copy: the tile of {op.src.buffer.name} is not one TMA can "
-                            "load (static shape, 16-byte aligned rows, a box of the tensor)",
-                            op.span)
+            # The threads running it copy the tile themselves; each one's writes come before
+            # its own arrival on the barrier, which is what a waiter then sees.
+            why = "TMA needs sm_90a" if not self.hopper else \
+                "its tile is not one TMA can load (a tensor of static shape, 16-byte aligned " \
+                "rows, a box of at most 256 elements a side)"
+            warn_at(op.span, f"tilecraft: T.tma_copy of {op.src.buffer.name} runs as an "
+                    f"ordinary copy by the threads running it: {why}")
+            return dataclasses.replace(op, annotations=notes)
         if self.groups is not None and len(self.groups) == 1:
             leader = Call(IS_PRODUCER_LEADER.name, (const(self.groups[0] * WARPGROUP),),
                           dt.boolean, op.span)
@@ -147,12 +164,39 @@ class _Lower(Mutator):
                            span=op.span)
         return IfThenElse(leader, seq([expect, load]), None, op.span)
 
+    def visit_Gemm(self, op: Gemm):
+        self.note_fragments(op, op.span)
+        if not self.hopper or not any(id(r.buffer) in self.generic_written
+                                      for r in (op.A, op.B)):
+            return op
+        # A tile written by ordinary stores or cp.async (of another warpgroup, handed over
+        # by an mbarrier) is read by wgmma through the async proxy: this thread's proxy fence
+        # orders what its wait made visible before those reads.
+        return seq([call_stmt(FENCE_PROXY_ASYNC_SHARED.name, span=op.span), op])
+
     def generic_visit(self, node):
         if isinstance(node, TileOp) and not isinstance(node, Copy):
             self.note_fragments(node, node.span)
         if isinstance(node, For) and node.kind == "parallel":
             self.note_fragments(node, node.span)
         return super().generic_visit(node)
+
+
+def _generic_writes(kernel: Kernel) -> set:
+    """ids of the shared tiles some statement writes through the generic proxy: ordinary
+    stores, copies other than T.tma_copy, and T.ptx_cp_async / extern calls given a pointer."""
+    out = set()
+    for n in walk(kernel.body):
+        if isinstance(n, BufferStore) and is_shared(n.buffer.scope):
+            out.add(id(n.buffer))
+        elif isinstance(n, TileOp) and not (isinstance(n, Copy) and
+                                            TMA_COPY_BARRIER in n.annotations):
+            out |= {id(b) for b in n.writes() if is_shared(b.scope)}
+        elif isinstance(n, Call) and n.name in (PTX_CP_ASYNC_CALL, "call_extern"):
+            out |= {id(a.args[0].buffer) for a in n.args
+                    if isinstance(a, Call) and a.name == "address_of" and
+                    is_shared(a.args[0].buffer.scope)}
+    return out
 
 
 def _place(group) -> str:

@@ -100,7 +100,7 @@ def _when(cond, stmt, span):
 
 
 def _bytes_per_thread(buffer: Buffer, layouts) -> int:
-    return layouts.buffer(buffer).locals_per_thread * buffer.dtype.bits // 8
+    return layouts.buffer(buffer).locals_per_thread * buffer.dtype.bytes
 
 
 def _stages(loop: For, chosen: list, layouts) -> int:

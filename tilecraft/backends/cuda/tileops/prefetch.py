@@ -68,7 +68,7 @@ def contiguous_bytes(region) -> int | None:
     if any(e != n for e, n in zip(extents[outer + 1:], shape[outer + 1:])) or \
             any(e != 1 for e in extents[:outer]):
         return None
-    es = region.buffer.dtype.bits // 8
+    es = region.buffer.dtype.bytes
     step = math.prod(shape[outer + 1:]) * es
     total = math.prod(extents) * es
     return total if step % 16 == 0 and total % 16 == 0 else None

@@ -19,6 +19,7 @@
 //   cp_async_commit();
 //   cp_async_wait<N>();   // wait until at most N most recent groups are still in flight
 //   cp_async_wait_all();  // commit the open group and wait for every group
+//   cp_async_mbarrier_arrive_noinc(bar);  // arrive on bar once this thread's copies landed
 // A cp_async_wait* makes the data visible to the issuing thread only; follow it with a
 // barrier (tc::syncthreads) before other threads read the tile.
 #pragma once
@@ -80,5 +81,12 @@ template <int N> TC_DEVICE void cp_async_wait() {
 }
 
 TC_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// An arrival on the mbarrier made when every cp.async this thread issued before it has landed;
+// .noinc: the arrival counts toward the barrier's expected count (it is not added to it).
+TC_DEVICE void cp_async_mbarrier_arrive_noinc(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n"
+               :: "r"(smem_addr(bar)) : "memory");
+}
 
 }  // namespace tc

@@ -1,0 +1,158 @@
+"""Role branches on the thread index, as TileLang's hand-specialized kernels write them:
+
+    tx = T.get_thread_binding()
+    if tx < 128:                  # warpgroup 0: consumer
+        T.fill(acc, 0); T.gemm(...); ...
+    elif tx < 256:                # warpgroup 1
+        ...
+    else:                         # warpgroup 2: producer
+        ...
+
+A tile op or a T.Parallel nest is the work of all the threads running it. Under an `if` whose
+condition on the thread index selects whole warpgroups (128 threads), the threads running it
+are those warpgroups: the branch is a `T.ws(g)` region of them (language/warp_specialize.py),
+its tile ops laid out over their threads, and the `elif` / `else` arms are regions of the
+warpgroups left. The chain stays one statement, so that no block barrier comes between its
+arms (they run at the same time and wait for each other on mbarriers).
+
+Only an `if` chain that holds such block-wide work is rewritten; per-thread code under a thread
+condition stays as it is. A condition that splits a warpgroup (`tx < 32`) cannot hold
+block-wide work: that is refused, naming the threads it selects.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..errors import TileError
+from ..ir import dtypes as dt
+from ..ir.annotations import WARPGROUP_THREADS, WS_REGION
+from ..ir.buffer import FRAGMENT
+from ..ir.expr import BufferLoad, Call, Expr, Var, const
+from ..ir.printer import expr_text
+from ..ir.stmt import BufferStore, For, IfThenElse, Kernel, SeqStmt
+from ..ir.thread_varying import is_per_thread_op
+from ..ir.tileop import TileOp
+from ..ir.visitor import walk
+from ..layout.layout import evaluate
+from .thread_checks import is_scalar_atomic
+
+
+def thread_range_regions(kernel: Kernel) -> Kernel:
+    """kernel with its role branches on the thread index made T.ws regions."""
+    tx = _flat_thread_index(kernel)
+    if tx is None:
+        return kernel
+    rewriter = _Rewriter(tx, kernel.num_threads)
+    body = rewriter.stmt(kernel.body)
+    return kernel if body is kernel.body else dataclasses.replace(kernel, body=body)
+
+
+def _flat_thread_index(kernel: Kernel) -> Var | None:
+    """threadIdx.x where it is the block's only thread dimension and the program reads it."""
+    bindings = kernel.thread_bindings
+    if not bindings or bindings[0] is None or any(t != 1 for t in kernel.threads[1:]):
+        return None
+    return bindings[0]
+
+
+def _block_wide(s) -> bool:
+    """s holds work shared out over the threads running it: a tile op other than the
+    per-thread ones, a T.Parallel nest, or a fragment element."""
+    for n in walk(s):
+        if isinstance(n, For) and n.kind == "parallel":
+            return True
+        if isinstance(n, TileOp) and not is_per_thread_op(n) and not is_scalar_atomic(n):
+            return True
+        if isinstance(n, (BufferLoad, BufferStore)) and n.buffer.scope == FRAGMENT:
+            return True
+    return False
+
+
+class _Rewriter:
+    def __init__(self, tx: Var, threads: int):
+        self.tx, self.threads = tx, threads
+
+    def stmt(self, s):
+        if isinstance(s, SeqStmt):
+            stmts = [self.stmt(x) for x in s.stmts]
+            changed = any(a is not b for a, b in zip(stmts, s.stmts))
+            return dataclasses.replace(s, stmts=tuple(stmts)) if changed else s
+        if isinstance(s, For) and s.kind != "parallel":
+            body = self.stmt(s.body)
+            return s if body is s.body else dataclasses.replace(s, body=body)
+        if isinstance(s, IfThenElse):
+            if self.selects_threads(s.cond) and _block_wide(s):
+                return self.chain(s, np.ones(self.threads, bool))
+            if _is_region(s):
+                return s
+            then_body = self.stmt(s.then_body)
+            else_body = None if s.else_body is None else self.stmt(s.else_body)
+            if then_body is s.then_body and else_body is s.else_body:
+                return s
+            return dataclasses.replace(s, then_body=then_body, else_body=else_body)
+        return s
+
+    def selects_threads(self, cond) -> bool:
+        """cond depends on the thread index and on nothing else that varies."""
+        if not isinstance(cond, Expr):
+            return False
+        names = [n for n in walk(cond) if isinstance(n, (Var, BufferLoad, Call))]
+        return any(n is self.tx for n in names) and all(n is self.tx for n in names)
+
+    def chain(self, s: IfThenElse, left: np.ndarray):
+        """The if / elif / else chain s as regions, `left` the threads reaching it."""
+        taken = left & self.mask(s.cond)
+        groups = self.groups(taken, s)
+        rest = left & ~taken
+        else_body = s.else_body
+        if isinstance(else_body, IfThenElse) and self.selects_threads(else_body.cond):
+            else_region = self.chain(else_body, rest)
+        elif else_body is not None and rest.any():
+            else_region = _region(self.groups(rest, s, "else"), else_body, None, s)
+        else:
+            else_region = None
+        if not groups:
+            return else_region if else_region is not None else SeqStmt((), s.span)
+        return _region(groups, s.then_body, else_region, s)
+
+    def mask(self, cond) -> np.ndarray:
+        value, = evaluate([cond], {self.tx: np.arange(self.threads)}, (self.threads,))
+        return value.astype(bool)
+
+    def groups(self, mask: np.ndarray, s: IfThenElse, arm: str = "if") -> tuple:
+        """The warpgroups mask selects, which must be whole ones."""
+        whole = self.threads % WARPGROUP_THREADS == 0
+        rows = mask.reshape(-1, WARPGROUP_THREADS) if whole else None
+        if rows is None or (rows.any(axis=1) != rows.all(axis=1)).any():
+            chosen = np.nonzero(mask)[0]
+            where = f"`if {expr_text(s.cond)}`" + (" (its else)" if arm == "else" else "")
+            raise TileError(
+                f"tile operators run under {where}, which selects threads {_spans(chosen)} of "
+                f"the block's {self.threads}: a branch on the thread index may hold tile "
+                f"operators, T.Parallel loops and fragments only where it selects whole "
+                f"warpgroups of {WARPGROUP_THREADS} threads (tx < 128, 128 <= tx < 256, ...), "
+                "which then run them; otherwise move them out of the `if`", s.span)
+        return tuple(int(g) for g in np.nonzero(rows.all(axis=1))[0])
+
+
+def _is_region(s) -> bool:
+    return isinstance(s.cond, Call) and s.cond.name == WS_REGION
+
+
+def _region(groups, body, else_region, s: IfThenElse) -> IfThenElse:
+    cond = Call(WS_REGION, tuple(const(g) for g in groups), dt.boolean, s.span)
+    return IfThenElse(cond, body, else_region, s.span)
+
+
+def _spans(threads) -> str:
+    """[0, 32) as text: the runs of consecutive thread numbers."""
+    runs, start = [], None
+    for i, t in enumerate(threads):
+        if start is None:
+            start = t
+        if i + 1 == len(threads) or threads[i + 1] != t + 1:
+            runs.append(f"{start}-{t}" if t > start else f"{start}")
+            start = None
+    return ", ".join(runs) if runs else "none"
