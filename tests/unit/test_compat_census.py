@@ -293,3 +293,26 @@ def test_a_census_that_runs_the_kernels_sees_their_outputs(tmp_path, gpu):
     assert status == {"doubled": "ok", "tripled": "ok" if gpu else "not-reached"}
     assert census["gpu"] is gpu
     assert ("kernels built and run" in (out / "census.md").read_text()) is gpu
+
+
+def test_a_kernel_whose_results_the_script_rejects_is_a_wrong_result():
+    """Built and run on a GPU, then the example's own assertion failed: not counted as built."""
+    from types import SimpleNamespace
+    from tools.census import aggregate
+    scans = {"x.py": SimpleNamespace(kernels=[SimpleNamespace(line=3, name="k", eager=False),
+                                              SimpleNamespace(line=9, name="j", eager=False)])}
+    kernel = {"event": "kernel", "file": "x.py", "name": "k", "phase": "compile", "ok": True,
+              "failure": None}
+    events = {"x.py": [
+        {"event": "entry-start", "entry": "test_one"},
+        dict(kernel, line=3),
+        {"event": "entry-end", "entry": "test_one", "outcome": "failed",
+         "failure": {"class": "example-error", "type": "AssertionError",
+                     "detail": "AssertionError: Tensor-likes are not close!"}},
+        {"event": "entry-start", "entry": "test_two"},
+        dict(kernel, line=9, name="j"),
+        {"event": "entry-end", "entry": "test_two", "outcome": "finished", "failure": None}]}
+    records = {r["line"]: r for r in aggregate.kernels(scans, {}, events)}
+    assert records[3]["status"] == "wrong-result"
+    assert records[3]["failure"]["detail"].startswith("AssertionError: Tensor-likes")
+    assert records[9]["status"] == "ok"

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections import OrderedDict
 
 FAILURE_CLASSES = ("missing-name", "missing-argument", "value-mismatch", "tile-error", "nvcc-error",
-                   "internal-error", "import-time", "needs-gpu", "example-error", "timeout")
+                   "internal-error", "wrong-result", "import-time", "needs-gpu", "example-error",
+                   "timeout")
 
 
 def entry_results(events: list) -> list:
@@ -47,6 +48,13 @@ def _blocker(runs: list) -> dict:
             "entry": None}
 
 
+def _check_failed(end: dict) -> bool:
+    """An entry that ran its kernels (on a GPU) and ended on the script's own assertion: the
+    results it checked were wrong. (Compile-only runs stop at the first kernel call.)"""
+    failure = end.get("failure") or {}
+    return end.get("outcome") == "failed" and failure.get("type") == "AssertionError"
+
+
 def kernels(scans: dict, runs: dict, events: dict) -> list:
     """Per-kernel records. scans: relpath -> FileScan; runs: relpath -> entry_results;
     events: relpath -> that file's events."""
@@ -56,7 +64,13 @@ def kernels(scans: dict, runs: dict, events: dict) -> list:
             table[(rel, k.line)] = {"file": rel, "line": k.line, "name": k.name,
                                     "eager": k.eager, "attempts": []}
     for rel in sorted(events):
+        built = []   # the attempts of the entry running now
         for e in events[rel]:
+            if e["event"] == "entry-start":
+                built = []
+            elif e["event"] == "entry-end" and _check_failed(e):
+                for attempt in built:   # its kernels ran, and the script's check of them failed
+                    attempt["check_failed"] = e["failure"]["detail"]
             if e["event"] != "kernel":
                 continue
             key = (e["file"], e["line"])
@@ -64,9 +78,16 @@ def kernels(scans: dict, runs: dict, events: dict) -> list:
                                             "name": e["name"], "eager": False, "attempts": []})
             record["attempts"].append({"by": rel, "phase": e["phase"], "ok": e["ok"],
                                        "failure": e["failure"]})
+            if e["ok"]:
+                built.append(record["attempts"][-1])
     for record in table.values():
         failed = [a for a in record["attempts"] if not a["ok"]]
-        if failed:
+        wrong = [a for a in record["attempts"] if a.get("check_failed")]
+        if wrong and not failed:
+            record["status"] = "wrong-result"
+            record["failure"] = {"class": "wrong-result", "detail": wrong[0]["check_failed"],
+                                 "entry": wrong[0]["by"]}
+        elif failed:
             record["status"] = failed[0]["failure"]["class"]
             record["failure"] = failed[0]["failure"]
         elif record["attempts"]:
