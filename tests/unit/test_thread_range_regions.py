@@ -193,3 +193,47 @@ def test_the_arms_tiles_do_not_share_bytes():
                 T.copy(b_s, B)
     offsets = sorted(pipeline.lower(main, "sm_90a").attrs[SMEM_OFFSETS].values())
     assert len(offsets) == 2 and offsets[0][0] + offsets[0][1] <= offsets[1][0]
+
+
+def two_gemms_one_accumulator(H=64, N=64, D=256, P=64, kt=64):
+    """In a warpgroup's arm, gemms of column slices of shared tiles (mma.sync: wgmma cannot
+    address them) and one with A in registers accumulate into one fragment: they must agree on
+    its layout over the warpgroup's 128 threads (the block's 256 made them seem to)."""
+    @T.prim_func
+    def main(Q: T.Tensor((H, D), "float16"), Qp: T.Tensor((H, P), "float16"),
+             K: T.Tensor((N, D), "float16"), Kp: T.Tensor((N, P), "float16"),
+             S: T.Tensor((H, N), "float32")):
+        with T.Kernel(1, threads=256):
+            q = T.alloc_shared((H, D), "float16")
+            qp_s = T.alloc_shared((H, P), "float16")
+            qp = T.alloc_fragment((H, P), "float16")
+            k = T.alloc_shared((N, D), "float16")
+            kp = T.alloc_shared((N, P), "float16")
+            acc = T.alloc_fragment((H, N), "float32")
+            T.copy(Q, q)
+            T.copy(Qp, qp_s)
+            T.copy(K, k)
+            T.copy(Kp, kp)
+            tx = T.get_thread_binding()
+            if tx < 128:
+                T.copy(qp_s, qp)
+                for j in T.unroll(D // kt):
+                    T.wgmma_gemm(q[:, j * kt:(j + 1) * kt], k[:, j * kt:(j + 1) * kt], acc,
+                                 transpose_B=True, clear_accum=(j == 0))
+                T.wgmma_gemm(qp, kp, acc, transpose_B=True)
+                T.wait_wgmma(0)
+                T.copy(acc, S)
+    return main
+
+
+def test_gemms_sharing_an_accumulator_in_an_arm():
+    rng = np.random.default_rng(6)
+    q, qp = (rng.uniform(-1, 1, s).astype(np.float16) for s in ((64, 256), (64, 64)))
+    k, kp = (rng.uniform(-1, 1, s).astype(np.float16) for s in ((64, 256), (64, 64)))
+    s = np.full((64, 64), np.nan, np.float32)
+    kernel = tilecraft.compile(two_gemms_one_accumulator(), target="emulator:sm_90a")
+    kernel(q, qp, k, kp, s)
+    assert kernel.reports == []
+    want = q.astype(np.float64) @ k.T.astype(np.float64) + qp.astype(np.float64) @ \
+        kp.T.astype(np.float64)
+    np.testing.assert_allclose(s, want, rtol=2e-3, atol=2e-3)

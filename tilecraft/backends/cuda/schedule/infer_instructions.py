@@ -148,8 +148,9 @@ def _accumulator_table(op: Gemm, threads: int):
     return accumulator_layout(op, m, n, threads)[2].table()
 
 
-def _one_instruction_per_accumulator(body, pinned: set, threads: int):
-    """Gemms accumulating into one fragment must leave it in one register layout. Where some
+def _one_instruction_per_accumulator(body, pinned: set, threads: int, local=frozenset()):
+    """Gemms accumulating into one fragment must leave it in one register layout (over the
+    threads of its warpgroup where it is one warpgroup's own). Where some
     of them run on wgmma and others on mma.sync (an operand wgmma cannot address, say) and the
     two leave the accumulator in different layouts, all of them use mma.sync; a gemm pinned by
     hand to wgmma among them is an error naming the other."""
@@ -160,7 +161,8 @@ def _one_instruction_per_accumulator(body, pinned: set, threads: int):
     mixed = set()
     for acc, ops in by_acc.items():
         if len({op.instruction for op in ops}) > 1:
-            tables = [_accumulator_table(op, threads) for op in ops]
+            tables = [_accumulator_table(op, WARPGROUP if op.C.buffer.name in local else
+                                         threads) for op in ops]
             if any(t.shape != tables[0].shape or not np.array_equal(t, tables[0])
                    for t in tables[1:]):
                 mixed.add(acc)
@@ -191,11 +193,11 @@ def infer_instructions(func, arch: str | None = None, configs: dict | None = Non
         not configs.get(PassConfigKey.TL_DISABLE_TMA_STORE)
 
     def choose(k):
-        chooser = _Choose(arch, k.num_threads, wgmma, tma_store, stmatrix=hopper,
-                          local=frozenset(k.attrs.get(WARPGROUP_FRAGMENTS, ())))
+        local = frozenset(k.attrs.get(WARPGROUP_FRAGMENTS, ()))
+        chooser = _Choose(arch, k.num_threads, wgmma, tma_store, stmatrix=hopper, local=local)
         pinned = {id(n) for n in walk(k.body) if isinstance(n, Gemm) and n.instruction}
         body = chooser.visit(k.body)
         # the pinned ones keep their identity through the chooser (it returns them as given)
-        return dataclasses.replace(k, body=_one_instruction_per_accumulator(body, pinned,
-                                                                           k.num_threads))
+        return dataclasses.replace(k, body=_one_instruction_per_accumulator(
+            body, pinned, k.num_threads, local))
     return map_kernels(func, choose)
