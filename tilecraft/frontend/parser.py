@@ -20,6 +20,7 @@ from .frames import AttrFrame, IndexLoop, KernelFrame, LoopFrame, WarpGroupFrame
 from .parallel_accumulation import check_parallel_accumulations
 from .thread_checks import check_thread_uses
 from .thread_range_regions import thread_range_regions
+from .reducers import rewrite_reducers
 from .scopes import AFTER_IF, AFTER_KERNEL, AFTER_LOOP, Scope
 from ..errors import Span, TileError, current_span, span_scope
 from ..ir import expr as ex
@@ -350,7 +351,7 @@ class Parser(ExpressionEvaluator):
                                      frame.block_vars, dict(zip(names, values)))
         finally:
             b.kernel = None
-        kernel = thread_range_regions(frame.build(body))
+        kernel = thread_range_regions(rewrite_reducers(frame.build(body)))
         check_thread_uses(kernel)
         check_parallel_accumulations(kernel)
         b.emit(kernel)

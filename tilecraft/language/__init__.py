@@ -9,7 +9,7 @@ from .loops import Kernel, Parallel, Pipelined, parallel, serial, unroll, vector
 from .loops import serial as Serial  # noqa: N812  (TileLang's capitalized alias)
 from .loops import Persistent
 from .allocate import (alloc_shared, alloc_fragment, alloc_local, alloc_var, alloc_global,
-                       alloc_buffer)
+                       alloc_buffer, alloc_reducer, finalize_reducer)
 from .tileops import (copy, gemm, reduce_max, reduce_min, reduce_sum, reduce_abssum,
                       reduce_absmax, cumsum, fill, clear, atomic_add, atomic_max, atomic_min,
                       atomic_addx2, atomic_addx4, wgmma_gemm, wait_wgmma)

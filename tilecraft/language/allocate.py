@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..errors import TileError, current_span
 from ..frontend import builder as bld
+from ..frontend.reducers import REDUCERS
 from ..ir import dtypes as dt
 from ..ir.buffer import FRAGMENT, GLOBAL, LOCAL, LOCAL_VAR, SHARED, Buffer, is_shared
 from ..ir.expr import Expr, cast, convert
@@ -113,3 +114,31 @@ def alloc_buffer(shape, dtype, scope=GLOBAL):
     if scope not in kinds:
         raise TileError(f"T.alloc_buffer: unknown scope {scope!r}", current_span())
     return kinds[scope](shape, dtype, scope)
+
+
+_REDUCER_OPS = ("sum", "max", "min")
+
+
+def alloc_reducer(shape, dtype, op="sum", replication=None):
+    """A fragment that the iterations of a T.Parallel nest accumulate into together
+    (`r[i] += a[i, j]`, or T.max / T.min for those ops); its values are whole after the nest
+    (frontend/reducers.py), and T.finalize_reducer(r) has nothing left to do."""
+    what = "T.alloc_reducer"
+    if op not in _REDUCER_OPS:
+        raise TileError(f"{what}: op is one of {', '.join(_REDUCER_OPS)}, got {op!r}",
+                        current_span())
+    if replication not in (None, "all", "none"):
+        raise TileError(f"{what}: replication is None, 'all' or 'none', got {replication!r}",
+                        current_span())
+    buf = alloc_fragment(shape, dtype)
+    bld.active(what).kernel.attrs.setdefault(REDUCERS, {})[id(buf)] = (buf, op)
+    return buf
+
+
+def finalize_reducer(reducer):
+    """TileLang's combination of a reducer's partial values: here they are whole already."""
+    what = "T.finalize_reducer"
+    reducers = bld.active(what).kernel.attrs.get(REDUCERS, {})
+    if not (isinstance(reducer, Buffer) and id(reducer) in reducers):
+        raise TileError(f"{what} takes a buffer of T.alloc_reducer, got "
+                        f"{getattr(reducer, 'name', type(reducer).__name__)}", current_span())

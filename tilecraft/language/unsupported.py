@@ -22,7 +22,6 @@ _TILELANG = {
     # program structure and allocation
     "StridedTensor": "a global buffer with explicit strides",
     "ptr": "a raw pointer parameter", "make_tensor": "a buffer made from a pointer",
-    "alloc_reducer": "a reducer buffer",
     "alloc_tmem": "Blackwell tensor memory", "alloc_descriptor": "a wgmma / tcgen05 descriptor",
     "alloc_cluster_barrier": "a cluster-scope mbarrier",
     "CreateListofMBarrierOp": "mbarriers (paper-era)", "GetMBarrierOp": "an mbarrier (paper-era)",
@@ -34,7 +33,7 @@ _TILELANG = {
     "any_of": "a logical-or reduction of a tile", "all_of": "a logical-and reduction of a tile",
     "reduce": "a reduction by name", "reduce_bitand": "a bitwise-and reduction",
     "reduce_bitor": "a bitwise-or reduction", "reduce_bitxor": "a bitwise-xor reduction",
-    "cummax": "a running maximum", "finalize_reducer": "a reducer's final combination",
+    "cummax": "a running maximum",
     "tcgen05_gemm": "a Blackwell tcgen05 gemm",
     "gemm_sr": "a gemm with B in registers (paper-era)",
     # loops
