@@ -237,3 +237,42 @@ def test_gemms_sharing_an_accumulator_in_an_arm():
     want = q.astype(np.float64) @ k.T.astype(np.float64) + qp.astype(np.float64) @ \
         kp.T.astype(np.float64)
     np.testing.assert_allclose(s, want, rtol=2e-3, atol=2e-3)
+
+
+def test_reductions_of_concurrent_arms_keep_their_own_scratch():
+    """Each arm sums columns across its warps through shared scratch at the same time as the
+    other: their scratch bytes must not be shared (one region's barrier orders nothing of the
+    other's)."""
+    from tilecraft.backends.cuda import pipeline
+    from tilecraft.ir.annotations import SMEM_ARENA, SMEM_OFFSETS
+    from tilecraft.ir.stmt import Allocate
+    from tilecraft.ir.visitor import walk
+
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "float32"), S: T.Tensor((2, 64), "float32")):
+        with T.Kernel(1, threads=256):
+            tx = T.get_thread_binding()
+            if tx < 128:
+                f = T.alloc_fragment((64, 64), "float32")
+                s = T.alloc_fragment((64,), "float32")
+                T.copy(A, f)
+                T.reduce_sum(f, s, dim=0)
+                T.copy(s, S[0, :])
+            else:
+                g = T.alloc_fragment((64, 64), "float32")
+                t = T.alloc_fragment((64,), "float32")
+                T.copy(A, g)
+                T.reduce_max(g, t, dim=0)
+                T.copy(t, S[1, :])
+    lowered = pipeline.lower(main, "sm_90a")
+    planned, arena = lowered.attrs[SMEM_OFFSETS], lowered.attrs[SMEM_ARENA]
+    scratch = [n.buffer for k in lowered.kernels() for n in walk(k.body)
+               if isinstance(n, Allocate) and id(n.buffer) in arena and
+               id(n.buffer) not in planned]
+    assert len(scratch) >= 2 and len({arena[id(b)] for b in scratch}) == len(scratch)
+    a = np.random.default_rng(8).standard_normal((64, 64)).astype(np.float32)
+    out = np.full((2, 64), np.nan, np.float32)
+    kernel = tilecraft.compile(main, target="emulator:sm_90a")
+    kernel(a, out)
+    assert kernel.reports == []
+    np.testing.assert_allclose(out, np.stack([a.sum(0), a.max(0)]), rtol=1e-5, atol=1e-5)

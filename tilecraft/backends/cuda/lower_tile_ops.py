@@ -287,6 +287,10 @@ def lower_tile_ops(func, configs: dict | None = None):
         scratch = [n.buffer for n in walk(kernel.body) if isinstance(n, Allocate) and
                    is_shared(n.buffer.scope) and id(n.buffer) not in arena]
         private = lowering.ctx.private_scratch
+        if kernel.attrs.get(MANUAL_WARPGROUPS):
+            # warpgroups of a kernel specialized by hand run their regions at once: a barrier
+            # of one region orders nothing of another's use of shared bytes
+            private = {id(b) for b in scratch}
         for b in [b for b in scratch if id(b) in private]:
             arena[id(b)] = base
             base = (base + footprint(b) + 15) // 16 * 16
