@@ -107,8 +107,9 @@ def test_what_the_branches_become():
 
 
 def test_a_branch_that_splits_a_warpgroup_is_refused():
-    with pytest.raises(TileError, match=r"tile operators run under `if tx < 32`, which selects "
-                                        r"threads 0-31 of the block's 96"):
+    with pytest.raises(TileError, match=r"T.Parallel runs under `if tx < 32`, which differs "
+                                        r"between threads \(an `if` on the thread index whose "
+                                        r"arms select whole warpgroups"):
         @T.prim_func
         def main(A: T.Tensor((32,), "float32")):
             with T.Kernel(1, threads=96):

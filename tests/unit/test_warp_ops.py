@@ -409,7 +409,7 @@ def test_barrier_inside_parallel():
 
 def test_every_missing_tilelang_name_is_a_clear_error():
     missing = [n for n in tilelang_names() if n not in vars(T)]
-    assert "wgmma_gemm" in missing and "alloc_reducer" in missing
+    assert "sync_grid" in missing and "tcgen05_gemm" in missing
     for name in missing:
         with pytest.raises(NotSupportedYet) as info:
             getattr(T, name)
@@ -430,5 +430,5 @@ def test_missing_name_in_a_kernel_points_at_it():
         @T.prim_func
         def main(A: T.Tensor((32,), "float32")):
             with T.Kernel(1, threads=32) as bx:
-                red = T.alloc_reducer((32,), "float32")  # <- here  # noqa: F841
-    expect(program, "T.alloc_reducer is not supported by tilecraft yet", "T.alloc_reducer")
+                T.sync_grid()  # <- here
+    expect(program, "T.sync_grid is not supported by tilecraft yet", "T.sync_grid")

@@ -152,7 +152,9 @@ def is_scalar_atomic(op) -> bool:
 
 def _under(guard) -> str:
     if isinstance(guard, IfThenElse):
-        return f"under `if {expr_text(guard.cond)}`, which differs between threads"
+        return (f"under `if {expr_text(guard.cond)}`, which differs between threads (an `if` "
+                "on the thread index whose arms select whole warpgroups of 128 threads, "
+                "tx < 128, 128 <= tx < 256, ..., runs its tile operators on them)")
     return (f"in a loop whose bounds differ between threads ({expr_text(guard.start)} to "
             f"{expr_text(guard.start + guard.extent)})")
 

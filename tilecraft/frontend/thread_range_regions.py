@@ -16,8 +16,8 @@ warpgroups left. The chain stays one statement, so that no block barrier comes b
 arms (they run at the same time and wait for each other on mbarriers).
 
 Only an `if` chain that holds such block-wide work is rewritten; per-thread code under a thread
-condition stays as it is. A condition that splits a warpgroup (`tx < 32`) cannot hold
-block-wide work: that is refused, naming the threads it selects.
+condition stays as it is. A chain one of whose arms splits a warpgroup (`tx < 32`) stays as it
+is too, and frontend/thread_checks.py refuses the block-wide work under it, naming it.
 """
 from __future__ import annotations
 
@@ -25,12 +25,10 @@ import dataclasses
 
 import numpy as np
 
-from ..errors import TileError
 from ..ir import dtypes as dt
 from ..ir.annotations import WARPGROUP_THREADS, WS_REGION
 from ..ir.buffer import FRAGMENT
 from ..ir.expr import BufferLoad, Call, Expr, Var, const
-from ..ir.printer import expr_text
 from ..ir.stmt import BufferStore, For, IfThenElse, Kernel, SeqStmt
 from ..ir.thread_varying import is_per_thread_op
 from ..ir.tileop import TileOp
@@ -84,7 +82,10 @@ class _Rewriter:
             return s if body is s.body else dataclasses.replace(s, body=body)
         if isinstance(s, IfThenElse):
             if self.selects_threads(s.cond) and _block_wide(s):
-                return self.chain(s, np.ones(self.threads, bool))
+                try:
+                    return self.chain(s, np.ones(self.threads, bool))
+                except _SplitsWarpgroup:
+                    return s    # frontend/thread_checks.py names what cannot run under it
             if _is_region(s):
                 return s
             then_body = self.stmt(s.then_body)
@@ -104,13 +105,13 @@ class _Rewriter:
     def chain(self, s: IfThenElse, left: np.ndarray):
         """The if / elif / else chain s as regions, `left` the threads reaching it."""
         taken = left & self.mask(s.cond)
-        groups = self.groups(taken, s)
+        groups = self.groups(taken)
         rest = left & ~taken
         else_body = s.else_body
         if isinstance(else_body, IfThenElse) and self.selects_threads(else_body.cond):
             else_region = self.chain(else_body, rest)
         elif else_body is not None and rest.any():
-            else_region = _region(self.groups(rest, s, "else"), else_body, None, s)
+            else_region = _region(self.groups(rest), else_body, None, s)
         else:
             else_region = None
         if not groups:
@@ -121,20 +122,18 @@ class _Rewriter:
         value, = evaluate([cond], {self.tx: np.arange(self.threads)}, (self.threads,))
         return value.astype(bool)
 
-    def groups(self, mask: np.ndarray, s: IfThenElse, arm: str = "if") -> tuple:
+    def groups(self, mask: np.ndarray) -> tuple:
         """The warpgroups mask selects, which must be whole ones."""
-        whole = self.threads % WARPGROUP_THREADS == 0
-        rows = mask.reshape(-1, WARPGROUP_THREADS) if whole else None
-        if rows is None or (rows.any(axis=1) != rows.all(axis=1)).any():
-            chosen = np.nonzero(mask)[0]
-            where = f"`if {expr_text(s.cond)}`" + (" (its else)" if arm == "else" else "")
-            raise TileError(
-                f"tile operators run under {where}, which selects threads {_spans(chosen)} of "
-                f"the block's {self.threads}: a branch on the thread index may hold tile "
-                f"operators, T.Parallel loops and fragments only where it selects whole "
-                f"warpgroups of {WARPGROUP_THREADS} threads (tx < 128, 128 <= tx < 256, ...), "
-                "which then run them; otherwise move them out of the `if`", s.span)
+        if self.threads % WARPGROUP_THREADS:
+            raise _SplitsWarpgroup
+        rows = mask.reshape(-1, WARPGROUP_THREADS)
+        if (rows.any(axis=1) != rows.all(axis=1)).any():
+            raise _SplitsWarpgroup
         return tuple(int(g) for g in np.nonzero(rows.all(axis=1))[0])
+
+
+class _SplitsWarpgroup(Exception):
+    """An arm of the chain selects part of a warpgroup."""
 
 
 def _is_region(s) -> bool:
@@ -144,15 +143,3 @@ def _is_region(s) -> bool:
 def _region(groups, body, else_region, s: IfThenElse) -> IfThenElse:
     cond = Call(WS_REGION, tuple(const(g) for g in groups), dt.boolean, s.span)
     return IfThenElse(cond, body, else_region, s.span)
-
-
-def _spans(threads) -> str:
-    """[0, 32) as text: the runs of consecutive thread numbers."""
-    runs, start = [], None
-    for i, t in enumerate(threads):
-        if start is None:
-            start = t
-        if i + 1 == len(threads) or threads[i + 1] != t + 1:
-            runs.append(f"{start}-{t}" if t > start else f"{start}")
-            start = None
-    return ", ".join(runs) if runs else "none"

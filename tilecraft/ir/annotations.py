@@ -146,8 +146,9 @@ MANUAL_WARPGROUPS = "manual_warpgroups"
 # T.call_extern calls); the statement itself does nothing where it stands.
 IMPORT_SOURCE_CALL = "tl.import_source"
 
-# fence.proxy.async: ordinary shared-memory writes before async-proxy (TMA, wgmma) reads of them.
-FENCE_PROXY_ASYNC = "tc::fence_proxy_async_shared"
+# T.fence_proxy_async(): ordinary shared-memory writes before async-proxy (TMA, wgmma) reads of
+# them; the fence on sm_90a, nothing before (schedule/manual_warpgroups.py).
+FENCE_PROXY_ASYNC = "tl.fence_proxy_async"
 BLOCK_BARRIER = "tc::syncthreads"       # every thread of the block waits for every other
 WARPGROUP_INDEX = "tc::warpgroup_index"  # which 128-thread warpgroup runs this thread
 WARPGROUP_THREADS = 128                  # the threads of a warpgroup (what T.ws(g) names)

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from ...ir.annotations import BLOCK_BARRIER, FENCE_PROXY_ASYNC, WARPGROUP_INDEX
+from ...ir.annotations import BLOCK_BARRIER, WARPGROUP_INDEX
 
 NAMESPACE = "tc::"
 SM80 = "sm_80+"
@@ -98,7 +98,7 @@ MBARRIER_EXPECT_TX = Intrinsic("tc::mbarrier_expect_tx", 2, SM90A,
                                "expect this many more bytes of TMA transactions, no arrival")
 FENCE_BARRIER_INIT = Intrinsic("tc::fence_barrier_init", 0, SM90A,
                                "make mbarrier initialisations visible to the cluster")
-FENCE_PROXY_ASYNC_SHARED = Intrinsic(FENCE_PROXY_ASYNC, 0, SM90A,
+FENCE_PROXY_ASYNC_SHARED = Intrinsic("tc::fence_proxy_async_shared", 0, SM90A,
                                      "order ordinary shared writes before TMA / wgmma reads")
 SETMAXNREG_INC = Intrinsic("tc::setmaxnreg_inc<{regs}>", 0, SM90A,
                            "raise the warpgroup's register count", sample="tc::setmaxnreg_inc<240>")

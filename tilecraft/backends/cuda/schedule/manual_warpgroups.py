@@ -15,7 +15,9 @@ here into the forms the rest of the pipeline already knows:
 - `T.tma_copy(src, dst, barrier=b)` becomes, on the first thread of the region running it,
   the expected-bytes count on b followed by the TMA loads completing on b (sm_90a only);
 - a T.Pipelined loop of such a kernel runs as a plain loop: the program's own mbarriers are
-  its pipeline (the compiler's warp specialization and software pipelining stay out).
+  its pipeline (the compiler's warp specialization and software pipelining stay out);
+- T.fence_proxy_async (in any kernel) is the proxy fence on sm_90a and nothing before, where
+  no async proxy reads shared memory.
 
 A fragment used both inside a region and outside any, or by regions of different warpgroups,
 and a region of several warpgroups that uses fragments, are refused at their line.
@@ -26,10 +28,12 @@ import dataclasses
 
 from ....errors import TileError, warn_at
 from ....ir import dtypes as dt
-from ....ir.annotations import (CP_ASYNC_ARRIVE_CALL, INSTRUCTION, PTX_CP_ASYNC_CALL, MANUAL_BARRIER_CALLS, MANUAL_WARPGROUPS,
-                                MBARRIER_ARRIVE_CALL, MBARRIER_INIT_CALL, MBARRIER_WAIT_CALL,
-                                NUM_STAGES, SCHEDULED, SET_MAX_NREG_CALL, TMA_BARRIER, TMA_COPY_BARRIER,
-                                WARPGROUP_FRAGMENTS, WARPGROUP_INDEX, WS_REGION)
+from ....ir.annotations import (CP_ASYNC_ARRIVE_CALL, FENCE_PROXY_ASYNC, INSTRUCTION,
+                                MANUAL_BARRIER_CALLS, MANUAL_WARPGROUPS, MBARRIER_ARRIVE_CALL,
+                                MBARRIER_INIT_CALL, MBARRIER_WAIT_CALL, NUM_STAGES,
+                                PTX_CP_ASYNC_CALL, SCHEDULED, SET_MAX_NREG_CALL, TMA_BARRIER,
+                                TMA_COPY_BARRIER, WARPGROUP_FRAGMENTS, WARPGROUP_INDEX,
+                                WS_REGION)
 from ....ir.expr import Call, address_of, const, logical
 from ....ir.stmt import (Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt, call_stmt, seq,
                          stmts_of)
@@ -237,6 +241,20 @@ def _lower_kernel(k: Kernel, hopper: bool) -> Kernel:
     return dataclasses.replace(k, body=seq(stmts[:at] + prologue + stmts[at:]), attrs=attrs)
 
 
+class _UserFences(Mutator):
+    """T.fence_proxy_async: the fence on sm_90a; before, no async proxy reads shared memory
+    and there is nothing to order."""
+
+    def __init__(self, hopper: bool):
+        self.hopper = hopper
+
+    def visit_Evaluate(self, s: Evaluate):
+        if not (isinstance(s.value, Call) and s.value.name == FENCE_PROXY_ASYNC):
+            return s
+        return call_stmt(FENCE_PROXY_ASYNC_SHARED.name, span=s.span) if self.hopper else seq([])
+
+
 def manual_warpgroups(func, target=None):
     hopper = arch_of(target) == "sm_90a"
-    return map_kernels(func, lambda k: _lower_kernel(k, hopper))
+    fences = _UserFences(hopper)
+    return map_kernels(func, lambda k: _lower_kernel(fences.visit(k), hopper))

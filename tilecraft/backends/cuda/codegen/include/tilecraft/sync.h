@@ -16,8 +16,7 @@
 //   named_barrier_arrive(id, nthreads)   bar.arrive: count this warp in, do not wait
 //   fence_proxy_async_shared()  [sm_90]  fence.proxy.async.shared::cta: order this thread's
 //                                        ordinary shared-memory writes before later reads by
-//                                        the async proxy (TMA store, wgmma operands);
-//                                        before sm_90, where there is none, a no-op
+//                                        the async proxy (TMA store, wgmma operands)
 //   fence_barrier_init()        [sm_90]  fence.mbarrier_init.release.cluster: publish
 //                                        mbarrier_init to the async proxy / the cluster
 //
@@ -125,11 +124,6 @@ TC_DEVICE void mbarrier_wait_parity(uint64_t* bar, uint32_t parity) {
 TC_DEVICE void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
-#else
-// Before sm_90 no async proxy reads shared memory: T.fence_proxy_async has nothing to order.
-TC_DEVICE void fence_proxy_async_shared() {}
-#endif
-#if TC_HAS_SM90_SYNC
 TC_DEVICE void fence_barrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
