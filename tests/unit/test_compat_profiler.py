@@ -228,3 +228,19 @@ def test_func_manual_assert_close_and_assert_consistent():
     profiler.kernel = Drifting()
     with pytest.raises(AssertionError, match="output B of run 3 differs from the first"):
         profiler.assert_consistent(repeat=4)
+
+
+@pytest.mark.parametrize("supply, mean", [("Normal", -1.0), ("Randn", 0.0)])
+def test_normal_inputs_are_drawn_as_tilelang_draws_them(supply, mean):
+    """TensorSupplyType.Normal is TileLang's normal(-1, 1) (the tolerances of its examples'
+    checks assume it); Randn is the standard normal."""
+    from tilecraft.ir import dtypes as dt
+    from tilecraft.ir.buffer import Buffer
+    from tilecraft.profiler import TensorSupplyType, make_input
+    p = Buffer("x", (256, 256), dt.dtype("float32"), "global")
+    host = np.asarray(make_input(p, TensorSupplyType[supply], np.random.default_rng(3)))
+    assert abs(host.mean() - mean) < 0.02 and abs(host.std() - 1.0) < 0.02
+    torch = pytest.importorskip("torch")
+    from tilecraft.profiler import TorchRandom
+    t = make_input(p, TensorSupplyType[supply], TorchRandom(3, "cpu"))
+    assert abs(float(t.mean()) - mean) < 0.02 and abs(float(t.std()) - 1.0) < 0.02

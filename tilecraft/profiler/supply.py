@@ -12,6 +12,9 @@ from ..ir.buffer import Buffer
 
 
 class TensorSupplyType(IntEnum):
+    """Integer: -2..2 (unsigned 0..2); Uniform: in [-1, 1); Normal: mean -1, deviation 1 (as
+    TileLang draws it); Randn: mean 0, deviation 1; Zero, One; Auto: the profiler's choice.
+    Integer and boolean parameters are -2..2 (0..2 unsigned, 0..1 bool) but for Zero / One."""
     Integer = 1
     Uniform = 2
     Normal = 3
@@ -85,7 +88,9 @@ def make_input(p: Buffer, supply: TensorSupplyType, rng, shape: tuple | None = N
         return draw.cast(draw.integers(0, 2, shape), d)
     if d.is_int:
         return draw.cast(draw.integers(0 if d.is_unsigned else -2, 3, shape), d)
-    if supply in (TensorSupplyType.Normal, TensorSupplyType.Randn):
+    if supply == TensorSupplyType.Normal:
+        values = draw.normal(shape) - 1.0   # TileLang's: mean -1, deviation 1
+    elif supply == TensorSupplyType.Randn:
         values = draw.normal(shape)
     elif supply == TensorSupplyType.Integer:
         values = draw.integers(-2, 3, shape)
