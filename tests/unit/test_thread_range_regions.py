@@ -154,6 +154,20 @@ def test_a_fragment_only_per_thread_code_writes_is_per_thread():
         np.testing.assert_array_equal(b, 2 * a.sum(1))
 
 
+def test_a_fragment_one_thread_writes_for_all_stays_refused():
+    """Written under `if tx == 0` with a value all threads share, it is meant for every
+    thread: a per-thread copy would leave the others' unset, so it is refused as before."""
+    with pytest.raises(TileError, match="fragment f is written under `if tx == 0`"):
+        @T.prim_func
+        def main(A: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=64):
+                tx = T.get_thread_binding()
+                f = T.alloc_fragment((1,), "float32")
+                if tx == 0:
+                    f[0] = A[0]
+                A[tx] = f[0]
+
+
 def test_misuse_of_the_hand_written_copies():
     def program(kind):
         @T.prim_func

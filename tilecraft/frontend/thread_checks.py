@@ -52,9 +52,11 @@ def _keep_per_thread(kernel: Kernel, tv: ThreadVarying) -> bool:
                 if body is not None:
                     visit(body, inner)
         elif isinstance(s, BufferStore) and s.buffer.scope == FRAGMENT and \
-                id(s.buffer) not in shared_out and (divergent or tv.statement(s)):
+                id(s.buffer) not in shared_out and tv.statement(s):
             per_thread[id(s.buffer)] = s.buffer
 
+    # (A fragment only written under a thread condition with a value every thread shares,
+    # `if tx == 0: f[0] = 1.0`, reads as meant for all: it stays refused.)
     visit(kernel.body, False)
     for b in per_thread.values():
         b.scope = LOCAL
