@@ -130,7 +130,8 @@ def _plan_kernel(k: Kernel, limit, offsets: dict, rules, reuse: bool = True) -> 
         first, last = live.ranges.get(id(b), (0, 0))
         size = footprint(b, layouts)
         layout = layouts.buffers.get(id(b)) if layouts is not None else None
-        align = max(rules.bulk_copy_align if id(b) in bulk else 16, getattr(layout, "alignment", 16))
+        align = max(rules.bulk_copy_align if id(b) in bulk else 16,
+                    getattr(layout, "alignment", 16))
         start = 0
         while True:  # first fit among the tiles live at the same time
             clash = [e for s, e, f, l in placed

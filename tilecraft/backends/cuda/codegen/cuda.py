@@ -25,9 +25,9 @@ from ....ir.expr import Binary, BufferLoad, Call, Cast, Const, Select, Unary, Va
 from ....ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel,
                        PrimFunc, SeqStmt)
 from ....ir.visitor import walk
-from ....ir.annotations import (IMPORT_SOURCE_CALL, CLUSTER_DIMS, MIN_BLOCKS_PER_SM, PERSISTENT_BLOCKS,
-                                PRODUCER_THREADS, SMEM_ARENA, TENSOR_MAPS, USE_SWIZZLE,
-                                WARPGROUP_THREAD)
+from ....ir.annotations import (IMPORT_SOURCE_CALL, CLUSTER_DIMS, MIN_BLOCKS_PER_SM,
+                                PERSISTENT_BLOCKS, PRODUCER_THREADS, SMEM_ARENA, TENSOR_MAPS,
+                                USE_SWIZZLE, WARPGROUP_THREAD)
 from ..intrinsics import (BIASED_INT_TO_FLOAT, BIASED_INT_TO_HALF, BIT_CAST, CVT, MAX, MIN,
                           NAMESPACE, RASTERIZE, RASTERIZE_CLUSTERED)
 

@@ -24,20 +24,19 @@ from .index_checks import checked_index
 from .memory import Bits, Pointer, as_bytes
 from .shuffles import shfl_group, shfl_xor, syncwarp, warp_reduce, whole_warps
 from ..intrinsics import (ATOMIC, ATOMIC_ADD_V2, ATOMIC_ADD_X2, BARRIER_ALL, CHECKED_INDEX,
-                          CP_ASYNC_ARRIVE_NOINC, CP_ASYNC_COMMIT, CP_ASYNC_WAIT, CP_ASYNC_WAIT_ALL, FENCE_BARRIER_INIT,
-                          FENCE_PROXY_ASYNC_SHARED, IS_BLOCK_LEADER, IS_PRODUCER_LEADER,
-                          IS_PRODUCER_THREAD, L2_POLICY, LAUNCH_WAVE_PARITY, LDMATRIX,
-                          LDMATRIX_TRANS, MAKE_SMEM_DESC, MBARRIER_ARRIVE,
-                          MBARRIER_ARRIVE_EXPECT_TX, MBARRIER_EXPECT_TX,
-                          MBARRIER_ARRIVE_WARP, MBARRIER_INIT, MBARRIER_WAIT_PARITY, MMA,
-                          MMA_TF32, NAMED_BARRIER_ARRIVE, NAMED_BARRIER_SYNC, NAMESPACE, PACK_BF162,
-                          PACK_HALF2, PREFETCH_L2, SETMAXNREG_DEC, SETMAXNREG_INC, SHFL_GROUP,
-                          SHFL_XOR, STMATRIX_X4, SYNCTHREADS, SYNCWARP, TMA_LOAD, TMA_LOAD_IM2COL,
-                          TMA_STORE,
+                          CP_ASYNC_ARRIVE_NOINC, CP_ASYNC_COMMIT, CP_ASYNC_WAIT, CP_ASYNC_WAIT_ALL,
+                          FENCE_BARRIER_INIT, FENCE_PROXY_ASYNC_SHARED, IS_BLOCK_LEADER,
+                          IS_PRODUCER_LEADER, IS_PRODUCER_THREAD, L2_POLICY, LAUNCH_WAVE_PARITY,
+                          LDMATRIX, LDMATRIX_TRANS, MAKE_SMEM_DESC, MBARRIER_ARRIVE,
+                          MBARRIER_ARRIVE_EXPECT_TX, MBARRIER_EXPECT_TX, MBARRIER_ARRIVE_WARP,
+                          MBARRIER_INIT, MBARRIER_WAIT_PARITY, MMA, MMA_TF32, NAMED_BARRIER_ARRIVE,
+                          NAMED_BARRIER_SYNC, NAMESPACE, PACK_BF162, PACK_HALF2, PREFETCH_L2,
+                          SETMAXNREG_DEC, SETMAXNREG_INC, SHFL_GROUP, SHFL_XOR, STMATRIX_X4,
+                          SYNCTHREADS, SYNCWARP, TMA_LOAD, TMA_LOAD_IM2COL, TMA_STORE,
                           TMA_STORE_ADD, TMA_STORE_COMMIT, TMA_STORE_WAIT, TF32_OF_BITS, TO_TF32,
-                          WARP_REDUCE, WARPGROUP,
-                          WGMMA_COMMIT_GROUP, WGMMA_FENCE, WGMMA_FENCE_REGISTERS, WGMMA_ISSUES,
-                          WGMMA_WAIT_GROUP, is_call_to, lookup)
+                          WARP_REDUCE, WARPGROUP, WGMMA_COMMIT_GROUP, WGMMA_FENCE,
+                          WGMMA_FENCE_REGISTERS, WGMMA_ISSUES, WGMMA_WAIT_GROUP, is_call_to,
+                          lookup)
 
 # The SMs of the GPU the emulator pretends to be: few enough that each block of a persistent
 # kernel runs several tiles of a small test problem (the ring's rounds carry over tiles), and

@@ -33,8 +33,8 @@ from .bulk_stores import BulkStores
 from .copies import AsyncCopies
 from .hopper import WARPGROUP, Hopper
 from .memory import BlockMemory, Pointer
-from ....ir.annotations import (IMPORT_SOURCE_CALL, PERSISTENT_BLOCKS, PRODUCER_THREADS, SMEM_BYTES, USE_SWIZZLE,
-                                WARPGROUP_THREAD)
+from ....ir.annotations import (IMPORT_SOURCE_CALL, PERSISTENT_BLOCKS, PRODUCER_THREADS,
+                                SMEM_BYTES, USE_SWIZZLE, WARPGROUP_THREAD)
 from ..intrinsics import (CP_ASYNC_ARRIVE_NOINC, MBARRIER_CALLS, NAMED_BARRIER_SYNC,
                           NAMESPACE, SYNCWARP, TMA_LOADS, TMA_STORES, WGMMA_ISSUES, is_call_to)
 

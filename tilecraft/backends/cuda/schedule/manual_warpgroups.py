@@ -35,16 +35,17 @@ from ....ir.annotations import (CP_ASYNC_ARRIVE_CALL, FENCE_PROXY_ASYNC, INSTRUC
                                 TMA_COPY_BARRIER, WARPGROUP_FRAGMENTS, WARPGROUP_INDEX,
                                 WS_REGION)
 from ....ir.expr import Call, address_of, const, logical
-from ....ir.stmt import (Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt, call_stmt, seq,
-                         stmts_of)
+from ....ir.stmt import (Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel, SeqStmt,
+                         call_stmt, seq, stmts_of)
 from ....ir.buffer import is_shared
 from ....ir.tileop import Copy, Gemm, TileOp
 from ....ir.visitor import Mutator, map_kernels, walk
 from ....passes.parallel_nests import fragments_of
 from ....target import arch_of
-from ..intrinsics import (BARRIER_ALL, CP_ASYNC_ARRIVE_NOINC, FENCE_PROXY_ASYNC_SHARED, FENCE_BARRIER_INIT, IS_BLOCK_LEADER, IS_PRODUCER_LEADER,
-                          MBARRIER_ARRIVE, MBARRIER_EXPECT_TX, MBARRIER_INIT,
-                          MBARRIER_WAIT_PARITY, SETMAXNREG_DEC, SETMAXNREG_INC)
+from ..intrinsics import (BARRIER_ALL, CP_ASYNC_ARRIVE_NOINC, FENCE_PROXY_ASYNC_SHARED,
+                          FENCE_BARRIER_INIT, IS_BLOCK_LEADER, IS_PRODUCER_LEADER, MBARRIER_ARRIVE,
+                          MBARRIER_EXPECT_TX, MBARRIER_INIT, MBARRIER_WAIT_PARITY, SETMAXNREG_DEC,
+                          SETMAXNREG_INC)
 from ..tileops.tma import tma_plan
 from ..tileops.wgmma import WARPGROUP
 
