@@ -17,7 +17,7 @@ import dataclasses
 
 from ..errors import TileError
 from ..ir.buffer import FRAGMENT, Buffer, BufferRegion
-from ..ir.expr import Binary, BufferLoad, Var, cast, const
+from ..ir.expr import Binary, BufferLoad, Cast, Var, cast, const
 from ..ir.linear import structural_key
 from ..ir.stmt import Allocate, BufferStore, For, Kernel, seq
 from ..ir.tileop import Reduce
@@ -74,9 +74,9 @@ def _rewrite_nest(nest: For, stores: list, reducers: dict):
             raise TileError(f"T.alloc_reducer: index {buf.name} with the nest's variables in "
                             "the nest's order", store.span)
         after.append(Reduce(op, whole, dst, left[0], False, store.span))
+    accumulated = {id(_own_load(st)) for st in stores}
     for n in walk(nest):
-        if isinstance(n, BufferLoad) and id(n.buffer) in reducers and not any(
-                n is _own_load(st) for st in stores):
+        if isinstance(n, BufferLoad) and id(n.buffer) in reducers and id(n) not in accumulated:
             raise TileError(f"T.alloc_reducer: {n.buffer.name} is read in the T.Parallel nest "
                             "that accumulates into it; its values are whole after the nest",
                             n.span)
@@ -103,11 +103,17 @@ def _indices_as_vars(store: BufferStore, loop_vars: list) -> list:
     return out
 
 
+def _combined(store: BufferStore):
+    """The value a reducer store writes, through the casts around it."""
+    v = store.value
+    while isinstance(v, Cast):
+        v = v.value
+    return v
+
+
 def _own_load(store: BufferStore):
     """The load of the stored element in `r[idx] op v`, or None."""
-    v = store.value
-    while not isinstance(v, Binary) and hasattr(v, "value") and not isinstance(v, BufferLoad):
-        v = v.value    # through a cast
+    v = _combined(store)
     if isinstance(v, Binary):
         key = structural_key(tuple(store.indices))
         for side in (v.a, v.b):
@@ -119,10 +125,7 @@ def _own_load(store: BufferStore):
 
 def _term(store: BufferStore, op: str):
     """v of `r[idx] = r[idx] <op> v`."""
-    v = store.value
-    while not isinstance(v, (Binary, BufferLoad)) and hasattr(v, "value"):
-        v = v.value
-    own = _own_load(store)
+    v, own = _combined(store), _own_load(store)
     if not isinstance(v, Binary) or v.op != _BINARY[op] or own is None:
         form = {"sum": "r[i] += v", "max": "r[i] = T.max(r[i], v)",
                 "min": "r[i] = T.min(r[i], v)"}[op]

@@ -20,6 +20,7 @@ from ..ir.expr import BufferLoad
 from ..ir.thread_varying import ThreadVarying, is_per_thread_op, region_exprs
 from ..ir.tileop import Atomic, TileOp
 from ..ir.visitor import walk
+from ..passes.parallel_nests import fragments_of
 
 
 def check_thread_uses(kernel: Kernel):
@@ -38,7 +39,7 @@ def _keep_per_thread(kernel: Kernel, tv: ThreadVarying) -> bool:
     shared_out = {id(b) for n in walk(kernel.body)
                   if (isinstance(n, For) and n.kind == "parallel") or
                   (isinstance(n, TileOp) and not is_per_thread_op(n))
-                  for b in _fragments_in(n)}
+                  for b in fragments_of(n)}
     per_thread = {}
 
     def visit(s, divergent):
@@ -61,16 +62,6 @@ def _keep_per_thread(kernel: Kernel, tv: ThreadVarying) -> bool:
     for b in per_thread.values():
         b.scope = LOCAL
     return bool(per_thread)
-
-
-def _fragments_in(node):
-    for n in walk(node):
-        if isinstance(n, (BufferLoad, BufferStore)) and n.buffer.scope == FRAGMENT:
-            yield n.buffer
-        elif isinstance(n, TileOp):
-            for b in list(n.reads()) + list(n.writes()):
-                if b.scope == FRAGMENT:
-                    yield b
 
 
 class _Checker:

@@ -42,6 +42,11 @@ def poison(shape, d) -> np.ndarray:
     return np.full(shape, 0x5A if d.bits == 8 else 0x5A5A, dtype=d.numpy)
 
 
+# Statements with nothing to do when every thread runs each statement together and a copy is
+# made when issued: waits for copies, register and proxy directives, source for the GPU module.
+_NOTHING_TO_DO = (PTX_COMMIT_CALL, PTX_WAIT_CALL, SET_MAX_NREG_CALL, FENCE_PROXY_ASYNC,
+                  IMPORT_SOURCE_CALL)
+
 class Machine:
     def __init__(self, func):
         self.func = func
@@ -88,10 +93,14 @@ class Machine:
         if fn is None:
             raise TileError(f"T.call_extern({name!r}) has no implementation on the interpreter; "
                             "register one with tilecraft.register_extern", call.span)
+        return self.per_thread(fn, args, mask)
+
+    def per_thread(self, fn, args, mask):
+        """fn(*args) once, or, where an argument differs between threads (each thread's
+        pointer or value), once a live thread with that thread's arguments."""
         if self.threads is None or not any(isinstance(a, ThreadPointers) or
                                            np.ndim(a) > 0 for a in args):
             return fn(*args)
-        # Per-thread arguments (each thread's pointer or value): called once a live thread.
         out = np.zeros(self.threads.T, dtype=object)
         for t in np.nonzero(self.threads.live(mask))[0]:
             out[t] = fn(*(a[t] if isinstance(a, ThreadPointers) else
@@ -233,33 +242,23 @@ class Machine:
 
     def exec_Evaluate(self, s: Evaluate, mask):
         name = getattr(s.value, "name", None)
-        if name in BARRIERS or name in (IMPORT_SOURCE_CALL, SET_MAX_NREG_CALL, FENCE_PROXY_ASYNC):
-            return   # every thread runs each statement together: there is nothing to wait for
+        if name in BARRIERS or name in _NOTHING_TO_DO:
+            return
         if name in MANUAL_BARRIER_CALLS:
             return self.mbarrier_call(s.value)
         if name == PTX_CP_ASYNC_CALL:
             return self.ptx_cp_async(s.value, mask)
-        if name in (PTX_COMMIT_CALL, PTX_WAIT_CALL):
-            return   # the copies were made when issued: nothing is in flight
         self.ev.eval(s.value, mask)
 
     def ptx_cp_async(self, call, mask):
         """T.ptx_cp_async, made at once: each thread's (or the block's one) copy of `size`
         bytes, zeros where its predicate is false."""
-        dst, src, pred = (self.ev.eval(a, mask) for a in (call.args[0], call.args[1],
-                                                          call.args[3]))
-        dsts = list(dst) if isinstance(dst, ThreadPointers) else [dst]
-        srcs = list(src) if isinstance(src, ThreadPointers) else [src]
-        count = max(len(dsts), len(srcs))
-        live = self.threads.live(mask) if self.threads is not None and \
-            count == self.threads.T else np.ones(count, bool)
-        preds = np.broadcast_to(np.asarray(pred, bool).reshape(-1), (count,)) \
-            if np.size(pred) in (1, count) else np.ones(count, bool)
-        n = int(call.args[2].value) * 8 // call.args[0].args[0].buffer.dtype.bits
-        for t in np.nonzero(live)[0]:
-            d = dsts[t if len(dsts) > 1 else 0]
-            s = srcs[t if len(srcs) > 1 else 0]
-            d.write(s.read(n) if preds[t] else np.zeros(n, d.flat.dtype))
+        dst, src, _, pred = call.args
+        n = int(call.args[2].value) * 8 // dst.args[0].buffer.dtype.bits
+
+        def copy(d, s, p):
+            d.write(s.read(n) if p else np.zeros(n, d.flat.dtype))
+        self.per_thread(copy, [self.ev.eval(a, mask) for a in (dst, src, pred)], mask)
 
     # --- regions ----------------------------------------------------------------
     def region_box(self, r: BufferRegion):
