@@ -32,7 +32,7 @@ from ..ir.expr import BufferLoad, Call, Expr, Var, const
 from ..ir.stmt import BufferStore, For, IfThenElse, Kernel, SeqStmt
 from ..ir.thread_varying import is_per_thread_op
 from ..ir.tileop import TileOp
-from ..ir.visitor import walk
+from ..ir.visitor import Mutator, walk
 from ..layout.layout import evaluate
 from .thread_checks import is_scalar_atomic
 
@@ -43,8 +43,7 @@ def thread_range_regions(kernel: Kernel) -> Kernel:
     if tx is None:
         return kernel
     rewriter = _Rewriter(tx, kernel.num_threads)
-    body = rewriter.stmt(kernel.body)
-    return kernel if body is kernel.body else dataclasses.replace(kernel, body=body)
+    return dataclasses.replace(kernel, body=rewriter.visit(kernel.body))
 
 
 def _flat_thread_index(kernel: Kernel) -> Var | None:
@@ -68,32 +67,20 @@ def _block_wide(s) -> bool:
     return False
 
 
-class _Rewriter:
+class _Rewriter(Mutator):
     def __init__(self, tx: Var, threads: int):
         self.tx, self.threads = tx, threads
 
-    def stmt(self, s):
-        if isinstance(s, SeqStmt):
-            stmts = [self.stmt(x) for x in s.stmts]
-            changed = any(a is not b for a, b in zip(stmts, s.stmts))
-            return dataclasses.replace(s, stmts=tuple(stmts)) if changed else s
-        if isinstance(s, For) and s.kind != "parallel":
-            body = self.stmt(s.body)
-            return s if body is s.body else dataclasses.replace(s, body=body)
-        if isinstance(s, IfThenElse):
-            if self.selects_threads(s.cond) and _block_wide(s):
-                try:
-                    return self.chain(s, np.ones(self.threads, bool))
-                except _SplitsWarpgroup:
-                    return s    # frontend/thread_checks.py names what cannot run under it
-            if _is_region(s):
-                return s
-            then_body = self.stmt(s.then_body)
-            else_body = None if s.else_body is None else self.stmt(s.else_body)
-            if then_body is s.then_body and else_body is s.else_body:
-                return s
-            return dataclasses.replace(s, then_body=then_body, else_body=else_body)
-        return s
+    def visit_For(self, s: For):
+        return s if s.kind == "parallel" else self.generic_visit(s)
+
+    def visit_IfThenElse(self, s: IfThenElse):
+        if self.selects_threads(s.cond) and _block_wide(s):
+            try:
+                return self.chain(s, np.ones(self.threads, bool))
+            except _SplitsWarpgroup:
+                return s    # frontend/thread_checks.py names what cannot run under it
+        return s if _is_region(s) else self.generic_visit(s)
 
     def selects_threads(self, cond) -> bool:
         """cond depends on the thread index and on nothing else that varies."""
