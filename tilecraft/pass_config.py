@@ -59,6 +59,7 @@ _NAMES = {
     "TL_DISABLE_SEESAW_WARPGROUPS": "tl.disable_seesaw_warpgroups",
     "TL_DISABLE_L2_PREFETCH": "tl.disable_l2_prefetch",
     "TL_ENABLE_TMA_MULTICAST": "tl.enable_tma_multicast",
+    "TL_EXACT_FLOAT32_GEMM": "tl.exact_float32_gemm",
     # TileLang's
     "TL_SIMPLIFY": "tl.Simplify",
     "TL_DYNAMIC_ALIGNMENT": "tl.dynamic_alignment",

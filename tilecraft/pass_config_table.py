@@ -93,6 +93,9 @@ HONOURED = {
                                     "producer warpgroup"),
     "tl.disable_tma_lower": (False, boolean, "no TMA copies (so no warp specialization)"),
     "tl.disable_wgmma": (False, boolean, "gemms on mma.sync, not wgmma (sm_90a)"),
+    "tl.exact_float32_gemm": (False, boolean, "a T.gemm of float32 operands multiplies in "
+                              "float32 with scalar FMAs on the CUDA cores, instead of on the "
+                              "TF32 tensor cores as TileLang's does"),
     "tl.enable_tma_multicast": (False, boolean, "warp-specialized blocks that load the same "
                                 "tiles run as clusters of two sharing them by TMA multicast"),
     "tl.disable_wgmma_rotation": (False, boolean, "attention-like consumer loops keep each "

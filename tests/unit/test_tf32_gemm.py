@@ -11,7 +11,7 @@ import tilecraft.language as T
 
 
 def tf32_gemm(M, N, K, trans_a, trans_b, a_in_registers=False, block=(64, 64, 32),
-              threads=128, stages=2):
+              threads=128, stages=2, dtype=T.tfloat32):
     bm, bn, bk = block
     a_shape = (K, M) if trans_a else (M, K)
     b_shape = (N, K) if trans_b else (K, N)
@@ -19,14 +19,14 @@ def tf32_gemm(M, N, K, trans_a, trans_b, a_in_registers=False, block=(64, 64, 32
     b_tile = (bn, bk) if trans_b else (bk, bn)
 
     @T.prim_func
-    def main(A: T.Tensor(a_shape, T.tfloat32), B: T.Tensor(b_shape, T.tfloat32),
+    def main(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype),
              C: T.Tensor((M, N), T.float32)):
         with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
-            A_s = T.alloc_shared(a_tile, T.tfloat32)
-            B_s = T.alloc_shared(b_tile, T.tfloat32)
+            A_s = T.alloc_shared(a_tile, dtype)
+            B_s = T.alloc_shared(b_tile, dtype)
             C_f = T.alloc_fragment((bm, bn), T.float32)
             if a_in_registers:
-                A_f = T.alloc_fragment(a_tile, T.tfloat32)
+                A_f = T.alloc_fragment(a_tile, dtype)
             T.clear(C_f)
             for k in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
                 if trans_a:
@@ -50,12 +50,14 @@ CASES = [(False, True, False), (False, False, False), (True, True, False), (True
          (False, True, True), (False, False, True)]
 
 
+@pytest.mark.parametrize("dtype", [T.tfloat32, T.float32])
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("trans_a,trans_b,regs", CASES,
                          ids=["NT", "NN", "TT", "TN", "NT-regs", "NN-regs"])
-def test_tf32_gemm_on_the_tensor_cores(trans_a, trans_b, regs, arch):
+def test_tf32_gemm_on_the_tensor_cores(trans_a, trans_b, regs, arch, dtype):
+    """tfloat32 operands, and float32 ones (TileLang multiplies those as tf32 too)."""
     M, N, K = 80, 72, 96   # ragged: partial tiles along M and N
-    func = tf32_gemm(M, N, K, trans_a, trans_b, regs)
+    func = tf32_gemm(M, N, K, trans_a, trans_b, regs, dtype=dtype)
     source = tilecraft.compile(func, target=arch).get_kernel_source()
     if arch == "sm_90a" and not trans_a and trans_b and not regs:
         assert "k8_f32_tf32" in source and "mma_m16n8k8" not in source
@@ -107,3 +109,25 @@ def test_float32_tensors_fill_tfloat32_tiles_by_vector_copies():
             T.copy(C_f, C[by * 128, bx * 128])
     assert "cp_async_cg_16" in tilecraft.compile(main, target="sm_80").get_kernel_source()
     assert "tma_load" in tilecraft.compile(main, target="sm_90a").get_kernel_source()
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_exact_float32_gemm_multiplies_in_float32(arch):
+    """tl.exact_float32_gemm keeps a float32 gemm off the tensor cores: scalar float32
+    multiply-adds, accurate to float32's rounding; explicit tfloat32 tiles stay TF32."""
+    M, N, K = 80, 72, 96
+    configs = {"tl.exact_float32_gemm": True}
+    func = tf32_gemm(M, N, K, False, True, dtype=T.float32)
+    source = tilecraft.compile(func, target=arch, pass_configs=configs).get_kernel_source()
+    assert "tf32_f32" not in source and "f32_tf32" not in source
+    tf32 = tilecraft.compile(tf32_gemm(M, N, K, False, True), target=arch,
+                             pass_configs=configs).get_kernel_source()
+    assert "tf32_f32" in tf32 or "f32_tf32" in tf32
+    rng = np.random.default_rng(4)
+    a = rng.uniform(-1, 1, (M, K)).astype(np.float32)
+    b = rng.uniform(-1, 1, (N, K)).astype(np.float32)
+    c = np.full((M, N), np.nan, np.float32)
+    target = f"emulator:{arch}" if arch != "sm_80" else "emulator"
+    tilecraft.compile(func, target=target, pass_configs=configs)(a, b, c)
+    want = a.astype(np.float64) @ b.T.astype(np.float64)
+    assert np.linalg.norm(c - want) / np.linalg.norm(want) < 1e-6

@@ -106,7 +106,8 @@ class Gemm(TileOp):
     clear_accum: bool = False
     k_pack: int = 1
     wg_wait: int = 0
-    # Which tensor-core instruction lowers it ("mma" or "wgmma"); infer_instructions decides.
+    # Which instruction lowers it ("mma", "wgmma", or "fma": scalar multiply-adds on the CUDA
+    # cores); infer_instructions decides.
     instruction: str = ""
     span: Span | None = field(default=None, compare=False)
     op_name = "gemm"
@@ -115,6 +116,15 @@ class Gemm(TileOp):
         return (self.A.buffer, self.B.buffer) + (() if self.clear_accum else (self.C.buffer,))
 
     def writes(self): return (self.C.buffer,)
+
+    def multiply_dtype(self) -> str:
+        """The operand type the products are computed in. As in TileLang, float32 operands
+        accumulated in float32 multiply on the TF32 tensor cores (10-bit mantissa products,
+        float32 sums), like tfloat32 ones: a float32 T.gemm is a tensor-core gemm. A gemm
+        pinned to "fma" (the pass config tl.exact_float32_gemm) multiplies in float32."""
+        a, b = self.A.buffer.dtype.name, self.B.buffer.dtype.name
+        tf32 = {a, b} <= {"float32", "tfloat32"} and self.C.buffer.dtype.name == "float32"
+        return "tfloat32" if tf32 and self.instruction != "fma" else a
 
     def dims(self) -> tuple:
         """(M, N, K) of the product, from the operands' static extents."""

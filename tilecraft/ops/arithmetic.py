@@ -3,6 +3,8 @@
 Each op's text, its meaning on the reference interpreter and its cost-model charges (see
 ir/tileop.py's TileOpContract). The interpreter accumulates in float32 (float64 for float64
 data), as the tensor cores and CUDA cores do, and rounds the result to the output's dtype.
+A gemm that multiplies in TF32 (tfloat32 operands, or float32 ones: Gemm.multiply_dtype) has
+its operands rounded to TF32 first, as mma.sync's operands are (cvt.rna).
 """
 from __future__ import annotations
 
@@ -42,9 +44,19 @@ def _matrix(m, r: BufferRegion, transpose: bool, span):
     return values.T if transpose else values
 
 
+def rounded_to_tf32(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to TF32's 10 mantissa bits, to nearest with ties away from zero
+    (cvt.rna.tf32.f32); infinities and NaNs are kept."""
+    bits = np.ascontiguousarray(x, np.float32).view(np.uint32)
+    rounded = ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+    return np.where(np.isfinite(x), rounded, x)
+
+
 def interpret_gemm(m, s: Gemm, mask):
     a = _matrix(m, s.A, s.transpose_A, s.span)
     b = _matrix(m, s.B, s.transpose_B, s.span)
+    if s.multiply_dtype() == "tfloat32":
+        a, b = rounded_to_tf32(a), rounded_to_tf32(b)
     acc = compute_dtype(s.C.buffer.dtype)
     if acc.kind == "f" and acc.itemsize < 8:
         acc = np.dtype(np.float32)

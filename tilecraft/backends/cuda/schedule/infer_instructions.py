@@ -3,8 +3,10 @@ registers and shared memory run, for the target.
 
 On sm_90a a gemm whose operands WGMMA can read (float16 / bfloat16 into float32, B in a
 swizzled shared tile, A shared or in registers, whole warpgroups, m64nNk16 instructions that
-tile the block) is lowered to wgmma; everything else, and every gemm on older GPUs, to
-mma.sync. The choice is recorded on the op (`instruction=` in the dumped IR). The pass config
+tile the block; tf32 and fp8 ones K-major from shared memory) is lowered to wgmma; everything
+else, and every gemm on older GPUs, to mma.sync. float32 operands multiply as tf32, as in
+TileLang (Gemm.multiply_dtype); tl.exact_float32_gemm pins their gemms to "fma", scalar
+float32 multiply-adds. The choice is recorded on the op (`instruction=` in the dumped IR). The pass config
 tl.disable_wgmma keeps a kernel on mma.sync; T.gemm's instruction can also be pinned by hand in
 a transformed IR (a pinned "wgmma" that does not fit is an error naming the reason). Gemms
 that accumulate into one fragment leave it in one register layout: where the instructions
@@ -88,8 +90,10 @@ def atomic_unsupported(kind: str, dtype: str, arch: str) -> str | None:
 
 class _Choose(Mutator):
     def __init__(self, arch: str, threads: int, wgmma: bool, tma_store: bool = False,
-                 stmatrix: bool = False, local: frozenset = frozenset()):
+                 stmatrix: bool = False, local: frozenset = frozenset(),
+                 exact_float32: bool = False):
         self.arch = arch
+        self.exact_float32 = exact_float32
         self.threads = threads
         # Fragments of one warpgroup (a T.ws region's, manual_warpgroups): a gemm into one
         # runs on that warpgroup's 128 threads.
@@ -132,6 +136,9 @@ class _Choose(Mutator):
             raise TileError(f"T.gemm: operand B ({b.name}) is {held}; on {self.arch} the "
                             "tensor cores read B from shared memory: T.copy it into a "
                             "T.alloc_shared tile first", op.span)
+        if self.exact_float32 and not op.instruction and \
+                op.A.buffer.dtype.name == op.B.buffer.dtype.name == "float32":
+            return dataclasses.replace(op, instruction="fma")
         threads = WARPGROUP if op.C.buffer.name in self.local else self.threads
         reason = wgmma_unfit_reason(op, op.dims(), threads)
         if op.instruction == "wgmma" and reason is not None:
@@ -194,7 +201,8 @@ def infer_instructions(func, arch: str | None = None, configs: dict | None = Non
 
     def choose(k):
         local = frozenset(k.attrs.get(WARPGROUP_FRAGMENTS, ()))
-        chooser = _Choose(arch, k.num_threads, wgmma, tma_store, stmatrix=hopper, local=local)
+        chooser = _Choose(arch, k.num_threads, wgmma, tma_store, stmatrix=hopper, local=local,
+                          exact_float32=bool(configs.get(PassConfigKey.TL_EXACT_FLOAT32_GEMM)))
         pinned = {id(n) for n in walk(k.body) if isinstance(n, Gemm) and n.instruction}
         body = chooser.visit(k.body)
         # the pinned ones keep their identity through the chooser (it returns them as given)

@@ -10,13 +10,13 @@ registers (gemm_rs) uses layout.gemm_a_fragment, whose registers for (mi, k step
 the eight halves of mma's A operand, so they are packed into four words in place.
 float16 operands accumulate in float32 or float16 (the half-accumulating mma, whose four
 accumulator halves per atom sit where the float32 ones do), bfloat16 ones in float32.
-tfloat32 operands run m16n8k8: counted in 32-bit words its A and B registers sit where
+tfloat32 operands, and float32 ones (as in TileLang: Gemm.multiply_dtype), run m16n8k8: counted in 32-bit words its A and B registers sit where
 m16n8k16's do, so the same ldmatrix loads fetch them where the operand is K-contiguous in
 shared memory (A stored M x K, B stored N x K); the other orientations, which ldmatrix's
 16-bit transpose cannot serve, read each word with a shared load. Every word is rounded to
-tf32 (cvt.rna) on its way into the instruction. Other operands (float32, float64, fp8, 8-bit
-integers), which have no such path here, multiply with scalar FMAs; those read A from shared
-memory only.
+tf32 (cvt.rna) on its way into the instruction. Other operands (float64, fp8, 8-bit integers), which
+have no such path here, and float32 ones under tl.exact_float32_gemm, multiply with scalar FMAs;
+those read A from shared memory only.
 """
 from __future__ import annotations
 
@@ -66,9 +66,8 @@ def lower_gemm(op: Gemm, ctx) -> object:
         from .wgmma import lower_wgmma
         return lower_wgmma(op, ctx, m, n, k)
     wm, wn = ctx.layouts.gemm_warps[id(op)]
-    a_dtype = op.A.buffer.dtype
-    key = (a_dtype.name, op.C.buffer.dtype.name)
-    if key not in _MMA or k % _MMA[key][1]:
+    key = (op.multiply_dtype(), op.C.buffer.dtype.name)
+    if op.instruction == "fma" or key not in _MMA or k % _MMA[key][1]:
         return _lower_fma(op, ctx, m, n, k)
     return _lower_mma(op, ctx, m, n, k, wm, wn, *_MMA[key])
 

@@ -50,7 +50,7 @@ def _is_fp8(op: Gemm) -> bool:
 
 
 def _is_tf32(op: Gemm) -> bool:
-    return op.A.buffer.dtype.name == "tfloat32"
+    return op.multiply_dtype() == "tfloat32"
 
 
 def k_step(op: Gemm) -> int:
@@ -141,11 +141,11 @@ def wgmma_unfit_reason(op: Gemm, dims, threads: int) -> str | None:
     m, n, k = dims
     a, b, c = op.A.buffer, op.B.buffer, op.C.buffer
     fp8 = a.dtype.name in _FP8 and b.dtype.name in _FP8
-    tf32 = a.dtype.name == b.dtype.name == "tfloat32"
+    tf32 = op.multiply_dtype() == "tfloat32"
     if not (fp8 or tf32 or (a.dtype.name in _SUFFIX and b.dtype.name == a.dtype.name)) or \
             c.dtype.name != "float32":
         return (f"operands {a.dtype} x {b.dtype} -> {c.dtype} (wgmma here: float16 or bfloat16, "
-                "tfloat32, or float8_e4m3 / float8_e5m2 in any pair, -> float32)")
+                "tfloat32 or float32, or float8_e4m3 / float8_e5m2 in any pair, -> float32)")
     if threads % WARPGROUP:
         return f"{threads} threads are not whole warpgroups"
     if k % k_step(op):
