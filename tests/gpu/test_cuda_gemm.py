@@ -1,4 +1,5 @@
-"""T.gemm on the mma.sync path (and the FMA path for float32), against torch."""
+"""T.gemm on the mma.sync path (float32 operands as TF32, and on the FMA path under
+tl.exact_float32_gemm), against torch."""
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -40,9 +41,12 @@ def test_gemm_with_a_in_registers(trans_B):
     run_gemm(192, 128, 96, trans_B=trans_B, a_in_registers=True, policy=T.GemmWarpPolicy.FullRow)
 
 
-def test_float32_gemm_uses_fma_path():
+def test_float32_gemm_runs_tf32_mma_or_exact_fma():
     kernel = run_gemm(100, 70, 48, dtype="float32", bm=32, bn=32, bk=16)
-    assert "mma" not in kernel.get_kernel_source()
+    assert "mma_m16n8k8_tf32" in kernel.get_kernel_source()
+    exact = gpu_helpers.run_gemm(100, 70, 48, dtype="float32", bm=32, bn=32, bk=16,
+                                 pass_configs={**MMA_SYNC, "tl.exact_float32_gemm": True})
+    assert "mma" not in exact.get_kernel_source()
 
 
 def test_gemm_reports_registers_and_no_spills():

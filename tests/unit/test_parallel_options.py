@@ -1,0 +1,111 @@
+"""T.Parallel's options as TileLang has them: prefer_async (the nest's global -> shared runs
+as cp.async, waited for after the nest, or by the program itself under the annotation
+parallel_async_without_async_commit_wait), loop_layout (the iterations' threads as given) and
+annotations (unknown keys refused). Run on the interpreter and both emulators (whose race
+checker reports a cp.async no wait covers) against numpy, and compiled for sm_80 / sm_90a."""
+import numpy as np
+import pytest
+
+import tilecraft
+import tilecraft.language as T
+
+N, D = 100, 64
+TARGETS = ["interp", "emulator", "emulator:sm_90a"]
+
+
+def gather(prefer=True, program_waits=False, wait=True, loop_layout=None):
+    """Rows of K listed in Idx (past the end: zeros) into a shared tile, doubled."""
+    ann = {"parallel_async_without_async_commit_wait": True} if program_waits else None
+
+    @T.prim_func
+    def main(K: T.Tensor((N, D), "float16"), Idx: T.Tensor((64,), "int32"),
+             O: T.Tensor((64, D), "float16")):
+        with T.Kernel(1, threads=128) as bx:
+            s = T.alloc_shared((64, D), "float16")
+            f = T.alloc_fragment((64, D), "float16")
+            for i, j in T.Parallel(64, D, prefer_async=prefer, annotations=ann):
+                s[i, j] = T.if_then_else(Idx[i] < N, K[Idx[i], j], 0)
+            if program_waits:
+                T.ptx_commit_group()
+                if wait:
+                    T.ptx_wait_group(0)
+            T.copy(s, f)
+            for i, j in T.Parallel(64, D, loop_layout=loop_layout):
+                f[i, j] = f[i, j] * 2
+            T.copy(f, O)
+    return main
+
+
+def inputs():
+    rng = np.random.default_rng(0)
+    k = rng.standard_normal((N, D)).astype(np.float16)
+    idx = rng.integers(0, N + 20, 64).astype(np.int32)   # some rows past the end
+    want = np.where((idx < N)[:, None], k[np.minimum(idx, N - 1)], 0).astype(np.float32) * 2
+    return k, idx, want
+
+
+def run(func, target):
+    k, idx, want = inputs()
+    out = np.full((64, D), np.nan, np.float16)
+    kernel = tilecraft.compile(func, target=target)
+    kernel(k, idx, out)
+    assert getattr(kernel, "reports", []) == []
+    np.testing.assert_array_equal(out.astype(np.float32), want)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("program_waits", [False, True])
+def test_prefer_async_gather(program_waits, target):
+    run(gather(program_waits=program_waits), target)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("program_waits", [False, True])
+def test_prefer_async_issues_cp_async_and_one_wait(program_waits, arch):
+    source = tilecraft.compile(gather(program_waits=program_waits),
+                               target=arch).get_kernel_source()
+    assert "cp_async_cg_16" in source
+    assert source.count("cp_async_commit") == 1 and source.count("cp_async_wait") == 1
+    plain = tilecraft.compile(gather(prefer=False), target=arch).get_kernel_source()
+    assert "cp_async" not in plain
+
+
+def test_a_copy_the_program_never_waits_for_is_reported():
+    k, idx, _ = inputs()
+    kernel = tilecraft.compile(gather(program_waits=True, wait=False), target="emulator")
+    with pytest.raises(tilecraft.TileError, match="async-not-waited"):
+        kernel(k, idx, np.zeros((64, D), np.float16))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_loop_layout_places_the_iterations(target):
+    # element e = i * D + j on thread e % 128: rows interleaved over the threads
+    given = T.Fragment((64, D), forward_fn=lambda i, j: ((i * D + j) % 128, (i * D + j) // 128))
+    run(gather(loop_layout=given), target)
+
+
+def test_loop_layout_reaches_the_generated_code():
+    given = T.Fragment((64, D), forward_fn=lambda i, j: ((i * D + j) % 128, (i * D + j) // 128))
+    with_layout = tilecraft.compile(gather(loop_layout=given), target="sm_80")
+    inferred = tilecraft.compile(gather(), target="sm_80")
+    assert with_layout.get_kernel_source() != inferred.get_kernel_source()
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(annotations={"no_such_hint": 1}), "unknown annotation 'no_such_hint'"),
+    (dict(annotations={"parallel_async_without_async_commit_wait": 1}), "takes True or False"),
+    (dict(prefer_async="yes"), "prefer_async takes True or False"),
+    (dict(loop_layout="row"), "loop_layout takes a T.Fragment"),
+    (dict(loop_layout=T.Fragment((32, 8), forward_fn=lambda i, j: (i, j))),
+     r"Fragment over \(32, 8\), but the nest's extents are \(64, 8\)"),
+])
+def test_bad_options_are_errors(kwargs, message):
+    def build():
+        @T.prim_func
+        def main(A: T.Tensor((64, 8), "float32")):
+            with T.Kernel(1, threads=32) as bx:
+                for i, j in T.Parallel(64, 8, **kwargs):
+                    A[i, j] = 1.0
+        return main
+    with pytest.raises(tilecraft.TileError, match=message):
+        build()
