@@ -12,9 +12,10 @@ from ..errors import Span, TileError, current_span
 from . import builder as bld
 from ..grid_limits import check_static_grid
 from ..ir import dtypes as dt
-from ..ir.annotations import WS_REGION
+from ..ir.annotations import (ASYNC_WITHOUT_WAIT, PREFER_ASYNC, PTX_COMMIT_CALL, PTX_WAIT_CALL,
+                              WS_REGION)
 from ..ir.expr import Call, Const, Expr, Var, const, convert
-from ..ir.stmt import For, Kernel
+from ..ir.stmt import Evaluate, For, Kernel, seq
 
 
 def _index_value(x, what: str, span) -> Expr:
@@ -134,6 +135,11 @@ class LoopFrame:
                     self.annotations, self.span)
             else:
                 body = For(var, start, extent, self.kind, body, self.annotations, self.span)
+        if self.annotations.get(PREFER_ASYNC) and not self.annotations.get(ASYNC_WITHOUT_WAIT):
+            # the copies the nest issues are complete when the statement after it runs
+            body = seq([body] + [Evaluate(Call(name, args, dt.handle, self.span), self.span)
+                                 for name, args in ((PTX_COMMIT_CALL, ()),
+                                                    (PTX_WAIT_CALL, (const(0),)))], self.span)
         return body
 
 

@@ -27,7 +27,7 @@ __all__ = ["PERSISTENT_TILES", "FRAGMENT_LOOP", "ROTATED", "WARPGROUP_FRAGMENTS"
            "WARPGROUP_THREAD", "USE_SWIZZLE", "TENSOR_MAPS", "NUM_STAGES", "PIPELINE_ORDER",
            "PIPELINE_STAGE", "PIPELINE_GUARD", "SOFTWARE_PIPELINED", "WARP_SPECIALIZED", "OPERAND_AHEAD",
            "IM2COL", "IM2COL_ROW", "IM2COL_COL", "im2col_output_size", "INSTRUCTION",
-           "TMA_UNFIT", "ASYNC_COPY", "SCHEDULED", "TMA_BARRIER", "TMA_MULTICAST", "TILE_RANK",
+           "TMA_UNFIT", "ASYNC_COPY", "PREFER_ASYNC", "ASYNC_WITHOUT_WAIT", "LOOP_LAYOUT", "SCHEDULED", "TMA_BARRIER", "TMA_MULTICAST", "TILE_RANK",
            "BLOCK_BARRIER", "WARPGROUP_INDEX", "FUNC_PASS_CONFIGS", "FUNC_COMPILE_FLAGS",
            "sync_stmt", "is_sync", "is_warpgroup_branch", "WS_REGION", "MBARRIER_INIT_CALL",
            "MBARRIER_ARRIVE_CALL", "MBARRIER_WAIT_CALL", "TMA_COPY_BARRIER", "MANUAL_WARPGROUPS",
@@ -115,6 +115,13 @@ INSTRUCTION = "instruction"
 TMA_UNFIT = "unfit"
 # pipeline_loops: a copy issued as cp.async, waited for by the pipeline.
 ASYNC_COPY = "async"
+# T.Parallel(prefer_async=True): the nest's 16-byte global -> shared runs become cp.async;
+# followed by a commit and a wait for them unless ASYNC_WITHOUT_WAIT (TileLang's annotation
+# key: the program commits and waits itself, T.ptx_commit_group / T.ptx_wait_group).
+PREFER_ASYNC = "prefer_async"
+ASYNC_WITHOUT_WAIT = "parallel_async_without_async_commit_wait"
+# T.Parallel(loop_layout=T.Fragment(...)): the nest's iterations over threads, as given.
+LOOP_LAYOUT = "parallel_loop_layout"
 # pipeline_loops, warp_specialize, seesaw_warpgroups: a copy its schedule orders with its own
 # waits, which insert_barriers leaves out of its hazard analysis.
 SCHEDULED = "scheduled"

@@ -6,7 +6,9 @@ from ..frontend import builder as bld
 from ..frontend.frames import (KernelFrame, LoopFrame, PersistentLoop, loop_range, not_a_loop,
                                serial_loop, simple_loop)
 from ..ir.expr import Const, Expr
-from ..ir.annotations import NUM_STAGES
+from ..ir.annotations import (ASYNC_COPY, ASYNC_WITHOUT_WAIT, LOOP_LAYOUT, NUM_STAGES,
+                              PREFER_ASYNC)
+from ..layout import Fragment
 
 
 def Kernel(*blocks, threads=128, prelude=None, is_cpu=False):
@@ -27,16 +29,56 @@ def _static_extent(what: str, value):
                         "iteration space onto threads when compiling)", current_span())
 
 
-def Parallel(*extents, coalesced_width=None):
-    """An element-wise loop nest over a tile; the compiler maps iterations onto threads."""
+def Parallel(*extents, coalesced_width=None, loop_layout=None, prefer_async=None,
+             annotations=None):
+    """An element-wise loop nest over a tile; the compiler maps iterations onto threads.
+    loop_layout: a T.Fragment over the nest's iteration space giving each iteration's thread
+    (instead of the inferred one). prefer_async: the nest's global -> shared stores run as
+    cp.async copies where they move 16-byte runs, followed by a commit and a wait for them
+    (not with annotations={"parallel_async_without_async_commit_wait": True}: the program
+    waits itself, T.ptx_commit_group / T.ptx_wait_group)."""
+    span = current_span()
     bld.active("T.Parallel")
     if not extents:
-        raise TileError("T.Parallel needs at least one extent", current_span())
+        raise TileError("T.Parallel needs at least one extent", span)
     for e in extents:
         not_a_loop("T.Parallel", e)
         _static_extent("T.Parallel", e)
-    annotations = {} if coalesced_width is None else {"coalesced_width": coalesced_width}
-    return LoopFrame("parallel", [(0, e) for e in extents], annotations, current_span())
+    given = dict(annotations or {}) if annotations is None or isinstance(annotations, dict) \
+        else _refuse(f"T.Parallel: annotations= takes a dict, got {annotations!r}")
+    unknown = sorted(set(given) - set(_PARALLEL_ANNOTATIONS))
+    if unknown:
+        raise TileError(f"T.Parallel: unknown annotation {unknown[0]!r} (known: "
+                        f"{', '.join(sorted(_PARALLEL_ANNOTATIONS))})", span)
+    for key, value in (("coalesced_width", coalesced_width), (LOOP_LAYOUT, loop_layout)):
+        if value is not None:
+            given[key] = value
+    for key, check in _PARALLEL_ANNOTATIONS.items():
+        if key in given and not check(given[key]):
+            raise TileError(f"T.Parallel: {key} {_EXPECTED[key]}, got {given[key]!r}", span)
+    if prefer_async is not None and not isinstance(prefer_async, bool):
+        raise TileError(f"T.Parallel: prefer_async takes True or False, got {prefer_async!r}",
+                        span)
+    if prefer_async:
+        given[PREFER_ASYNC] = given[ASYNC_COPY] = True
+    layout = given.get(LOOP_LAYOUT)
+    if layout is not None and tuple(layout.shape) != tuple(int(e) for e in extents):
+        raise TileError(f"T.Parallel: loop_layout is a Fragment over {tuple(layout.shape)}, "
+                        f"but the nest's extents are {tuple(extents)}", span)
+    return LoopFrame("parallel", [(0, e) for e in extents], given, span)
+
+
+def _refuse(message):
+    raise TileError(message, current_span())
+
+
+_PARALLEL_ANNOTATIONS = {
+    "coalesced_width": lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
+    ASYNC_WITHOUT_WAIT: lambda v: isinstance(v, bool),
+    LOOP_LAYOUT: lambda v: isinstance(v, Fragment),
+}
+_EXPECTED = {"coalesced_width": "takes an int > 0", ASYNC_WITHOUT_WAIT: "takes True or False",
+             LOOP_LAYOUT: "takes a T.Fragment"}
 
 
 def parallel(start, stop=None, annotations=None):

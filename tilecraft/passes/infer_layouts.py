@@ -42,7 +42,7 @@ from .parallel_nests import (access_map, allocated, fragment_accesses, fragments
                              inner_loop_access, is_identity_access, is_twin_copy, merged_access,
                              nest_extents, nest_vars, on_warpgroup_fragments, outer_pinned,
                              store_run, tile_ops, walked_in_registers)
-from ..ir.annotations import (INSTRUCTION, LAYOUTS, MANUAL_WARPGROUPS, TMA_TILES,
+from ..ir.annotations import (INSTRUCTION, LAYOUTS, LOOP_LAYOUT, MANUAL_WARPGROUPS, TMA_TILES,
                               WARPGROUP_FRAGMENTS, is_warpgroup_branch)
 from ..ir.visitor import map_kernels
 
@@ -351,6 +351,14 @@ class _Inference:
         elif isinstance(op, AnnotateLayout):
             for b, given in op.layouts.items():
                 self.map.set(b, _annotated(b, given, self.T), op)
+        elif isinstance(op, For) and op.annotations.get(LOOP_LAYOUT) is not None:
+            given = op.annotations[LOOP_LAYOUT]
+            threads = self.op_threads(op)
+            if given.num_threads > threads:
+                raise TileError(f"T.Parallel: its loop_layout spreads the iterations over "
+                                f"{given.num_threads} threads, but the loop runs on {threads}",
+                                op.span)
+            self.map.loops[id(op)] = given
 
     def replicate_multi_read(self):
         """A fragment some loop reads at two positions per iteration (G[r] - G[i]) or at

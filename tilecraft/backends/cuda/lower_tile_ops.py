@@ -89,8 +89,7 @@ class _KernelLowering:
 
     def run(self) -> Kernel:
         body = self.stmt(self.kernel.body)
-        if self.varying.per_thread:
-            body = header_calls(body)
+        body = header_calls(body, self.varying.per_thread)
         attrs = dict(self.kernel.attrs)
         if self.wg_ctx is not None:
             attrs[WARPGROUP_THREAD] = self.wg_ctx.tx

@@ -18,9 +18,22 @@ from .intrinsics import (CP_ASYNC_CA, CP_ASYNC_CG_16, CP_ASYNC_COMMIT, CP_ASYNC_
                          NAMED_BARRIER_SYNC, SHFL_GROUP, SYNCWARP, WARP_REDUCE)
 
 
-class _HeaderCalls(Mutator):
+class _AsyncGroupCalls(Mutator):
+    """T.ptx_commit_group / T.ptx_wait_group, which block-wide code holds too (after a
+    T.Parallel(prefer_async=True) nest)."""
+
     def visit_Call(self, e: Call):
         e = self.generic_visit(e)
+        if e.name == PTX_COMMIT_CALL:
+            return Call(CP_ASYNC_COMMIT.name, (), e.dtype, e.span)
+        if e.name == PTX_WAIT_CALL:
+            return Call(CP_ASYNC_WAIT.format(n=e.args[0].value), (), e.dtype, e.span)
+        return e
+
+
+class _HeaderCalls(_AsyncGroupCalls):
+    def visit_Call(self, e: Call):
+        e = super().visit_Call(e)
         if e.name in SHUFFLE_KINDS:
             name = SHFL_GROUP.format(shuffle=SHUFFLE_KINDS[e.name], width=e.args[2].value)
             return Call(name, e.args[:2], e.dtype, e.span)
@@ -36,13 +49,10 @@ class _HeaderCalls(Mutator):
             name = CP_ASYNC_CG_16.name if size.value == 16 else \
                 CP_ASYNC_CA.format(size=size.value)
             return Call(name, (dst, src, pred), e.dtype, e.span)
-        if e.name == PTX_COMMIT_CALL:
-            return Call(CP_ASYNC_COMMIT.name, (), e.dtype, e.span)
-        if e.name == PTX_WAIT_CALL:
-            return Call(CP_ASYNC_WAIT.format(n=e.args[0].value), (), e.dtype, e.span)
         return e
 
 
-def header_calls(body):
-    """body with the language's lane calls and barriers written as header calls."""
-    return _HeaderCalls().visit(body)
+def header_calls(body, per_thread: bool = True):
+    """body with the language's lane calls and barriers written as header calls (per-thread
+    code), or only its copy-group commits and waits (block-wide code)."""
+    return (_HeaderCalls() if per_thread else _AsyncGroupCalls()).visit(body)
