@@ -109,3 +109,68 @@ def test_bad_options_are_errors(kwargs, message):
         return main
     with pytest.raises(tilecraft.TileError, match=message):
         build()
+
+
+def test_unroll_factor_reaches_the_pragma():
+    @T.prim_func
+    def main(A: T.Tensor((128, 64), "float32"), B: T.Tensor((128,), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            acc = T.alloc_local((1,), "float32")
+            tx = T.get_thread_binding()
+            acc[0] = 0.0
+            for k in T.unroll(64, unroll_factor=4):
+                acc[0] += A[tx, k]
+            B[tx] = acc[0]
+    source = tilecraft.compile(main, target="sm_80").get_kernel_source()
+    assert "#pragma unroll 4" in source
+    a = np.random.default_rng(1).standard_normal((128, 64)).astype(np.float32)
+    b = np.zeros(128, np.float32)
+    tilecraft.compile(main, target="emulator")(a, b)
+    np.testing.assert_allclose(b, a.sum(1), rtol=1e-5, atol=1e-5)
+
+
+def _loop_with(**options):
+    @T.prim_func
+    def main(A: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=32) as bx:
+            for i in T.unroll(64, **options):
+                A[i] = 1.0
+    return main
+
+
+@pytest.mark.parametrize("options,message", [
+    (dict(annotations={"pragma": 1}), r"T.unroll: annotations= \['pragma'\] are not supported"),
+    (dict(unroll_factor=0), "unroll_factor takes an int >= 1"),
+    (dict(explicit=True, unroll_factor=2), "takes no unroll_factor"),
+])
+def test_bad_unroll_options_are_errors(options, message):
+    with pytest.raises(tilecraft.TileError, match=message):
+        _loop_with(**options)
+
+
+@pytest.mark.parametrize("call,message", [
+    ("T.copy(A_s, B_s, prefer_instruction='tma')", "prefer_instruction='tma' is not supported"),
+    ("T.copy(A_s, B_s, loop_layout=1)", "loop_layout=1 is not supported"),
+    ("T.copy(A_s, B_s, annotations={'x': 1})", r"T.copy: annotations= \['x'\]"),
+    ("T.gemm(A_s, B_s, C_f, mbar=1)", "mbar=1 is not supported yet .an mbarrier the tcgen05"),
+    ("T.gemm(A_s, B_s, C_f, annotations={'y': 1})", r"T.gemm: annotations= \['y'\]"),
+    ("T.cumsum(A_s, annotations={'z': 1})", r"T.cumsum: annotations= \['z'\]"),
+    ("T.serial(4, annotations={'w': 1})", r"T.serial: annotations= \['w'\]"),
+    ("T.vectorized(4, annotations={'v': 1})", r"T.vectorized: annotations= \['v'\]"),
+])
+def test_op_options_tilecraft_does_not_have_are_errors(call, message):
+    namespace = {"T": T}
+    source = f'''
+@T.prim_func
+def main(A: T.Tensor((64, 64), "float16")):
+    with T.Kernel(1, threads=128) as bx:
+        A_s = T.alloc_shared((64, 64), "float16")
+        B_s = T.alloc_shared((64, 64), "float16")
+        C_f = T.alloc_fragment((64, 64), "float32")
+        {call}
+'''
+    path = "/tmp/tilecraft_option_case.py"
+    with open(path, "w") as f:
+        f.write(source)
+    with pytest.raises(tilecraft.TileError, match=message):
+        exec(compile(source, path, "exec"), namespace)

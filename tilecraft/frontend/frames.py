@@ -254,7 +254,7 @@ def not_a_loop(what: str, value):
                         f"not a range: write `for k in {what}(n)`", current_span())
 
 
-def simple_loop(kind: str, start, stop, step):
+def simple_loop(kind: str, start, stop, step, annotations=None):
     bld.active(f"T.{kind}")
     if step is not None:
         if not isinstance(step, int) or step <= 0:
@@ -262,7 +262,8 @@ def simple_loop(kind: str, start, stop, step):
                             current_span())
         if step == 1:
             step = None
-    return LoopFrame(kind, [loop_range(f"T.{kind}", start, stop)], None, current_span(), step=step)
+    return LoopFrame(kind, [loop_range(f"T.{kind}", start, stop)], annotations, current_span(),
+                     step=step)
 
 
 def serial_loop(start, stop=None, step=None):

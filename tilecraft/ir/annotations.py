@@ -27,7 +27,7 @@ __all__ = ["PERSISTENT_TILES", "FRAGMENT_LOOP", "ROTATED", "WARPGROUP_FRAGMENTS"
            "WARPGROUP_THREAD", "USE_SWIZZLE", "TENSOR_MAPS", "NUM_STAGES", "PIPELINE_ORDER",
            "PIPELINE_STAGE", "PIPELINE_GUARD", "SOFTWARE_PIPELINED", "WARP_SPECIALIZED", "OPERAND_AHEAD",
            "IM2COL", "IM2COL_ROW", "IM2COL_COL", "im2col_output_size", "INSTRUCTION",
-           "TMA_UNFIT", "ASYNC_COPY", "PREFER_ASYNC", "ASYNC_WITHOUT_WAIT", "LOOP_LAYOUT", "SCHEDULED", "TMA_BARRIER", "TMA_MULTICAST", "TILE_RANK",
+           "TMA_UNFIT", "ASYNC_COPY", "PREFER_ASYNC", "ASYNC_WITHOUT_WAIT", "LOOP_LAYOUT", "UNROLL_FACTOR", "SCHEDULED", "TMA_BARRIER", "TMA_MULTICAST", "TILE_RANK",
            "BLOCK_BARRIER", "WARPGROUP_INDEX", "FUNC_PASS_CONFIGS", "FUNC_COMPILE_FLAGS",
            "sync_stmt", "is_sync", "is_warpgroup_branch", "WS_REGION", "MBARRIER_INIT_CALL",
            "MBARRIER_ARRIVE_CALL", "MBARRIER_WAIT_CALL", "TMA_COPY_BARRIER", "MANUAL_WARPGROUPS",
@@ -120,6 +120,8 @@ ASYNC_COPY = "async"
 # key: the program commits and waits itself, T.ptx_commit_group / T.ptx_wait_group).
 PREFER_ASYNC = "prefer_async"
 ASYNC_WITHOUT_WAIT = "parallel_async_without_async_commit_wait"
+# T.unroll(..., unroll_factor=n): the loop unrolled n iterations at a time (#pragma unroll n).
+UNROLL_FACTOR = "unroll_factor"
 # T.Parallel(loop_layout=T.Fragment(...)): the nest's iterations over threads, as given.
 LOOP_LAYOUT = "parallel_loop_layout"
 # pipeline_loops, warp_specialize, seesaw_warpgroups: a copy its schedule orders with its own

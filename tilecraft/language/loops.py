@@ -7,7 +7,8 @@ from ..frontend.frames import (KernelFrame, LoopFrame, PersistentLoop, loop_rang
                                serial_loop, simple_loop)
 from ..ir.expr import Const, Expr
 from ..ir.annotations import (ASYNC_COPY, ASYNC_WITHOUT_WAIT, LOOP_LAYOUT, NUM_STAGES,
-                              PREFER_ASYNC)
+                              PREFER_ASYNC, UNROLL_FACTOR)
+from .tileops import no_annotations
 from ..layout import Fragment
 
 
@@ -122,18 +123,34 @@ def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None,
                      current_span())
 
 
-def serial(start, stop=None, step=None):
+def serial(start, stop=None, step=None, *, annotations=None):
     """A plain sequential loop (also what `range(...)` means in a kernel)."""
+    no_annotations("T.serial", annotations)
     return serial_loop(start, stop, step)
 
 
-def unroll(start, stop=None, step=None, explicit=False, unroll_factor=None):
-    """A sequential loop the compiler unrolls."""
-    return simple_loop("unroll", start, stop, step)
+def unroll(start, stop=None, step=None, explicit=False, unroll_factor=None, *,
+           annotations=None):
+    """A sequential loop the compiler unrolls: whole (explicit=True asks the same), or
+    unroll_factor iterations at a time (`#pragma unroll n`)."""
+    no_annotations("T.unroll", annotations)
+    if not isinstance(explicit, bool):
+        raise TileError(f"T.unroll: explicit takes True or False, got {explicit!r}",
+                        current_span())
+    if unroll_factor is not None and (isinstance(unroll_factor, bool) or
+                                      not isinstance(unroll_factor, int) or unroll_factor < 1):
+        raise TileError(f"T.unroll: unroll_factor takes an int >= 1, got {unroll_factor!r}",
+                        current_span())
+    if explicit and unroll_factor is not None:
+        raise TileError("T.unroll: explicit=True unrolls the whole loop; it takes no "
+                        "unroll_factor", current_span())
+    return simple_loop("unroll", start, stop, step,
+                       {UNROLL_FACTOR: unroll_factor} if unroll_factor else None)
 
 
-def vectorized(start, stop=None):
+def vectorized(start, stop=None, *, annotations=None):
     """A per-thread loop the compiler turns into vector instructions."""
+    no_annotations("T.vectorized", annotations)
     return simple_loop("vectorized", start, stop, None)
 
 

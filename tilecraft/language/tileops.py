@@ -88,11 +88,34 @@ def copy_regions(what: str, src, dst):
     return src, dst, (s, d)
 
 
-def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None):
+def no_annotations(what: str, annotations):
+    """TileLang's `annotations=` hint dict on an op or loop that takes none here: empty or
+    None, else an error naming the keys (never ignored)."""
+    if annotations is None or annotations == {}:
+        return
+    keys = sorted(annotations) if isinstance(annotations, dict) else annotations
+    raise TileError(f"{what}: annotations= {keys!r} are not supported (tilecraft takes no "
+                    f"annotations on {what})", current_span())
+
+
+def _unsupported(what: str, name: str, value, why: str):
+    if value is not None:
+        raise TileError(f"{what}: {name}={value!r} is not supported yet ({why})",
+                        current_span())
+
+
+def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None, *,
+         prefer_instruction=None, annotations=None, loop_layout=None):
     """Copy a tile between any two scopes, converting dtype; out-of-bounds global elements
     read as zero and are not written."""
     what = "T.copy"
     b = bld.active(what)
+    no_annotations(what, annotations)
+    _unsupported(what, "prefer_instruction", prefer_instruction, "the compiler picks TMA, "
+                 "cp.async, ldmatrix / stmatrix or vector accesses itself; disable_tma=True "
+                 "keeps TMA off")
+    _unsupported(what, "loop_layout", loop_layout, "a copy's threads follow its fragment's "
+                 "layout, or T.annotate_layout's")
     src, dst, regions = copy_regions(what, src, dst)
     if regions is None:  # element to element: a plain store
         b.emit(BufferStore(dst.buffer, dst.indices, cast(src, dst.buffer.dtype), current_span()))
@@ -134,10 +157,13 @@ _ACCUM = {"float16": ("float32", "float16"), "bfloat16": ("float32",),
 
 
 def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=top.GemmWarpPolicy.Square,
-         clear_accum=False, k_pack=1, wg_wait=0):
+         clear_accum=False, k_pack=1, wg_wait=0, mbar=None, annotations=None):
     """C += op(A) @ op(B) on tiles; A shared or fragment, B shared, C a fragment accumulator."""
     what = "T.gemm"
     bld.active(what)
+    no_annotations(what, annotations)
+    _unsupported(what, "mbar", mbar, "an mbarrier the tcgen05 instructions of Blackwell GPUs "
+                 "signal; the targets here are sm_80 / sm_89 / sm_90a")
     a, (am, ak) = _matrix(what, "A", A)
     bb, (bk, bn) = _matrix(what, "B", B)
     c, (cm, cn) = _matrix(what, "C", C)
@@ -264,10 +290,11 @@ def reduce_absmax(buffer, out, dim=-1, clear=True):
     _reduce("absmax", buffer, out, dim, clear)
 
 
-def cumsum(src, dst=None, dim=0, reverse=False):
+def cumsum(src, dst=None, dim=0, reverse=False, annotations=None):
     """Inclusive prefix sum along dim (in place when dst is None)."""
     what = "T.cumsum"
     bld.active(what)
+    no_annotations(what, annotations)
     s = region_of(_operand(what, "source", src))
     d = s if dst is None else region_of(_operand(what, "destination", dst))
     n = len(s.extents)

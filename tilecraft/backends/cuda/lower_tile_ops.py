@@ -34,7 +34,7 @@ from ...passes.parallel_nests import on_warpgroup_fragments
 from ...passes.plan_shared_memory import footprint
 from ...ir.annotations import (LAYOUTS, OPERAND_AHEAD, SMEM_ARENA, SMEM_BYTES, SMEM_OFFSETS, SOFTWARE_PIPELINED,
                                MANUAL_WARPGROUPS, TENSOR_MAPS, TMA_BARRIER, USE_SWIZZLE,
-                               WARPGROUP_FRAGMENTS, WARPGROUP_THREAD, WARP_SPECIALIZED,
+                               UNROLL_FACTOR, WARPGROUP_FRAGMENTS, WARPGROUP_THREAD, WARP_SPECIALIZED,
                                is_warpgroup_branch)
 from .rules import CUDA_RULES
 
@@ -146,11 +146,11 @@ class _KernelLowering:
             kind = "serial" if s.kind == "pipelined" else s.kind
             # Tile-level annotations are spent here; which loop is a warp-specialized consumer
             # (overlap_wgmma, also whether it computes an operand ahead), a cp.async pipeline
-            # (rotate_mma_loop) or a persistent kernel's loop over tiles (the code generator)
-            # stays known to thread-level code.
+            # (rotate_mma_loop) or a persistent kernel's loop over tiles (the code generator), and a
+            # T.unroll's factor, stay known to thread-level code.
             kept = {k: v for k, v in s.annotations.items()
                     if k in (WARP_SPECIALIZED, OPERAND_AHEAD, SOFTWARE_PIPELINED,
-                             PERSISTENT_TILES)}
+                             PERSISTENT_TILES, UNROLL_FACTOR)}
             # Bounds that read tiles (a count a prefix sum left in shared memory) read them
             # as every other scalar expression does: through the tile's lowered layout.
             prefix, (start, extent) = [], (s.start, s.extent)

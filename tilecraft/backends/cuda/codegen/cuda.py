@@ -27,7 +27,7 @@ from ....ir.stmt import (PERSISTENT_TILES, Allocate, BufferStore, Evaluate, For,
 from ....ir.visitor import walk
 from ....ir.annotations import (IMPORT_SOURCE_CALL, CLUSTER_DIMS, MIN_BLOCKS_PER_SM,
                                 PERSISTENT_BLOCKS, PRODUCER_THREADS, SMEM_ARENA, TENSOR_MAPS,
-                                USE_SWIZZLE, WARPGROUP_THREAD)
+                                UNROLL_FACTOR, USE_SWIZZLE, WARPGROUP_THREAD)
 from ..intrinsics import (BIASED_INT_TO_FLOAT, BIASED_INT_TO_HALF, BIT_CAST, CVT, MAX, MIN,
                           NAMESPACE, RASTERIZE, RASTERIZE_CLUSTERED)
 
@@ -351,7 +351,9 @@ class CudaEmitter:
             self.var_bounds[id(s.var)] = (bound_of(s.start, self.var_bounds)[0],
                                           bound_of(s.start + s.extent, self.var_bounds)[1] - 1)
             if s.kind in ("unroll", "vectorized"):
-                self.emit(depth, "#pragma unroll", s.span)
+                factor = s.annotations.get(UNROLL_FACTOR)
+                self.emit(depth, f"#pragma unroll {factor}" if factor else "#pragma unroll",
+                          s.span)
             elif s.kind == "parallel":
                 raise TileError("internal: a T.Parallel loop reached the CUDA emitter", s.span)
             self.emit(depth, f"for (int {v} = {start}; {v} < {end}; ++{v}) {{", s.span)
