@@ -131,3 +131,20 @@ def test_exact_float32_gemm_multiplies_in_float32(arch):
     tilecraft.compile(func, target=target, pass_configs=configs)(a, b, c)
     want = a.astype(np.float64) @ b.T.astype(np.float64)
     assert np.linalg.norm(c - want) / np.linalg.norm(want) < 1e-6
+
+
+def test_float32_gemm_with_k_off_the_tf32_grid_multiplies_in_float32():
+    """TF32 instructions step k by 8: a float32 gemm over 12 columns keeps scalar float32
+    multiply-adds (and the interpreter does not round its operands)."""
+    M, N, K = 40, 24, 36
+    func = tf32_gemm(M, N, K, False, True, block=(64, 64, 12), stages=0, dtype=T.float32)
+    source = tilecraft.compile(func, target="sm_80").get_kernel_source()
+    assert "mma_m16n8k8_tf32" not in source and "to_tf32" not in source
+    rng = np.random.default_rng(5)
+    a = rng.uniform(-1, 1, (M, K)).astype(np.float32)
+    b = rng.uniform(-1, 1, (N, K)).astype(np.float32)
+    want = a.astype(np.float64) @ b.T.astype(np.float64)
+    for target in ("interp", "emulator"):
+        c = np.full((M, N), np.nan, np.float32)
+        tilecraft.compile(func, target=target)(a, b, c)
+        assert np.linalg.norm(c - want) / np.linalg.norm(want) < 1e-6, target

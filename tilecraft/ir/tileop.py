@@ -121,10 +121,13 @@ class Gemm(TileOp):
         """The operand type the products are computed in. As in TileLang, float32 operands
         accumulated in float32 multiply on the TF32 tensor cores (10-bit mantissa products,
         float32 sums), like tfloat32 ones: a float32 T.gemm is a tensor-core gemm. A gemm
-        pinned to "fma" (the pass config tl.exact_float32_gemm) multiplies in float32."""
+        pinned to "fma" (the pass config tl.exact_float32_gemm), or whose K is not a multiple
+        of 8, multiplies in float32 (scalar FMAs)."""
         a, b = self.A.buffer.dtype.name, self.B.buffer.dtype.name
         tf32 = {a, b} <= {"float32", "tfloat32"} and self.C.buffer.dtype.name == "float32"
-        return "tfloat32" if tf32 and self.instruction != "fma" else a
+        # the TF32 instructions take k in steps of 8: a float32 K off that grid stays float32
+        return "tfloat32" if tf32 and self.instruction != "fma" and self.dims()[2] % 8 == 0 \
+            else a
 
     def dims(self) -> tuple:
         """(M, N, K) of the product, from the operands' static extents."""
