@@ -4,6 +4,12 @@ by TileLang (where it is installed), in one process on one GPU: medians of alter
 
     python3 bench/bench_vertical_slash.py [--shapes 8192x1000x600,...] [--configs ...]
                                           [--rounds 5] [--out dir]
+    python3 bench/bench_vertical_slash.py --tilelang-script EXAMPLES/minference/\
+example_vertical_slash_sparse_attn.py [--shapes ...]
+
+The second form times TileLang's own vertical-slash example (its hand warp-specialized kernel,
+its index conversion) as compiled by tilecraft and by TileLang, beside the Triton kernel the
+script carries and this repository's example at its default, on the same indices.
 
 The paper's table 18 shapes: batch 1, one head, head dim 64, S 8k-64k with its counts of
 vertical columns and slash diagonals, drawn as MInference's estimate selects them
@@ -20,7 +26,8 @@ import torch
 from torch.nn.attention import SDPBackend
 
 from common import (OUT, add_arm_options, build_under_tilelang, clean_timer,
-                    example_under_tilelang, in_rounds, show_results, warm_gpu)
+                    example_under_tilelang, in_rounds, show_results, tilelang_script_twice,
+                    warm_gpu)
 from vertical_slash_sparse_attention import (minference_indices, sparsity_mask,
                                              vertical_slash_attention)
 
@@ -37,14 +44,70 @@ def reference(q, k, v, mask):
     return probs @ vh
 
 
+def script_arms(args):
+    """TileLang's example script under both compilers (module docstring), in rounds."""
+    ours_mod, theirs_mod = tilelang_script_twice(args.tilelang_script)
+    B, H, D = 1, 1, 64
+    rows = []
+    warm_gpu()
+    for text in args.shapes.split(","):
+        S, nv, ns = (int(x) for x in text.split("x"))
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.float16, generator=gen)
+                   for _ in range(3))
+        vertical, slash = minference_indices(np.random.default_rng(0), B, H, S, nv, ns)
+        vi, si = torch.from_numpy(vertical).cuda(), torch.from_numpy(slash).cuda()
+        arms = [("tilecraft", ours_mod.vertical_slash_sparse_attention(q, k, v, vi, si))]
+        if theirs_mod is not None:
+            try:
+                arms.append(("TileLang", theirs_mod.vertical_slash_sparse_attention(
+                    q, k, v, vi, si)))
+            except Exception as e:  # TileLang's own error: reported, ours timed alone
+                print(f"TileLang does not build it: {str(e).splitlines()[-1][:200]}")
+        ref = arms[0][1](True)   # the script's Triton kernel
+        errors = [float((run(False).float() - ref.float()).norm() / ref.float().norm())
+                  for _, run in arms]
+        example = vertical_slash_attention(B, H, S, D, nv, ns)
+        qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+        timers = [clean_timer(lambda run=run: run(False)) for _, run in arms]
+        timers += [clean_timer(lambda: arms[0][1](True)),
+                   clean_timer(lambda: example(qt, kt, vt, vi, si))]
+        times = in_rounds(args.rounds, timers, args.settle)
+        for i, (label, _) in enumerate(arms):
+            t = times[i]
+            row = {"S": S, "vertical": nv, "slash": ns, "compiler": label, "ms": median(t),
+                   "vs_tilecraft": median([a / b for a, b in zip(times[0], t)]),
+                   "vs_triton": median([a / b for a, b in zip(times[-2], t)]),
+                   "vs_example": median([a / b for a, b in zip(times[-1], t)]),
+                   "triton_ms": median(times[-2]), "example_ms": median(times[-1]),
+                   "rel_error": errors[i], "ms_rounds": t}
+            print(f"S{S} v{nv} s{ns} {label}: {row['ms'] * 1e3:.1f} us; tilecraft's time / "
+                  f"this {row['vs_tilecraft']:.2f}; Triton {row['triton_ms'] * 1e3:.1f} us; "
+                  f"our example {row['example_ms'] * 1e3:.1f} us; err vs Triton "
+                  f"{errors[i]:.1e}", flush=True)
+            rows.append(row)
+    columns = [("S", lambda r: str(r["S"])), ("vertical / slash",
+                                              lambda r: f"{r['vertical']} / {r['slash']}"),
+               ("compiler", lambda r: r["compiler"]), ("us", lambda r: f"{r['ms'] * 1e3:.1f}"),
+               ("tilecraft / this", lambda r: f"{r['vs_tilecraft']:.2f}"),
+               ("Triton us", lambda r: f"{r['triton_ms'] * 1e3:.1f}"),
+               ("our example us", lambda r: f"{r['example_ms'] * 1e3:.1f}"),
+               ("rel err vs Triton", lambda r: f"{r['rel_error']:.1e}")]
+    show_results(args.out, args.tag + "_tilelang_script", rows, columns)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=OUT)
     parser.add_argument("--tag", default="vertical_slash")
     parser.add_argument("--shapes", default=SHAPES, help="S x vertical x slash, comma-separated")
     parser.add_argument("--configs", default=CONFIGS)
+    parser.add_argument("--tilelang-script", default=None,
+                        help="TileLang's example script, timed under both compilers")
     add_arm_options(parser, rounds=5, pass_config=False)
     args = parser.parse_args()
+    if args.tilelang_script:
+        return script_arms(args)
     theirs = example_under_tilelang("vertical_slash_sparse_attention")
     B, H, D = 1, 1, 64
     rows = []

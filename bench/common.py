@@ -331,6 +331,34 @@ def example_under_tilelang(name: str):
     return module
 
 
+def tilelang_script_twice(path: str):
+    """A TileLang script (TileLang's own example, say) loaded twice as modules of their own:
+    with its TileLang imports (None where TileLang is not installed or refuses it) and with
+    them swapped for tilecraft's, the two lines a user changes. (ours, theirs)."""
+    import importlib.util
+    import types
+    source = open(path).read()
+    swapped = source.replace("import tilelang.language as T", "import tilecraft.language as T")
+    swapped = swapped.replace("import tilelang\n", "import tilecraft as tilelang\n")
+    swapped = swapped.replace("from tilelang.", "from tilecraft.")
+    out = []
+    for tag, text in (("tilecraft", swapped), ("tilelang", source)):
+        if tag == "tilelang" and importlib.util.find_spec("tilelang") is None:
+            out.append(None)
+            continue
+        module = types.ModuleType(f"{os.path.basename(path)[:-3]}_under_{tag}")
+        module.__file__ = path
+        try:
+            exec(compile(text, path, "exec"), module.__dict__)
+        except Exception as e:  # TileLang installed but does not load it: ours alone
+            if tag == "tilecraft":
+                raise
+            print(f"TileLang does not load {path}: {type(e).__name__}: {e}", flush=True)
+            module = None
+        out.append(module)
+    return tuple(out)
+
+
 def build_under_tilelang(module, builder: str, *args, **kwargs):
     """module.<builder>(*args, **kwargs) compiled by TileLang (module from
     example_under_tilelang): its kernel, or None, with the reason printed, where module is None
