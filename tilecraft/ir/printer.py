@@ -10,6 +10,7 @@ import math
 from . import tileop as top
 from .tileop import contract_of, has_contract
 from .buffer import Buffer, BufferRegion, GLOBAL, LOCAL_VAR
+from .annotations import UNROLL_FACTOR
 from .expr import Binary, BufferLoad, Call, Cast, Const, Expr, Select, Unary, Var
 from .stmt import (Allocate, BufferStore, Evaluate, For, IfThenElse, Kernel, PrimFunc, SeqStmt,
                    Stmt)
@@ -181,7 +182,10 @@ class Printer:
         if s.kind == "pipelined":
             extra = "".join(f", {k}={v!r}" for k, v in sorted(s.annotations.items()))
             return f"T.Pipelined({extent}{extra})"
-        return f"T.{s.kind}({extent})"
+        # (the printed program is also the compile cache's key: what changes the code shows)
+        factor = s.annotations.get(UNROLL_FACTOR)
+        return f"T.{s.kind}({extent}, unroll_factor={factor})" if factor else \
+            f"T.{s.kind}({extent})"
 
     def allocation(self, b: Buffer) -> str:
         if b.scope == LOCAL_VAR:
