@@ -111,18 +111,28 @@ def test_bad_options_are_errors(kwargs, message):
         build()
 
 
-def test_unroll_factor_reaches_the_pragma():
+def unrolled_sum(factor):
     @T.prim_func
     def main(A: T.Tensor((128, 64), "float32"), B: T.Tensor((128,), "float32")):
         with T.Kernel(1, threads=128) as bx:
             acc = T.alloc_local((1,), "float32")
             tx = T.get_thread_binding()
             acc[0] = 0.0
-            for k in T.unroll(64, unroll_factor=4):
+            for k in T.unroll(64, unroll_factor=factor):
                 acc[0] += A[tx, k]
             B[tx] = acc[0]
+    return main
+
+
+def test_unroll_factor_reaches_the_pragma():
+    main = unrolled_sum(4)
     source = tilecraft.compile(main, target="sm_80").get_kernel_source()
     assert "#pragma unroll 4" in source
+    # the factor is part of the program the compile cache keys by
+    assert "#pragma unroll 8" in tilecraft.compile(unrolled_sum(8),
+                                                   target="sm_80").get_kernel_source()
+    assert "#pragma unroll\n" in tilecraft.compile(unrolled_sum(None),
+                                                   target="sm_80").get_kernel_source()
     a = np.random.default_rng(1).standard_normal((128, 64)).astype(np.float32)
     b = np.zeros(128, np.float32)
     tilecraft.compile(main, target="emulator")(a, b)
@@ -174,3 +184,43 @@ def main(A: T.Tensor((64, 64), "float16")):
         f.write(source)
     with pytest.raises(tilecraft.TileError, match=message):
         exec(compile(source, path, "exec"), namespace)
+
+
+def pipelined_gather(prefer):
+    @T.prim_func
+    def main(K: T.Tensor((N, D), "float16"), Idx: T.Tensor((256,), "int32"),
+             O: T.Tensor((64, D), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            s = T.alloc_shared((64, D), "float16")
+            q = T.alloc_shared((64, D), "float16")
+            acc = T.alloc_fragment((64, D), "float32")
+            T.clear(acc)
+            for i, j in T.Parallel(64, D):
+                q[i, j] = K[i, j]
+            for t in T.Pipelined(4, num_stages=2):
+                for i, j in T.Parallel(64, D, prefer_async=prefer):
+                    s[i, j] = T.if_then_else(Idx[t * 64 + i] < N, K[Idx[t * 64 + i], j], 0)
+                T.gemm(q, s, acc, transpose_B=True)
+            T.copy(acc, O)
+    return main
+
+
+def test_prefer_async_in_a_pipelined_loop_leaves_the_waits_to_the_pipeline():
+    """A gather the pipeline runs ahead is already issued as cp.async and waited for in its
+    stages: prefer_async adds nothing there (a wait of the nest's own after it would make
+    every step wait for the copies just issued for the next)."""
+    main = pipelined_gather(True)
+    source = tilecraft.compile(main, target="sm_80").get_kernel_source()
+    assert "cp_async_cg_16" in source
+    assert source == tilecraft.compile(pipelined_gather(False), target="sm_80").get_kernel_source()
+    rng = np.random.default_rng(2)
+    k = rng.standard_normal((N, D)).astype(np.float16)
+    idx = rng.integers(0, N + 10, 256).astype(np.int32)
+    rows = np.where((idx < N)[:, None], k[np.minimum(idx, N - 1)], 0).astype(np.float32)
+    want = sum(k[:64].astype(np.float32) @ rows[t * 64:(t + 1) * 64].T for t in range(4))
+    for target in TARGETS:
+        out = np.full((64, D), np.nan, np.float32)
+        kernel = tilecraft.compile(main, target=target)
+        kernel(k, idx, out)
+        assert getattr(kernel, "reports", []) == []
+        np.testing.assert_allclose(out, want, rtol=2e-2, atol=2e-2)

@@ -37,9 +37,10 @@ def Parallel(*extents, coalesced_width=None, loop_layout=None, prefer_async=None
     (instead of the inferred one). prefer_async: the nest's global -> shared stores run as
     cp.async copies where they move 16-byte runs, followed by a commit and a wait for them
     (not with annotations={"parallel_async_without_async_commit_wait": True}: the program
-    waits itself, T.ptx_commit_group / T.ptx_wait_group)."""
+    waits itself, T.ptx_commit_group / T.ptx_wait_group); inside a T.Pipelined loop, where
+    the pipeline issues such gathers ahead asynchronously itself, it asks nothing more."""
     span = current_span()
-    bld.active("T.Parallel")
+    b = bld.active("T.Parallel")
     if not extents:
         raise TileError("T.Parallel needs at least one extent", span)
     for e in extents:
@@ -60,7 +61,9 @@ def Parallel(*extents, coalesced_width=None, loop_layout=None, prefer_async=None
     if prefer_async is not None and not isinstance(prefer_async, bool):
         raise TileError(f"T.Parallel: prefer_async takes True or False, got {prefer_async!r}",
                         span)
-    if prefer_async:
+    # In a T.Pipelined loop the pipeline issues a gather it runs ahead as cp.async and waits
+    # for it in its own stages; a wait of the nest's own there would undo the overlap.
+    if prefer_async and not any(getattr(f, "kind", None) == "pipelined" for f in b.loops):
         given[PREFER_ASYNC] = given[ASYNC_COPY] = True
     layout = given.get(LOOP_LAYOUT)
     if layout is not None and tuple(layout.shape) != tuple(int(e) for e in extents):
