@@ -63,7 +63,8 @@ def script_arms(args):
                 arms.append(("TileLang", theirs_mod.vertical_slash_sparse_attention(
                     q, k, v, vi, si)))
             except Exception as e:  # TileLang's own error: reported, ours timed alone
-                print(f"TileLang does not build it: {str(e).splitlines()[-1][:200]}")
+                lines = str(e).strip().splitlines() or [type(e).__name__]
+                print(f"TileLang does not build it: {lines[-1][:200]}")
         ref = arms[0][1](True)   # the script's Triton kernel
         errors = [float((run(False).float() - ref.float()).norm() / ref.float().norm())
                   for _, run in arms]

@@ -12,6 +12,7 @@ that are kept.
 import datetime
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -341,6 +342,9 @@ def tilelang_script_twice(path: str):
     swapped = source.replace("import tilelang.language as T", "import tilecraft.language as T")
     swapped = swapped.replace("import tilelang\n", "import tilecraft as tilelang\n")
     swapped = swapped.replace("from tilelang.", "from tilecraft.")
+    left = re.findall(r"^\s*(?:import|from)\s+tilelang\b.*$", swapped, re.M)
+    if left:   # an import form the swap does not know would run TileLang on both sides
+        raise ValueError(f"{path}: cannot swap the import {left[0].strip()!r} for tilecraft")
     out = []
     for tag, text in (("tilecraft", swapped), ("tilelang", source)):
         if tag == "tilelang" and importlib.util.find_spec("tilelang") is None:
