@@ -16,6 +16,7 @@ from .ir.stmt import PrimFunc
 from .ir.verify import verify
 from .kernel_args import check_tensor, normalize_out_idx, output_shape, scalar_value
 from .jit_options import Reporting, checked_configs, report, with_program_options
+from .passes.exact_float32_gemm import exact_float32_gemm
 
 
 class JITKernel:
@@ -48,6 +49,8 @@ class JITKernel:
         else:
             _dump_tile_ir(func, configs)   # the interpreter runs the tile IR as it is
             _no_layouts_to_show(configs)
+        # what the interpreter runs: the tile IR, with the gemms a pass config pins
+        self._interp_func = exact_float32_gemm(func, configs)
         self.reports = []  # the emulator checker's findings of the last call
         self._grid_extents = symbolic_extents(func)  # checked at each call
         self._calls = call_cache.CallCache()
@@ -151,7 +154,7 @@ class JITKernel:
             if self.reports:
                 raise EmulatorError(self.reports)
         else:
-            Machine(self.func).run(bindings, arrays_in)
+            Machine(self._interp_func).run(bindings, arrays_in)
         return [arrays.from_numpy(a, use_torch) for a in outputs]
 
     def _run_cuda(self, tensors, scalars, sizes, shapes):

@@ -127,10 +127,11 @@ def test_exact_float32_gemm_multiplies_in_float32(arch):
     a = rng.uniform(-1, 1, (M, K)).astype(np.float32)
     b = rng.uniform(-1, 1, (N, K)).astype(np.float32)
     c = np.full((M, N), np.nan, np.float32)
-    target = f"emulator:{arch}" if arch != "sm_80" else "emulator"
-    tilecraft.compile(func, target=target, pass_configs=configs)(a, b, c)
     want = a.astype(np.float64) @ b.T.astype(np.float64)
-    assert np.linalg.norm(c - want) / np.linalg.norm(want) < 1e-6
+    for target in ("interp", f"emulator:{arch}" if arch != "sm_80" else "emulator"):
+        c[:] = np.nan
+        tilecraft.compile(func, target=target, pass_configs=configs)(a, b, c)
+        assert np.linalg.norm(c - want) / np.linalg.norm(want) < 1e-6, target
 
 
 def test_float32_gemm_with_k_off_the_tf32_grid_multiplies_in_float32():
@@ -147,4 +148,44 @@ def test_float32_gemm_with_k_off_the_tf32_grid_multiplies_in_float32():
     for target in ("interp", "emulator"):
         c = np.full((M, N), np.nan, np.float32)
         tilecraft.compile(func, target=target)(a, b, c)
+        assert np.linalg.norm(c - want) / np.linalg.norm(want) < 1e-6, target
+
+
+def test_the_cost_model_prices_a_float32_gemm_on_the_tensor_cores():
+    from tilecraft.analysis.counts import NodeCount
+    from tilecraft.ir.tileop import Gemm, contract_of
+    from tilecraft.ir.visitor import walk
+    for dtype, k, tensor in ((T.float32, 32, True), (T.float32, 12, False),
+                             (T.tfloat32, 32, True)):
+        func = tf32_gemm(128, 128, 128, False, True, block=(64, 64, k), dtype=dtype)
+        gemm = next(n for n in walk(func.body) if isinstance(n, Gemm))
+        assert (gemm.multiply_dtype() == "tfloat32") == tensor
+        count = NodeCount(0, "tileop")
+        contract_of(gemm).charge(gemm, count, lambda g, m, n: ("mma", 2, 2))
+        assert bool(count.tensor_flops) == tensor and bool(count.cuda_ops) != tensor
+
+
+def test_float32_operand_rows_off_16_byte_chunks_stay_float32():
+    """ldmatrix reads 16-byte rows: an operand slice starting 2 floats into its tile keeps
+    scalar float32 FMAs (a TF32 load there would be misaligned)."""
+    @T.prim_func
+    def main(A: T.Tensor((64, 40), T.float32), B: T.Tensor((64, 32), T.float32),
+             C: T.Tensor((64, 64), T.float32)):
+        with T.Kernel(1, threads=128) as bx:
+            A_s = T.alloc_shared((64, 40), T.float32)
+            B_s = T.alloc_shared((64, 32), T.float32)
+            C_f = T.alloc_fragment((64, 64), T.float32)
+            T.copy(A, A_s)
+            T.copy(B, B_s)
+            T.gemm(A_s[:, 2:34], B_s, C_f, transpose_B=True, clear_accum=True)
+            T.copy(C_f, C)
+    rng = np.random.default_rng(6)
+    a = rng.uniform(-1, 1, (64, 40)).astype(np.float32)
+    b = rng.uniform(-1, 1, (64, 32)).astype(np.float32)
+    want = a[:, 2:34].astype(np.float64) @ b.T.astype(np.float64)
+    for target in ("interp", "emulator", "emulator:sm_90a"):
+        c = np.full((64, 64), np.nan, np.float32)
+        kernel = tilecraft.compile(main, target=target)
+        kernel(a, b, c)
+        assert getattr(kernel, "reports", []) == []
         assert np.linalg.norm(c - want) / np.linalg.norm(want) < 1e-6, target

@@ -328,8 +328,9 @@ def _time(t: Target, kernel: Kernel, res: Resources, lc: LaunchCounts, bps: int)
 
 def _tensor_dtype(kernel: Kernel) -> str:
     for n in walk(kernel.body):
-        if isinstance(n, Gemm) and n.A.buffer.dtype.name in MMA_DTYPES:
-            return n.A.buffer.dtype.name
+        if isinstance(n, Gemm) and (n.A.buffer.dtype.name in MMA_DTYPES or
+                                    n.multiply_dtype() == "tfloat32"):
+            return n.multiply_dtype()
     return "float16"
 
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Callable
 
-from .buffer import Buffer, BufferRegion
-from .expr import Expr
+from .buffer import Buffer, BufferRegion, is_shared
+from .expr import Const, Expr
 from .stmt import Stmt
 from ..errors import Span, TileError
 
@@ -124,10 +124,16 @@ class Gemm(TileOp):
         pinned to "fma" (the pass config tl.exact_float32_gemm), or whose K is not a multiple
         of 8, multiplies in float32 (scalar FMAs)."""
         a, b = self.A.buffer.dtype.name, self.B.buffer.dtype.name
-        tf32 = {a, b} <= {"float32", "tfloat32"} and self.C.buffer.dtype.name == "float32"
-        # the TF32 instructions take k in steps of 8: a float32 K off that grid stays float32
-        return "tfloat32" if tf32 and self.instruction != "fma" and self.dims()[2] % 8 == 0 \
-            else a
+        if not ({a, b} <= {"float32", "tfloat32"} and self.C.buffer.dtype.name == "float32"):
+            return a
+        # The TF32 instructions take k in steps of 8 and read 16-byte rows of a K-contiguous
+        # operand: a K off that grid, or a row that starts between 16-byte chunks, stays
+        # float32, as does a gemm pinned to scalar FMAs.
+        if self.instruction == "fma" or not all(x is not None for x in (
+                self.A.static_extents(), self.B.static_extents())) or self.dims()[2] % 8 or \
+                not all(_chunk_aligned(r) for r in (self.A, self.B)):
+            return "float32"
+        return "tfloat32"
 
     def dims(self) -> tuple:
         """(M, N, K) of the product, from the operands' static extents."""
@@ -135,6 +141,15 @@ class Gemm(TileOp):
         m, k = (a[1], a[0]) if self.transpose_A else (a[0], a[1])
         n = b[0] if self.transpose_B else b[1]
         return m, n, k
+
+
+def _chunk_aligned(region: BufferRegion) -> bool:
+    """The region's rows start on 16-byte chunks of its 4-byte elements where its start along
+    the contiguous dimension is known (a start that is an expression is taken as aligned, as
+    for every tensor-core operand)."""
+    start = region.starts[-1]
+    return not is_shared(region.buffer.scope) or not isinstance(start, Const) or \
+        int(start.value) % 4 == 0
 
 
 def matrix_extents(region: BufferRegion) -> list:

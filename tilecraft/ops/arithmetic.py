@@ -69,15 +69,18 @@ def interpret_gemm(m, s: Gemm, mask):
 
 
 def charge_gemm(s: Gemm, c, gemm_plan):
-    """fp16 / bf16 operands run on tensor cores (2*M*N*K FLOPs), others on CUDA cores (M*N*K
-    FMAs). Shared operands are read as the instruction reads them, per the warp split."""
+    """fp16 / bf16 operands, and those multiplied as TF32 (Gemm.multiply_dtype), run on
+    tensor cores (2*M*N*K FLOPs), others on CUDA cores (M*N*K FMAs). Shared operands are read
+    as the instruction reads them, per the warp split."""
     m, n, k = s.dims()
-    if s.A.buffer.dtype.name in MMA_DTYPES and s.B.buffer.dtype.name in MMA_DTYPES:
+    multiply = s.multiply_dtype()
+    if multiply == "tfloat32" or (s.A.buffer.dtype.name in MMA_DTYPES and
+                                  s.B.buffer.dtype.name in MMA_DTYPES):
         c.tensor_flops = 2 * m * n * k
     else:
         c.cuda_ops = m * n * k
     instruction, sm, sn = gemm_plan(s, m, n)
-    c.instruction, c.dtype = instruction, s.A.buffer.dtype.name
+    c.instruction, c.dtype = instruction, multiply
     a_bytes, b_bytes = s.A.buffer.dtype.bytes, s.B.buffer.dtype.bytes
     if instruction == "wgmma":
         # Each m64nNk16 instruction reads its A rows (64 x 16) and its whole B slice

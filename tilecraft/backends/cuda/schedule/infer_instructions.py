@@ -6,7 +6,7 @@ swizzled shared tile, A shared or in registers, whole warpgroups, m64nNk16 instr
 tile the block; tf32 and fp8 ones K-major from shared memory) is lowered to wgmma; everything
 else, and every gemm on older GPUs, to mma.sync. float32 operands multiply as tf32, as in
 TileLang (Gemm.multiply_dtype); tl.exact_float32_gemm pins their gemms to "fma", scalar
-float32 multiply-adds. The choice is recorded on the op (`instruction=` in the dumped IR). The pass config
+float32 multiply-adds (passes/exact_float32_gemm.py). The choice is recorded on the op (`instruction=` in the dumped IR). The pass config
 tl.disable_wgmma keeps a kernel on mma.sync; T.gemm's instruction can also be pinned by hand in
 a transformed IR (a pinned "wgmma" that does not fit is an error naming the reason). Gemms
 that accumulate into one fragment leave it in one register layout: where the instructions
@@ -41,6 +41,7 @@ from ....ir.tileop import Atomic, Copy, Gemm
 from ....ir.visitor import Mutator, map_kernels, walk
 from ....target import parse_arch
 from ....pass_config import PassConfigKey
+from ....passes.exact_float32_gemm import exact_float32_gemm
 from ..tileops.tma import tma_add_unfit_reason, tma_plan
 from ..tileops.wgmma import WARPGROUP, accumulator_layout, wgmma_unfit_reason
 from ....ir.annotations import INSTRUCTION, TMA_UNFIT, WARPGROUP_FRAGMENTS
@@ -90,10 +91,8 @@ def atomic_unsupported(kind: str, dtype: str, arch: str) -> str | None:
 
 class _Choose(Mutator):
     def __init__(self, arch: str, threads: int, wgmma: bool, tma_store: bool = False,
-                 stmatrix: bool = False, local: frozenset = frozenset(),
-                 exact_float32: bool = False):
+                 stmatrix: bool = False, local: frozenset = frozenset()):
         self.arch = arch
-        self.exact_float32 = exact_float32
         self.threads = threads
         # Fragments of one warpgroup (a T.ws region's, manual_warpgroups): a gemm into one
         # runs on that warpgroup's 128 threads.
@@ -136,9 +135,6 @@ class _Choose(Mutator):
             raise TileError(f"T.gemm: operand B ({b.name}) is {held}; on {self.arch} the "
                             "tensor cores read B from shared memory: T.copy it into a "
                             "T.alloc_shared tile first", op.span)
-        if self.exact_float32 and not op.instruction and \
-                op.A.buffer.dtype.name == op.B.buffer.dtype.name == "float32":
-            return dataclasses.replace(op, instruction="fma")
         threads = WARPGROUP if op.C.buffer.name in self.local else self.threads
         reason = wgmma_unfit_reason(op, op.dims(), threads)
         if op.instruction == "wgmma" and reason is not None:
@@ -186,8 +182,9 @@ def _one_instruction_per_accumulator(body, pinned: set, threads: int, local=froz
 
     class _ToMma(Mutator):
         def visit_Gemm(self, op: Gemm):
+            # (an "fma" gemm leaves mma.sync's accumulator layout and keeps its float32)
             return dataclasses.replace(op, instruction="mma") \
-                if id(op.C.buffer) in mixed else op
+                if id(op.C.buffer) in mixed and op.instruction == "wgmma" else op
     return _ToMma().visit(body)
 
 
@@ -201,11 +198,10 @@ def infer_instructions(func, arch: str | None = None, configs: dict | None = Non
 
     def choose(k):
         local = frozenset(k.attrs.get(WARPGROUP_FRAGMENTS, ()))
-        chooser = _Choose(arch, k.num_threads, wgmma, tma_store, stmatrix=hopper, local=local,
-                          exact_float32=bool(configs.get(PassConfigKey.TL_EXACT_FLOAT32_GEMM)))
+        chooser = _Choose(arch, k.num_threads, wgmma, tma_store, stmatrix=hopper, local=local)
         pinned = {id(n) for n in walk(k.body) if isinstance(n, Gemm) and n.instruction}
         body = chooser.visit(k.body)
         # the pinned ones keep their identity through the chooser (it returns them as given)
         return dataclasses.replace(k, body=_one_instruction_per_accumulator(
             body, pinned, k.num_threads, local))
-    return map_kernels(func, choose)
+    return map_kernels(exact_float32_gemm(func, configs), choose)

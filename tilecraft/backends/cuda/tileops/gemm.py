@@ -198,8 +198,10 @@ def _clear(reg: Buffer, ctx, op):
 def _lower_fma(op: Gemm, ctx, m, n, k):
     """C[i, j] += sum_k A[i, k] * B[k, j] for the elements each thread holds (scalar path)."""
     if op.A.buffer.scope == FRAGMENT or op.B.buffer.scope == FRAGMENT:
-        raise TileError("T.gemm: register operands need float16 or bfloat16 tensor-core "
-                        f"operands (got {op.A.buffer.dtype})", op.span)
+        raise TileError("T.gemm: register operands need tensor-core operands (float16, "
+                        "bfloat16, or float32 / tfloat32 multiplied as TF32: K a multiple of "
+                        "8, not under tl.exact_float32_gemm); got "
+                        f"{op.A.buffer.dtype} x {op.B.buffer.dtype}", op.span)
     c = ctx.layouts.buffer(op.C.buffer)
     c_reg = ctx.register_array(op.C.buffer)
     l = ctx.fresh("l", c.locals_per_thread)
