@@ -42,9 +42,14 @@ class Builder:
     def close_block(self, span=None):
         return seq(self.blocks.pop(), span)
 
+    def inside(self, kind: str) -> bool:
+        """Whether a loop of this kind ("parallel", "pipelined", ...) encloses the point
+        being built."""
+        return any(getattr(f, "kind", None) == kind for f in self.loops)
+
     @property
     def in_parallel(self) -> bool:
-        return any(getattr(f, "kind", None) == "parallel" for f in self.loops)
+        return self.inside("parallel")
 
 
 def active(what: str, need_kernel: bool = True) -> Builder:

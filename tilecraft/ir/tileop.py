@@ -129,9 +129,9 @@ class Gemm(TileOp):
         # The TF32 instructions take k in steps of 8 and read 16-byte rows of a K-contiguous
         # operand: a K off that grid, or a row that starts between 16-byte chunks, stays
         # float32, as does a gemm pinned to scalar FMAs.
-        if self.instruction == "fma" or not all(x is not None for x in (
-                self.A.static_extents(), self.B.static_extents())) or self.dims()[2] % 8 or \
-                not all(_chunk_aligned(r) for r in (self.A, self.B)):
+        if self.instruction == "fma" or \
+                None in (self.A.static_extents(), self.B.static_extents()) or \
+                self.dims()[2] % 8 or not (_chunk_aligned(self.A) and _chunk_aligned(self.B)):
             return "float32"
         return "tfloat32"
 

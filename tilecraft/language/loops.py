@@ -46,8 +46,9 @@ def Parallel(*extents, coalesced_width=None, loop_layout=None, prefer_async=None
     for e in extents:
         not_a_loop("T.Parallel", e)
         _static_extent("T.Parallel", e)
-    given = dict(annotations or {}) if annotations is None or isinstance(annotations, dict) \
-        else _refuse(f"T.Parallel: annotations= takes a dict, got {annotations!r}")
+    if annotations is not None and not isinstance(annotations, dict):
+        raise TileError(f"T.Parallel: annotations= takes a dict, got {annotations!r}", span)
+    given = dict(annotations or {})
     unknown = sorted(set(given) - set(_PARALLEL_ANNOTATIONS))
     if unknown:
         raise TileError(f"T.Parallel: unknown annotation {unknown[0]!r} (known: "
@@ -55,15 +56,15 @@ def Parallel(*extents, coalesced_width=None, loop_layout=None, prefer_async=None
     for key, value in (("coalesced_width", coalesced_width), (LOOP_LAYOUT, loop_layout)):
         if value is not None:
             given[key] = value
-    for key, check in _PARALLEL_ANNOTATIONS.items():
+    for key, (check, expected) in _PARALLEL_ANNOTATIONS.items():
         if key in given and not check(given[key]):
-            raise TileError(f"T.Parallel: {key} {_EXPECTED[key]}, got {given[key]!r}", span)
+            raise TileError(f"T.Parallel: {key} {expected}, got {given[key]!r}", span)
     if prefer_async is not None and not isinstance(prefer_async, bool):
         raise TileError(f"T.Parallel: prefer_async takes True or False, got {prefer_async!r}",
                         span)
     # In a T.Pipelined loop the pipeline issues a gather it runs ahead as cp.async and waits
     # for it in its own stages; a wait of the nest's own there would undo the overlap.
-    if prefer_async and not any(getattr(f, "kind", None) == "pipelined" for f in b.loops):
+    if prefer_async and not b.inside("pipelined"):
         given[PREFER_ASYNC] = given[ASYNC_COPY] = True
     layout = given.get(LOOP_LAYOUT)
     if layout is not None and tuple(layout.shape) != tuple(int(e) for e in extents):
@@ -72,17 +73,13 @@ def Parallel(*extents, coalesced_width=None, loop_layout=None, prefer_async=None
     return LoopFrame("parallel", [(0, e) for e in extents], given, span)
 
 
-def _refuse(message):
-    raise TileError(message, current_span())
-
-
+# each annotation key T.Parallel takes: (its check, what it takes, for the error)
 _PARALLEL_ANNOTATIONS = {
-    "coalesced_width": lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
-    ASYNC_WITHOUT_WAIT: lambda v: isinstance(v, bool),
-    LOOP_LAYOUT: lambda v: isinstance(v, Fragment),
+    "coalesced_width": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
+                        "takes an int > 0"),
+    ASYNC_WITHOUT_WAIT: (lambda v: isinstance(v, bool), "takes True or False"),
+    LOOP_LAYOUT: (lambda v: isinstance(v, Fragment), "takes a T.Fragment"),
 }
-_EXPECTED = {"coalesced_width": "takes an int > 0", ASYNC_WITHOUT_WAIT: "takes True or False",
-             LOOP_LAYOUT: "takes a T.Fragment"}
 
 
 def parallel(start, stop=None, annotations=None):
