@@ -33,6 +33,7 @@ from vertical_slash_sparse_attention import (minference_indices, sparsity_mask,
 
 SHAPES = "8192x1000x600,16384x1000x200,32768x800x600,65536x1000x600"
 CONFIGS = "64x64x2x128,128x64x2x256,64x64x1x128,64x64x3x128"
+B, H, D = 1, 1, 64   # batch, heads, head dim of every shape (the paper's table 18)
 
 
 def reference(q, k, v, mask):
@@ -44,35 +45,37 @@ def reference(q, k, v, mask):
     return probs @ vh
 
 
+def shape_inputs(text: str):
+    """(S, vertical count, slash count, (q, k, v) as [B, S, H, D], vertical and slash indices)
+    of one shape "S x vertical x slash": random inputs, MInference-shaped indices."""
+    S, nv, ns = (int(x) for x in text.split("x"))
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    qkv = tuple(torch.randn(B, S, H, D, device="cuda", dtype=torch.float16, generator=gen)
+                for _ in range(3))
+    vertical, slash = minference_indices(np.random.default_rng(0), B, H, S, nv, ns)
+    return S, nv, ns, qkv, torch.from_numpy(vertical).cuda(), torch.from_numpy(slash).cuda()
+
+
 def script_arms(args):
     """TileLang's example script under both compilers (module docstring), in rounds."""
     ours_mod, theirs_mod = tilelang_script_twice(args.tilelang_script)
-    B, H, D = 1, 1, 64
     rows = []
     warm_gpu()
     for text in args.shapes.split(","):
-        S, nv, ns = (int(x) for x in text.split("x"))
-        gen = torch.Generator(device="cuda").manual_seed(0)
-        q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.float16, generator=gen)
-                   for _ in range(3))
-        vertical, slash = minference_indices(np.random.default_rng(0), B, H, S, nv, ns)
-        vi, si = torch.from_numpy(vertical).cuda(), torch.from_numpy(slash).cuda()
-        arms = [("tilecraft", ours_mod.vertical_slash_sparse_attention(q, k, v, vi, si))]
-        if theirs_mod is not None:
-            try:
-                arms.append(("TileLang", theirs_mod.vertical_slash_sparse_attention(
-                    q, k, v, vi, si)))
-            except Exception as e:  # TileLang's own error: reported, ours timed alone
-                lines = str(e).strip().splitlines() or [type(e).__name__]
-                print(f"TileLang does not build it: {lines[-1][:200]}")
-        ref = arms[0][1](True)   # the script's Triton kernel
-        errors = [float((run(False).float() - ref.float()).norm() / ref.float().norm())
-                  for _, run in arms]
+        S, nv, ns, (q, k, v), vi, si = shape_inputs(text)
+        # the script takes [B, H, S, D]
+        qh, kh, vh = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+        arms = [("tilecraft", ours_mod.vertical_slash_sparse_attention(qh, kh, vh, vi, si))]
+        theirs = build_under_tilelang(theirs_mod, "vertical_slash_sparse_attention",
+                                      qh, kh, vh, vi, si)
+        if theirs is not None:
+            arms.append(("TileLang", theirs))
+        ref = arms[0][1](True).float()   # the script's Triton kernel
+        errors = [float((run(False).float() - ref).norm() / ref.norm()) for _, run in arms]
         example = vertical_slash_attention(B, H, S, D, nv, ns)
-        qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
         timers = [clean_timer(lambda run=run: run(False)) for _, run in arms]
         timers += [clean_timer(lambda: arms[0][1](True)),
-                   clean_timer(lambda: example(qt, kt, vt, vi, si))]
+                   clean_timer(lambda: example(q, k, v, vi, si))]
         times = in_rounds(args.rounds, timers, args.settle)
         for i, (label, _) in enumerate(arms):
             t = times[i]
@@ -110,16 +113,10 @@ def main():
     if args.tilelang_script:
         return script_arms(args)
     theirs = example_under_tilelang("vertical_slash_sparse_attention")
-    B, H, D = 1, 1, 64
     rows = []
     warm_gpu()
     for text in args.shapes.split(","):
-        S, nv, ns = (int(x) for x in text.split("x"))
-        gen = torch.Generator(device="cuda").manual_seed(0)
-        q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=torch.float16, generator=gen)
-                   for _ in range(3))
-        vertical, slash = minference_indices(np.random.default_rng(0), B, H, S, nv, ns)
-        vi, si = torch.from_numpy(vertical).cuda(), torch.from_numpy(slash).cuda()
+        S, nv, ns, (q, k, v), vi, si = shape_inputs(text)
         arms = []  # (label, kernel, (block_M, block_N))
         for config in args.configs.split(","):
             bm, bn, stages, threads = (int(x) for x in config.split("x"))
@@ -139,7 +136,8 @@ def main():
         refs, share = {}, float("nan")
         for _, _, tiles in arms:
             if S <= 32768 and tiles not in refs:
-                mask = torch.from_numpy(sparsity_mask(vertical, slash, S, *tiles)[0, 0]).cuda()
+                attended = sparsity_mask(vi.cpu().numpy(), si.cpu().numpy(), S, *tiles)
+                mask = torch.from_numpy(attended[0, 0]).cuda()
                 if not refs:
                     share = float(mask.sum()) / (S * (S + 1) / 2)
                 refs[tiles] = reference(q, k, v, mask)
